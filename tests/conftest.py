@@ -1,0 +1,23 @@
+"""Shared fixtures: small seeded models (random init) for the reference-stack tests."""
+
+import pytest
+import torch
+
+from timbench.model import PRESETS, Qwen3ForCausalLM
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session", params=["tiny-dense", "tiny-moe"])
+def model(request):
+    return Qwen3ForCausalLM(PRESETS[request.param], seed=7)
+
+
+@pytest.fixture(scope="session")
+def dense():
+    return Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=3)
+
+
+@pytest.fixture(scope="session")
+def moe():
+    return Qwen3ForCausalLM(PRESETS["tiny-moe"], seed=5)

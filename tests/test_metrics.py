@@ -1,0 +1,42 @@
+"""Mismatch metrics on hand-made logprobs with known answers."""
+
+import math
+
+import torch
+
+from timbench.metrics import mismatch_metrics, routing_agreement
+
+
+def test_zero_mismatch_is_exactly_zero():
+    lp = torch.log(torch.tensor([[0.5, 0.25, 0.1]]))
+    m = mismatch_metrics(lp, lp.clone())
+    assert m["rollout_corr/k3_kl"] == 0.0 and m["rollout_corr/kl"] == 0.0
+    assert m["training/rollout_probs_diff_max"] == 0.0 and m["mismatch/frac_tokens_differ"] == 0.0
+    assert m["rollout_corr/eff_sample_size"] == 1.0 and m["rollout_corr/chi2_token"] == 0.0
+
+
+def test_known_values():
+    # pi = 0.5 vs mu = 0.25 on one token, equal on the other; the third token is masked.
+    lp_t = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    lp_r = torch.log(torch.tensor([[0.25, 0.2, 0.1]]))
+    mask = torch.tensor([[True, True, False]])
+    m = mismatch_metrics(lp_t, lp_r, mask)
+    rho = torch.tensor([2.0, 1.0])
+    assert m["tokens"] == 2
+    assert math.isclose(m["rollout_corr/kl"], -math.log(2) / 2, rel_tol=1e-6)
+    assert math.isclose(m["rollout_corr/k3_kl"], float((rho - 1 - rho.log()).mean()), rel_tol=1e-6)
+    assert math.isclose(m["rollout_corr/chi2_token"], float((rho ** 2).mean() - 1), rel_tol=1e-6)
+    assert math.isclose(m["rollout_corr/chi2_seq"], 2.0 ** 2 - 1, rel_tol=1e-6)
+    assert math.isclose(m["training/rollout_probs_diff_max"], 0.25, rel_tol=1e-6)
+    assert math.isclose(m["mismatch/max_abs_delta"], math.log(2), rel_tol=1e-6)
+    assert m["mismatch/frac_tokens_differ"] == 0.5
+    assert m["mismatch/extreme_frac_1.5"] == 0.5 and m["mismatch/extreme_frac_5"] == 0.0
+    assert math.isclose(m["rollout_corr/eff_sample_size"], 1 / float(((rho / rho.mean()) ** 2).mean()), rel_tol=1e-6)
+    # log_ppl_diff = mean lp_rollout - mean lp_train over the sequence's unmasked tokens.
+    assert math.isclose(m["rollout_corr/log_ppl_diff"], -math.log(2) / 2, rel_tol=1e-6)
+
+
+def test_routing_agreement_ignores_order_within_topk():
+    a = torch.tensor([[[0, 1], [2, 3]], [[4, 5], [6, 7]]])
+    b = torch.tensor([[[1, 0], [2, 3]], [[4, 6], [6, 7]]])
+    assert routing_agreement(a, b) == 0.75

@@ -1,0 +1,69 @@
+"""The `timbench` command: one subcommand per job, each a thin layer over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .spec import SpecError
+
+
+def _cmd_align(args) -> int:
+    if args.table:
+        from .align_table import run_table
+        run_table(args.table, args.out or "results/align", progress=lambda m: print(m, file=sys.stderr))
+        return 0
+    from .align import align
+    from .model import load_model
+    from .spec import parse_spec
+    parse_spec(args.engine, "engine spec")
+    parse_spec(args.trainer, "trainer spec")
+    model = load_model(args.model, seed=args.seed)
+    report = align(model, args.engine, args.trainer, seed=args.seed, temperature=args.temperature)
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        for k, v in report.items():
+            print(f"{k:20s} {v}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="timbench", description="Training-inference mismatch benchmark suite")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("align", help="measure engine vs trainer logprob mismatch on a mixed workload")
+    a.add_argument("--model", default="tiny-dense", help="preset (tiny-dense, tiny-moe) or checkpoint directory")
+    a.add_argument("--engine", default="kernels=exact", help="engine spec, e.g. kernels=torch,dtype=bf16")
+    a.add_argument("--trainer", default="kernels=exact", help="trainer spec")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--temperature", type=float, default=1.0)
+    a.add_argument("--json", action="store_true", help="print one JSON object")
+    a.add_argument("--table", help="YAML table of conditions (e.g. bench/align_quick.yaml) to run instead")
+    a.add_argument("--out", help="with --table: output directory (default results/align)")
+    a.set_defaults(func=_cmd_align)
+
+    from .warmstart import add_parser as add_warmstart
+    add_warmstart(sub)
+
+    try:
+        from .tasks.cli import add_parser as add_tasks
+        add_tasks(sub)
+    except ImportError:  # tasks package not installed alongside (should not happen in a full install)
+        pass
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (SpecError, ValueError, FileNotFoundError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"timbench {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

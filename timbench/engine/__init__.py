@@ -1,0 +1,7 @@
+"""The rollout engine: requests in, sampled tokens with their logprobs (and MoE routing) out."""
+
+from .engine import Engine
+from .sampler import SamplingParams, sample, token_logprobs_all
+from .sequence import Completion, Request
+
+__all__ = ["Engine", "SamplingParams", "Completion", "Request", "sample", "token_logprobs_all"]

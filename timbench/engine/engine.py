@@ -1,0 +1,139 @@
+"""The rollout engine: continuous batching over a slot KV cache, prefill then decode.
+
+Scheduling is plain Python (as in nano-vllm): waiting requests are admitted
+into free cache slots and prefilled together; running ones decode one token a
+step; a sequence that emits EOS or reaches its limit leaves at once, so the
+batch shrinks and regroups as generation proceeds, which is exactly what
+exposes batch-variant kernels. Only `_prefill` and `_decode` touch tensors.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable, Mapping
+
+import torch
+
+from ..kernels import get_kernels
+from ..model import Compute, ModelConfig, Qwen3ForCausalLM
+from ..spec import Spec, parse_spec
+from .sampler import SamplingParams, sample
+from .sequence import Completion, Request, Sequence
+
+
+class Engine:
+    """Generates completions with a given engine spec; weights arrive from the trainer in memory."""
+
+    def __init__(self, config: ModelConfig, spec: Spec | str | None = None, max_num_seqs: int = 256,
+                 max_len: int | None = None):
+        self.config = config
+        self.spec = parse_spec(spec, "engine spec")
+        self.compute = Compute(get_kernels(self.spec.kernels), self.spec.torch_dtype)
+        self.model = Qwen3ForCausalLM(config).to(self.compute.dtype).eval().requires_grad_(False)
+        self.max_num_seqs = max_num_seqs
+        self.max_len = min(max_len or config.max_position_embeddings, config.max_position_embeddings)
+        shape = (max_num_seqs, self.max_len, config.num_key_value_heads, config.head_dim)
+        # Cache in fp32: values are already rounded to the activation dtype, so storing them
+        # wider is exact and lets the fixed-order kernels read it without a conversion.
+        self.k_cache = [torch.zeros(shape) for _ in range(config.num_hidden_layers)]
+        self.v_cache = [torch.zeros(shape) for _ in range(config.num_hidden_layers)]
+
+    # --- weights ----------------------------------------------------------------------------
+    def load_weights(self, state: Mapping[str, torch.Tensor] | Qwen3ForCausalLM) -> None:
+        """Copy weights in memory (the trainer -> engine sync), rounding to the engine dtype."""
+        if isinstance(state, torch.nn.Module):
+            state = state.state_dict()
+        own = self.model.state_dict()
+        missing = [k for k in own if k not in state and not k.startswith("lm_head")]
+        if missing:
+            raise ValueError(f"weight sync: missing tensors {missing[:3]}")
+        with torch.no_grad():
+            for k, p in own.items():
+                if k in state:
+                    p.copy_(state[k].detach().to(p.dtype))
+
+    # --- generation -------------------------------------------------------------------------
+    def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
+        requests = list(requests)
+        for r in requests:
+            if len(r.prompt_ids) == 0:
+                raise ValueError(f"request {r.request_id}: empty prompt")
+            if len(r.prompt_ids) >= self.max_len:
+                raise ValueError(f"request {r.request_id}: prompt of {len(r.prompt_ids)} tokens leaves no room "
+                                 f"in the context of {self.max_len} tokens")
+            if r.max_new_tokens < 1:
+                raise ValueError(f"request {r.request_id}: max_new_tokens must be >= 1")
+        order = [Sequence(r) for r in requests]
+        waiting = deque(order)
+        free = list(range(self.max_num_seqs - 1, -1, -1))
+        running: list[Sequence] = []
+        done: dict[int, Completion] = {}
+        with torch.inference_mode():
+            while waiting or running:
+                if waiting and free:
+                    batch = []
+                    while waiting and free:
+                        seq = waiting.popleft()
+                        seq.slot = free.pop()
+                        batch.append(seq)
+                    self._prefill(batch, params)
+                    running.extend(batch)
+                else:
+                    self._decode(running, params)
+                still = []
+                for seq in running:
+                    if seq.finish_reason is None:
+                        still.append(seq)
+                    else:
+                        free.append(seq.slot)
+                        done[id(seq)] = seq.to_completion()
+                running = still
+        return [done[id(s)] for s in order]
+
+    def _append(self, seqs: list[Sequence], tokens, logprobs) -> None:
+        eos = self.config.eos_token_id
+        for i, seq in enumerate(seqs):
+            t = int(tokens[i])
+            seq.tokens.append(t)
+            seq.logprobs.append(float(logprobs[i]))
+            if t == eos:
+                seq.finish_reason = "stop"
+            elif len(seq.tokens) >= seq.request.max_new_tokens or seq.length >= self.max_len:
+                seq.finish_reason = "length"
+
+    def _sample(self, seqs, logits, params):
+        req = torch.tensor([s.request.request_id for s in seqs])
+        pos = torch.tensor([s.length for s in seqs])  # absolute position of the token to sample
+        return sample(logits, params, req, pos, self.compute.kernels)
+
+    def _prefill(self, seqs: list[Sequence], params: SamplingParams) -> None:
+        lens = [len(s.request.prompt_ids) for s in seqs]
+        width = max(lens)
+        ids = torch.full((len(seqs), width), self.config.pad_token_id, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : lens[i]] = torch.tensor(s.request.prompt_ids)
+        slots = torch.tensor([s.slot for s in seqs])
+
+        def on_kv(layer, k, v):
+            self.k_cache[layer][slots, :width] = k.float()
+            self.v_cache[layer][slots, :width] = v.float()
+
+        logits, routing = self.model(ids, self.compute, on_kv=on_kv)
+        last = torch.tensor(lens) - 1
+        logits = logits[torch.arange(len(seqs)), last]
+        if routing is not None:
+            for i, s in enumerate(seqs):
+                s.routes.append(routing[i, : lens[i]])
+        tok, lp = self._sample(seqs, logits, params)
+        self._append(seqs, tok, lp)
+
+    def _decode(self, seqs: list[Sequence], params: SamplingParams) -> None:
+        ids = torch.tensor([s.last_token for s in seqs])
+        pos = torch.tensor([s.length - 1 for s in seqs])
+        slots = torch.tensor([s.slot for s in seqs])
+        logits, routing = self.model.decode(ids, pos, self.compute, self.k_cache, self.v_cache, slots)
+        if routing is not None:
+            for i, s in enumerate(seqs):
+                s.routes.append(routing[i : i + 1])
+        tok, lp = self._sample(seqs, logits, params)
+        self._append(seqs, tok, lp)

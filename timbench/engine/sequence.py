@@ -1,0 +1,62 @@
+"""Requests, their running state and their results: plain Python bookkeeping, no tensors math."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation request. `request_id` keys the sampling noise, so it must be unique per rollout batch."""
+
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    request_id: int
+
+
+@dataclass
+class Completion:
+    """What the engine returns per request."""
+
+    request_id: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    """Sampled response tokens (EOS included when the sequence stopped on it)."""
+    logprobs: torch.Tensor
+    """fp32 log-probability of each sampled token under the distribution it was sampled from."""
+    finish_reason: str
+    """`stop` (EOS) or `length` (token limit or context end)."""
+    routing: torch.Tensor | None = None
+    """MoE: experts chosen [prompt_len + response_len - 1, layers, k] for each token the engine processed."""
+
+
+@dataclass
+class Sequence:
+    """A request in flight: its cache slot and what it has produced so far."""
+
+    request: Request
+    slot: int = -1
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    routes: list[torch.Tensor] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.request.prompt_ids) + len(self.tokens)
+
+    @property
+    def last_token(self) -> int:
+        return self.tokens[-1]
+
+    def to_completion(self) -> Completion:
+        return Completion(
+            request_id=self.request.request_id,
+            prompt_ids=list(self.request.prompt_ids),
+            token_ids=list(self.tokens),
+            logprobs=torch.tensor(self.logprobs, dtype=torch.float32),
+            finish_reason=self.finish_reason or "length",
+            routing=torch.cat(self.routes)[: self.length - 1] if self.routes else None,
+        )

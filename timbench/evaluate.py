@@ -1,0 +1,63 @@
+"""Task accuracy of a model: generate with the rollout engine, score with the task's verifier.
+
+Deterministic: request ids are the problems' indices in the list given (the
+eval set's order), the sampling seed is explicit, and the engine's noise is
+keyed by (seed, request id, position), so with `kernels=exact` the result is a
+pure function of (weights, problems, temperature, seed), whatever the batch
+size `max_num_seqs`.
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+from typing import Sequence
+
+from .data import decode_response, max_new_tokens, requests_for
+from .engine import Engine, SamplingParams
+
+
+def make_engine(model, engine_spec="kernels=exact", max_num_seqs: int = 256) -> Engine:
+    """An engine holding `model`'s weights (call `engine.load_weights(model)` again after an update)."""
+    engine = Engine(model.config, engine_spec, max_num_seqs=max_num_seqs)
+    engine.load_weights(model)
+    return engine
+
+
+def evaluate(model, task, problems: Sequence, engine_spec="kernels=exact", temperature: float = 1.0,
+             seed: int = 0, max_num_seqs: int = 256, engine: Engine | None = None) -> dict:
+    """Mean reward of `model` on `problems` at `temperature` (0 = greedy).
+
+    Returns {"accuracy", "n", "mean_response_tokens" (incl. EOS), "truncated" (fraction
+    cut at the token limit), "temperature", "seed"}. Pass `engine` to reuse one whose
+    weights are already `model`'s (`model` is then not read).
+    """
+    problems = list(problems)
+    if not problems:
+        raise ValueError("evaluate: no problems")
+    if engine is None:
+        engine = make_engine(model, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)))
+    reqs = requests_for(problems, range(len(problems)), max_new_tokens(task, engine.max_len))
+    outs = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
+    rewards = [task.reward(decode_response(o.token_ids), p) for o, p in zip(outs, problems)]
+    return {
+        "accuracy": mean(rewards),
+        "n": len(problems),
+        "mean_response_tokens": mean(len(o.token_ids) for o in outs),
+        "truncated": mean(o.finish_reason == "length" for o in outs),
+        "temperature": temperature,
+        "seed": seed,
+    }
+
+
+def evaluate_both(model, task, problems: Sequence, engine_spec="kernels=exact", seed: int = 0,
+                  max_num_seqs: int = 256, engine: Engine | None = None) -> dict:
+    """Accuracy at T=1 (seeded) and greedy, from one engine:
+    {"accuracy_t1", "accuracy_greedy", "n", "mean_response_tokens_t1", "mean_response_tokens_greedy"}."""
+    problems = list(problems)
+    if engine is None and problems:
+        engine = make_engine(model, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)))
+    t1 = evaluate(model, task, problems, temperature=1.0, seed=seed, engine=engine)
+    gr = evaluate(model, task, problems, temperature=0.0, seed=seed, engine=engine)
+    return {"accuracy_t1": t1["accuracy"], "accuracy_greedy": gr["accuracy"], "n": t1["n"],
+            "mean_response_tokens_t1": t1["mean_response_tokens"],
+            "mean_response_tokens_greedy": gr["mean_response_tokens"]}

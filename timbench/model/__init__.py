@@ -1,0 +1,8 @@
+"""The timbench model: Qwen3 / Qwen3-MoE definition, configs and presets, HF-layout checkpoints."""
+
+from .checkpoint import load_checkpoint, save_checkpoint, load_model
+from .config import PRESETS, ModelConfig, preset
+from .qwen3 import Compute, Qwen3ForCausalLM
+
+__all__ = ["PRESETS", "ModelConfig", "preset", "Compute", "Qwen3ForCausalLM",
+           "load_checkpoint", "save_checkpoint", "load_model"]

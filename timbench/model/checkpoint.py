@@ -1,0 +1,99 @@
+"""Checkpoints in the Hugging Face layout: config.json, model.safetensors, tokenizer.json.
+
+transformers' AutoModelForCausalLM and vLLM load these directories as they are.
+Writes are atomic per file (temp file + rename), so a crash never leaves a
+half-written checkpoint that looks valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..tokenizer import CharTokenizer
+from .config import ModelConfig, preset
+from .qwen3 import Qwen3ForCausalLM
+
+
+def _atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_checkpoint(model: Qwen3ForCausalLM, directory: str | os.PathLike, card: dict | None = None) -> Path:
+    """Write an HF-layout checkpoint (and an optional `card.json`) to `directory`."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+    state = {k: v.detach().float().contiguous().clone() for k, v in model.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    _atomic(d / "model.safetensors", lambda p: save_file(state, p, metadata={"format": "pt"}))
+    _atomic(d / "config.json", lambda p: Path(p).write_text(json.dumps(cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n"))
+    gen = {"bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id}
+    _atomic(d / "generation_config.json", lambda p: Path(p).write_text(json.dumps(gen, indent=2) + "\n"))
+    CharTokenizer().save(d)
+    if card is not None:
+        _atomic(d / "card.json", lambda p: Path(p).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n"))
+    return d
+
+
+def load_checkpoint(directory: str | os.PathLike) -> Qwen3ForCausalLM:
+    """Load an HF-layout checkpoint; any missing, unexpected or mis-shaped tensor is a one-line error."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {d} does not exist")
+    cfg = ModelConfig.load(d)
+    CharTokenizer.load(d)
+    weights = d / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: no model.safetensors in checkpoint directory {d}")
+    state = load_file(str(weights))
+    model = Qwen3ForCausalLM(cfg)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        expected.pop("lm_head.weight", None)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    bad = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != tuple(expected[k]))
+    if missing or unexpected or bad:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:3]}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:3]}")
+        if bad:
+            parts.append(f"shape of {bad[0]} is {tuple(state[bad[0]].shape)}, config needs {tuple(expected[bad[0]])}")
+        raise ValueError(f"{weights} does not match {d / 'config.json'}: " + "; ".join(parts))
+    with torch.no_grad():
+        for k, p in model.state_dict().items():
+            if k in state:
+                p.copy_(state[k])
+    return model
+
+
+def load_model(name_or_path: str, seed: int = 0) -> Qwen3ForCausalLM:
+    """A preset name gives a freshly initialised model (seeded); anything else is a checkpoint path."""
+    if Path(name_or_path).exists():
+        return load_checkpoint(name_or_path)
+    try:
+        return Qwen3ForCausalLM(preset(name_or_path), seed=seed)
+    except ValueError:
+        raise ValueError(f"model {name_or_path!r} is neither a preset ({', '.join(_preset_names())}) "
+                         "nor an existing checkpoint directory") from None
+
+
+def _preset_names():
+    from .config import PRESETS
+    return PRESETS

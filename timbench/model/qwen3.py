@@ -1,0 +1,230 @@
+"""The Qwen3 / Qwen3-MoE decoder, one definition for the engine and the trainer.
+
+Parameters are named exactly as in Hugging Face checkpoints, so `state_dict()`
+is the checkpoint. All batch-sensitive arithmetic goes through the kernel set
+passed in (never a module default), and weights are cast to the compute dtype
+on the fly, so an fp32 master copy computing in bf16 and an engine that stores
+bf16 weights see the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..kernels import KernelSet
+from .config import ModelConfig
+
+
+@dataclass
+class Compute:
+    """How to run a forward: the kernel set and the dtype of weights and activations."""
+
+    kernels: KernelSet
+    dtype: torch.dtype = torch.float32
+
+
+def rope_table(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [max_pos, head_dim], HF layout (frequencies repeated twice), built with scalar math.
+
+    Scalar `math.cos` in float64 makes the table a pure function of the config:
+    no vectorised transcendental whose result could depend on the tensor size.
+    """
+    half = cfg.head_dim // 2
+    inv = [1.0 / (cfg.rope_theta ** (2 * i / cfg.head_dim)) for i in range(half)]
+    ang = [[p * f for f in inv] * 2 for p in range(cfg.max_position_embeddings)]
+    cos = torch.tensor([[math.cos(a) for a in row] for row in ang], dtype=torch.float64).float()
+    sin = torch.tensor([[math.sin(a) for a in row] for row in ang], dtype=torch.float64).float()
+    return cos, sin
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class _Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.head_dim
+        self.q_proj = nn.Linear(d, cfg.num_attention_heads * hd, bias=False)
+        self.k_proj = nn.Linear(d, cfg.num_key_value_heads * hd, bias=False)
+        self.v_proj = nn.Linear(d, cfg.num_key_value_heads * hd, bias=False)
+        self.o_proj = nn.Linear(cfg.num_attention_heads * hd, d, bias=False)
+        self.q_norm = _RMSNorm(hd)
+        self.k_norm = _RMSNorm(hd)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+
+class _MLP(nn.Module):
+    def __init__(self, d: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d, inter, bias=False)
+        self.up_proj = nn.Linear(d, inter, bias=False)
+        self.down_proj = nn.Linear(inter, d, bias=False)
+
+
+class _Router(nn.Module):
+    def __init__(self, d: int, n_experts: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_experts, d))
+
+
+class _SparseMoE(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = _Router(cfg.hidden_size, cfg.num_experts)
+        self.experts = nn.ModuleList(_MLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts))
+
+
+class _Layer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = _Attention(cfg)
+        self.mlp = _SparseMoE(cfg) if cfg.is_moe else _MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = _RMSNorm(cfg.hidden_size)
+        self.post_attention_layernorm = _RMSNorm(cfg.hidden_size)
+
+
+class _Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = _RMSNorm(cfg.hidden_size)
+
+
+# attend(layer_index, q, k, v) -> attention output; supplied by the caller (prefill or decode).
+AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """Qwen3 (dense or MoE) with HF parameter names. Forward passes take an explicit `Compute`."""
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        super().__init__()
+        self.config = cfg
+        self.model = _Backbone(cfg)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        cos, sin = rope_table(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters(seed)
+
+    def reset_parameters(self, seed: int) -> None:
+        """HF-style init (normal std 0.02, norms 1) from an explicit generator."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+
+    # --- the shared block stack -------------------------------------------------------------
+    def _rope(self, x, pos, dtype):
+        cos = self.rope_cos[pos].to(dtype).unsqueeze(-2)
+        sin = self.rope_sin[pos].to(dtype).unsqueeze(-2)
+        return x * cos + _rotate_half(x) * sin
+
+    def _moe(self, x, moe: _SparseMoE, c: Compute, replay):
+        """Top-k experts per token; outputs summed in rank order (fixed, so exact stays exact)."""
+        cfg, kn = self.config, c.kernels
+        flat = x.reshape(-1, x.shape[-1])
+        logits = kn.linear(flat, moe.gate.weight.to(c.dtype))
+        weights, experts = kn.router_topk(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
+        weights = weights.to(c.dtype)
+        per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype)
+        for e in torch.unique(experts).tolist():
+            tok, rank = torch.nonzero(experts == e, as_tuple=True)
+            y = self._mlp(flat[tok], moe.experts[e], c)
+            # (token, rank) pairs are unique, so the scatter has no accumulation order.
+            per_rank.index_put_((tok, rank), y * weights[tok, rank, None])
+        out = per_rank[:, 0]
+        for r in range(1, cfg.num_experts_per_tok):
+            out = out + per_rank[:, r]
+        return out.reshape(x.shape), experts
+
+    def _mlp(self, x, mlp: _MLP, c: Compute):
+        kn, dt = c.kernels, c.dtype
+        h = kn.silu_mul(kn.linear(x, mlp.gate_proj.weight.to(dt)), kn.linear(x, mlp.up_proj.weight.to(dt)))
+        return kn.linear(h, mlp.down_proj.weight.to(dt))
+
+    def _blocks(self, ids, pos, attend: AttendFn, c: Compute, replay=None):
+        """Embed, run all decoder layers and the final norm over tokens of any leading shape.
+
+        Returns (hidden, routing) with routing [*ids.shape, layers, k] for MoE, else None.
+        """
+        cfg, kn, dt = self.config, c.kernels, c.dtype
+        h = self.model.embed_tokens.weight.to(dt)[ids]
+        lead = ids.shape
+        routes = []
+        for i, layer in enumerate(self.model.layers):
+            at = layer.self_attn
+            x = kn.rmsnorm(h, layer.input_layernorm.weight.to(dt), cfg.rms_norm_eps)
+            q = kn.linear(x, at.q_proj.weight.to(dt)).view(*lead, cfg.num_attention_heads, cfg.head_dim)
+            k = kn.linear(x, at.k_proj.weight.to(dt)).view(*lead, cfg.num_key_value_heads, cfg.head_dim)
+            v = kn.linear(x, at.v_proj.weight.to(dt)).view(*lead, cfg.num_key_value_heads, cfg.head_dim)
+            q = self._rope(kn.rmsnorm(q, at.q_norm.weight.to(dt), cfg.rms_norm_eps), pos, dt)
+            k = self._rope(kn.rmsnorm(k, at.k_norm.weight.to(dt), cfg.rms_norm_eps), pos, dt)
+            a = attend(i, q, k, v).reshape(*lead, cfg.num_attention_heads * cfg.head_dim)
+            h = h + kn.linear(a, at.o_proj.weight.to(dt))
+            x = kn.rmsnorm(h, layer.post_attention_layernorm.weight.to(dt), cfg.rms_norm_eps)
+            if cfg.is_moe:
+                y, experts = self._moe(x, layer.mlp, c, None if replay is None else replay[..., i, :])
+                routes.append(experts.reshape(*lead, -1))
+            else:
+                y = self._mlp(x, layer.mlp, c)
+            h = h + y
+        h = kn.rmsnorm(h, self.model.norm.weight.to(dt), cfg.rms_norm_eps)
+        return h, (torch.stack(routes, dim=-2) if routes else None)
+
+    def logits(self, h, c: Compute) -> torch.Tensor:
+        return c.kernels.linear(h, self.lm_head_weight.to(c.dtype))
+
+    # --- entry points -----------------------------------------------------------------------
+    def forward(self, ids: torch.Tensor, c: Compute, replay: torch.Tensor | None = None,
+                on_kv: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None):
+        """Full causal forward over right-padded rows ids[B, T]; returns (logits[B,T,V], routing).
+
+        `on_kv(layer, k, v)` lets the engine copy prefill keys/values into its cache.
+        `replay` [B, T, layers, k] fixes the experts (routing replay); gate weights stay live.
+        """
+        if ids.shape[1] > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        pos = torch.arange(ids.shape[1]).expand(ids.shape)
+
+        def attend(i, q, k, v):
+            if on_kv is not None:
+                on_kv(i, k, v)
+            return c.kernels.causal_attention(q, k, v)
+
+        h, routing = self._blocks(ids, pos, attend, c, replay)
+        return self.logits(h, c), routing
+
+    def decode(self, ids: torch.Tensor, pos: torch.Tensor, c: Compute, k_cache: list, v_cache: list,
+               slots: torch.Tensor):
+        """One token per sequence: ids[B] at positions pos[B], attending to its cache slot."""
+
+        def attend(i, q, k, v):
+            k_cache[i][slots, pos] = k.to(k_cache[i].dtype)
+            v_cache[i][slots, pos] = v.to(v_cache[i].dtype)
+            return c.kernels.decode_attention(q, k_cache[i], v_cache[i], slots, pos + 1)
+
+        h, routing = self._blocks(ids, pos, attend, c)
+        return self.logits(h, c), routing

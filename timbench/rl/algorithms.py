@@ -1,0 +1,278 @@
+"""RL algorithms on outcome rewards: advantage estimators, policy losses, loss aggregation, one registry.
+
+Pure functions of tensors. Rewards are one scalar per sequence, `rewards[N]` with N = B * G and each
+prompt's G samples contiguous. Advantages come back per sequence, [N]; the losses broadcast them over
+tokens (a [N, T] advantage works as well). Logprob tensors are [N, T] with a response `mask` that a
+remedy may have zeroed further; remedy `weights` (e.g. truncated IS weights) multiply the per-token
+loss and are detached. Formulas and defaults follow verl `verl/trainer/ppo/core_algos.py`
+(compute_grpo_outcome_advantage, compute_policy_loss_vanilla, compute_policy_loss_gspo, agg_loss,
+kl_penalty); departures are named in the docstrings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+_CLAMP = 20.0       # verl clamps log-ratios at +-20 before exp
+_GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only
+
+Metrics = dict[str, float]
+
+
+# ---------------------------------------------------------------- advantages (rewards[N] -> adv[N])
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.dim() != 1 or group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}; "
+                         f"got shape {tuple(rewards.shape)}")
+    r = rewards.detach()
+    return (r if r.is_floating_point() else r.to(torch.get_default_dtype())).reshape(-1, group_size)
+
+
+def grpo_advantage(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: A_i = (r_i - mean_g) / (std_g + eps), eps = 1e-6.
+
+    std_g is torch.std, i.e. unbiased (divides by G - 1), as verl's compute_grpo_outcome_advantage; a
+    group of one gets mean 0 and std 1, also as verl (so A = r / (1 + eps)). All-equal groups give 0.
+    """
+    g = _groups(rewards, group_size)
+    mean = g.mean(1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+    std = g.std(1, keepdim=True) if group_size > 1 else torch.ones_like(g)
+    return ((g - mean) / (std + eps)).reshape(-1)
+
+
+def drgrpo_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Dr.GRPO (arXiv 2503.20783): A_i = r_i - mean_g, no std scaling (verl norm_adv_by_std_in_grpo=False)."""
+    g = _groups(rewards, group_size)
+    mean = g.mean(1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+    return (g - mean).reshape(-1)
+
+
+def rloo_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO (arXiv 2402.14740): A_i = r_i - mean_{j != i} r_j = G/(G-1) (r_i - mean_g); G = 1 gives r_i (verl)."""
+    g = _groups(rewards, group_size)
+    if group_size == 1:
+        return g.reshape(-1).clone()
+    return ((g - g.mean(1, keepdim=True)) * group_size / (group_size - 1)).reshape(-1)
+
+
+def reinforce_advantage(rewards: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+    """Plain REINFORCE with a batch-mean baseline: A_i = r_i - mean_batch(r).
+
+    group_size is only checked (a uniform signature); the baseline ignores groups.
+    """
+    r = _groups(rewards, group_size).reshape(-1)
+    return r - r.mean()
+
+
+def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
+                           lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """REINFORCE++ (arXiv 2501.03262) on outcome rewards: batch whitening A_i = (r_i - m) / sqrt(v + 1e-8).
+
+    verl's compute_reinforce_plus_plus_outcome_advantage (gamma = 1) broadcasts r_i to every token and
+    masked-whitens the [N, T] tensor, so m and v are token-weighted: m = sum L_i r_i / sum L_i,
+    v = sum L_i (r_i - m)^2 / (sum L_i - 1) (Bessel-corrected). Pass `lengths` L[N] (response token
+    counts) to reproduce that exactly; the default weights every sequence once.
+    """
+    r = _groups(rewards, group_size).reshape(-1)
+    w = torch.ones_like(r) if lengths is None else lengths.detach().to(r.dtype)
+    n = w.sum()
+    m = (w * r).sum() / n.clamp(min=1e-12)
+    v = (w * (r - m) ** 2).sum() / (n - 1).clamp(min=1)
+    return (r - m) * torch.rsqrt(v + 1e-8)
+
+
+def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """DAPO dynamic sampling (arXiv 2503.14476): bool[N], False for every sequence of a group whose
+    rewards are all equal (zero advantage, no gradient), True otherwise."""
+    g = _groups(rewards, group_size)
+    keep = g.amax(1) != g.amin(1)
+    return keep.repeat_interleave(group_size)
+
+
+# ---------------------------------------------------------------- loss aggregation
+
+def _seq_mean(seq_vals: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    # Sequences the mask empties entirely (rejected by a remedy, dropped by dynamic sampling) leave the
+    # sequence mean just as masked tokens leave token-mean: zeroing a mask row == removing that row.
+    keep = (m.sum(-1) > 0).to(seq_vals.dtype)
+    return (seq_vals * keep).sum() / keep.sum().clamp(min=1)
+
+
+AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = {
+    "token-mean": lambda L, m, c: (L * m).sum() / m.sum().clamp(min=1),
+    "seq-mean-token-sum": lambda L, m, c: _seq_mean((L * m).sum(-1), m),
+    "seq-mean-token-mean": lambda L, m, c: _seq_mean((L * m).sum(-1) / m.sum(-1).clamp(min=1), m),
+    "seq-mean-token-sum-norm": lambda L, m, c: _seq_mean((L * m).sum(-1) / c, m),
+}
+
+
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean",
+             norm_const: float | None = None) -> torch.Tensor:
+    """Aggregate a per-token loss [N, T] to a scalar (verl agg_loss names).
+
+    token-mean:              sum_{i,t} m L / sum_{i,t} m                 (DAPO / verl default)
+    seq-mean-token-mean:     mean_i [ sum_t m L / sum_t m ]               (original GRPO)
+    seq-mean-token-sum:      mean_i [ sum_t m L ]
+    seq-mean-token-sum-norm: mean_i [ sum_t m L / norm_const ]            (Dr.GRPO; norm_const default T)
+    The sequence means run over sequences with at least one unmasked token. Departure: for
+    seq-mean-token-sum-norm verl divides sum_{i,t} by T without the 1/N (a batch-size-dependent scale);
+    this follows the Dr.GRPO paper and TRL's dr_grpo, which divide by N * max_len.
+    """
+    try:
+        fn = AGGREGATIONS[agg]
+    except KeyError:
+        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(AGGREGATIONS)}") from None
+    m = mask.to(loss_mat.dtype)
+    return fn(loss_mat, m, float(norm_const if norm_const is not None else mask.shape[-1]))
+
+
+# ---------------------------------------------------------------- policy losses
+
+def _per_token(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    adv = adv.detach().to(like.dtype)
+    return adv[:, None] if adv.dim() == 1 else adv
+
+
+def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, log_ratio):
+    """max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), times remedy weights, aggregated; plus metrics."""
+    loss1 = -adv * ratio
+    loss2 = -adv * ratio.clamp(1 - eps_low, 1 + eps_high)
+    loss_mat = torch.maximum(loss1, loss2)
+    if weights is not None:
+        loss_mat = loss_mat * weights.detach().to(loss_mat.dtype)
+    loss = agg_loss(loss_mat, mask, agg, norm_const)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        n = m.sum().clamp(min=1)
+        clipped = (loss2 > loss1).to(ratio.dtype) * m
+        r = ratio[mask.bool()]
+        metrics = {
+            "actor/pg_loss": float(loss),
+            "actor/pg_clipfrac": float(clipped.sum() / n),
+            "actor/pg_clipfrac_high": float((clipped * (adv > 0)).sum() / n),  # r > 1 + eps_high, A > 0
+            "actor/pg_clipfrac_low": float((clipped * (adv < 0)).sum() / n),   # r < 1 - eps_low, A < 0
+            "actor/ppo_kl": float((-log_ratio * m).sum() / n),                 # mean(old_logp - logp)
+            "actor/ratio_mean": float(r.mean()) if r.numel() else 1.0,
+            "actor/ratio_max": float(r.max()) if r.numel() else 1.0,
+            "actor/ratio_min": float(r.min()) if r.numel() else 1.0,
+        }
+    return loss, metrics
+
+
+def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                  eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token-mean",
+                  weights: torch.Tensor | None = None,
+                  norm_const: float | None = None) -> tuple[torch.Tensor, Metrics]:
+    """PPO clipped surrogate (verl compute_policy_loss_vanilla, without dual-clip).
+
+    r_t = exp(clamp(logp - old_logp, -20, 20));
+    L_t = w_t * max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)); loss = agg(L, mask).
+    Defaults eps 0.2 / 0.2, token-mean; DAPO clip-higher uses eps_high 0.28. `weights` [N, T] are
+    detached remedy multipliers (verl multiplies pg_losses by rollout_is_weights the same way).
+    Metrics: actor/pg_clipfrac (+ _high / _low by side), actor/ppo_kl = mean(old_logp - logp),
+    actor/ratio_{mean,max,min}, actor/pg_loss; all over the (remedy-zeroed) mask.
+    """
+    log_ratio = (logp - old_logp).clamp(-_CLAMP, _CLAMP)
+    return _surrogate(log_ratio.exp(), _per_token(adv, logp), mask, eps_low, eps_high, agg, weights,
+                      norm_const, log_ratio.detach())
+
+
+def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+              eps_low: float = 3e-4, eps_high: float = 4e-4, agg: str = "seq-mean-token-mean",
+              weights: torch.Tensor | None = None,
+              norm_const: float | None = None) -> tuple[torch.Tensor, Metrics]:
+    """GSPO (arXiv 2507.18071), token-level form as verl compute_policy_loss_gspo.
+
+    s_i = exp(mean_t (logp - old_logp)) over the sequence's unmasked tokens;
+    s_{i,t} = sg[s_i] * pi_theta(y_t) / sg[pi_theta(y_t)], i.e. log s_{i,t} = sg[log s_i] + logp - sg[logp],
+    clamped at +10 (verl). Forward value s_{i,t} = s_i; the gradient is s_i * grad logp_t. Then the
+    same clipped surrogate as PPO with eps 3e-4 / 4e-4 and seq-mean-token-mean aggregation.
+    Ratio metrics are token-weighted over the per-token copies of s_i.
+    """
+    m = mask.to(logp.dtype)
+    delta = logp - old_logp
+    log_s = (delta * m).sum(-1) / m.sum(-1).clamp(min=1)
+    log_sit = (logp - logp.detach() + log_s.detach()[:, None]).clamp(max=_GSPO_CLAMP)
+    return _surrogate(log_sit.exp(), _per_token(adv, logp), mask, eps_low, eps_high, agg, weights,
+                      norm_const, delta.detach().clamp(-_CLAMP, _CLAMP))
+
+
+# ---------------------------------------------------------------- KL to a reference policy (off by default)
+
+def _k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    kl = (ref_logp - logp).clamp(-_CLAMP, _CLAMP)
+    return (kl.exp() - kl - 1).clamp(-10, 10)
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": lambda lp, ref: lp - ref,
+    "abs": lambda lp, ref: (lp - ref).abs(),
+    "k2": lambda lp, ref: 0.5 * (lp - ref).square(),
+    "k3": _k3,
+}
+_KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
+    """Per-token KL(pi_theta || pi_ref) estimate (Schulman 2020; verl kl_penalty), [N, T]; aggregate with agg_loss.
+
+    k1 = logp - ref_logp; abs = |k1|; k2 (mse) = 0.5 k1^2;
+    k3 (low_var_kl) = exp(ref_logp - logp) - (ref_logp - logp) - 1, log-ratio clamped +-20, result +-10.
+    """
+    key = _KL_ALIASES.get(kind, kind)
+    if key not in KL_ESTIMATORS:
+        valid = ", ".join([*KL_ESTIMATORS, *_KL_ALIASES])
+        raise ValueError(f"unknown KL estimator {kind!r}; valid: {valid}")
+    return KL_ESTIMATORS[key](logp, ref_logp)
+
+
+# ---------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One RL algorithm: advantage(rewards, group_size) -> adv[N]; loss(logp, old_logp, adv, mask, **loss_kwargs)."""
+
+    name: str
+    advantage: Callable[..., torch.Tensor]
+    loss: Callable[..., tuple[torch.Tensor, Metrics]]
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    agg: str = "token-mean"
+    dynamic_sampling: bool = False  # drop groups with all-equal rewards (dynamic_sampling_mask)
+    doc: str = ""
+
+    @property
+    def loss_kwargs(self) -> dict:
+        return {"eps_low": self.eps_low, "eps_high": self.eps_high, "agg": self.agg}
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
+    Algorithm("grpo", grpo_advantage, ppo_clip_loss,
+              doc="GRPO (arXiv 2402.03300): group-normalised advantage, PPO clip 0.2; token-mean as verl's "
+                  "default (the paper's seq-mean-token-mean is one agg= away)"),
+    Algorithm("dapo", grpo_advantage, ppo_clip_loss, eps_high=0.28, dynamic_sampling=True,
+              doc="DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling"),
+    Algorithm("drgrpo", drgrpo_advantage, ppo_clip_loss, agg="seq-mean-token-sum-norm",
+              doc="Dr.GRPO (arXiv 2503.20783): no std in the advantage, constant length normaliser"),
+    Algorithm("rloo", rloo_advantage, ppo_clip_loss,
+              doc="RLOO (arXiv 2402.14740): leave-one-out group baseline"),
+    Algorithm("reinforce", reinforce_advantage, ppo_clip_loss,
+              doc="REINFORCE with a batch-mean baseline; with one update per batch r = 1 and the "
+                  "clipped loss's gradient is -A grad logp"),
+    Algorithm("reinforce_pp", reinforce_pp_advantage, ppo_clip_loss,
+              doc="REINFORCE++ (arXiv 2501.03262): batch-whitened outcome reward, PPO clip 0.2"),
+    Algorithm("gspo", grpo_advantage, gspo_loss, eps_low=3e-4, eps_high=4e-4, agg="seq-mean-token-mean",
+              doc="GSPO (arXiv 2507.18071): sequence-level geometric-mean ratio, clip 3e-4/4e-4"),
+]}
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The registered Algorithm called `name`; ValueError listing the valid names otherwise."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(ALGORITHMS)}") from None

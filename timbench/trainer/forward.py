@@ -1,0 +1,63 @@
+"""Trainer forward: per-token logprobs of given sequences in one padded batch, with autograd.
+
+The trainer sees the same (prompt, response) pairs the engine produced, in
+whatever order and grouping the optimiser wants; with the `exact` kernel set
+its logprobs equal the engine's bitwise, whatever that grouping is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..engine.sampler import token_logprobs_all
+from ..model import Compute, Qwen3ForCausalLM
+
+
+@dataclass
+class TrainerOutput:
+    logprobs: torch.Tensor
+    """[B, R] log-probability of each response token (0 where masked)."""
+    mask: torch.Tensor
+    """[B, R] bool, True on real response tokens."""
+    entropy: torch.Tensor
+    """[B, R] entropy of the tempered next-token distribution (no grad)."""
+    routing: torch.Tensor | None
+    """MoE: [B, T, layers, k] experts chosen over the padded batch, else None."""
+
+
+def pack(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int):
+    """Right-pad prompt+response rows; returns ids[B, T], prompt lengths, response lengths."""
+    p_len = torch.tensor([len(p) for p, _ in seqs])
+    r_len = torch.tensor([len(r) for _, r in seqs])
+    width = int((p_len + r_len).max())
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, (p, r) in enumerate(seqs):
+        ids[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
+    return ids, p_len, r_len
+
+
+def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperature: float = 1.0,
+                      replay: torch.Tensor | None = None) -> TrainerOutput:
+    """Logprobs of each response token given its prompt and the response so far.
+
+    `seqs` is a list of (prompt_ids, response_ids). Token j of a response sits at
+    position len(prompt)+j and is scored by the logits at the position before it.
+    `replay` [B, T, layers, k] fixes MoE experts (routing replay).
+    """
+    ids, p_len, r_len = pack(seqs, model.config.pad_token_id)
+    logits, routing = model(ids, compute, replay=replay)
+    r_max = int(r_len.max())
+    j = torch.arange(r_max)
+    mask = j[None, :] < r_len[:, None]
+    src = (p_len[:, None] - 1 + j[None, :]).clamp(max=ids.shape[1] - 1)  # position whose logits score token j
+    tgt = torch.where(mask, ids.gather(1, (src + 1).clamp(max=ids.shape[1] - 1)), 0)
+    rows = torch.arange(len(seqs))[:, None]
+    lp_all = token_logprobs_all(logits[rows, src], temperature, compute.kernels)
+    lp = lp_all.gather(-1, tgt[..., None])[..., 0]
+    with torch.no_grad():
+        ent = -(lp_all.exp() * lp_all).nan_to_num().sum(-1)
+    zero = torch.zeros((), dtype=lp.dtype)
+    return TrainerOutput(torch.where(mask, lp, zero), mask, torch.where(mask, ent, zero), routing)

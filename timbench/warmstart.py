@@ -1,0 +1,257 @@
+"""Supervised warm start: fine-tune a fresh preset on a task's correct solutions
+until its T=1 accuracy lies in a target band, then write an HF-layout checkpoint.
+
+RL needs a starting policy that is right sometimes (signal) and wrong often
+(headroom); the band (default 20-60% at T=1) says how often. Training is
+cross-entropy on response tokens only (`sequence_logprobs` with the fast
+`torch` kernels), AdamW, grad clip 1.0; every `eval_every` steps the first
+`probe_n` eval problems are sampled at T=1 with the exact engine, and as soon as
+that probe is in band the full `eval_n` set is measured (T=1 and greedy): if it
+is in band too, training stops there.
+
+Deterministic from the seed and thread count: the init uses the model's
+explicit generator, the data of step s is `task.train_batch(seed, s, batch)`
+(string-seeded, no global RNG), and evaluation noise is keyed by
+(seed, request id, position).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+ASSET_DIR = "assets/checkpoints"
+DEFAULT_MODEL = "tiny-dense"
+TRAINER_SPEC = "kernels=torch,dtype=fp32"
+ENGINE_SPEC = "kernels=exact,dtype=fp32"
+
+
+class WarmstartError(ValueError):
+    """A warm start that cannot run or did not reach its band; `str()` is one line."""
+
+
+def parse_band(text: str) -> tuple[float, float]:
+    """'0.2,0.6' -> (0.2, 0.6); 0 <= lo <= hi <= 1."""
+    parts = str(text).split(",")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        lo, hi = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise WarmstartError(f"band {text!r} is not LO,HI (two numbers, e.g. 0.2,0.6)") from None
+    if not (0.0 <= lo <= hi <= 1.0):
+        raise WarmstartError(f"band {text!r} needs 0 <= LO <= HI <= 1")
+    return lo, hi
+
+
+def _in_band(acc: float, band) -> bool:
+    return band[0] <= acc <= band[1]
+
+
+def set_threads(n: int) -> None:
+    """Pin torch intra-op and numba (exact kernels) threads."""
+    if n < 1:
+        raise WarmstartError(f"threads must be >= 1, got {n}")
+    torch.set_num_threads(n)
+    try:
+        import numba
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:  # pragma: no cover - numba is a hard dependency
+        pass
+
+
+def sft_loss(model, compute, problems) -> torch.Tensor:
+    """Mean cross-entropy over response tokens (solution + EOS) given the prompt."""
+    from .data import encode_prompt, encode_response
+    from .trainer import sequence_logprobs
+    seqs = [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
+    out = sequence_logprobs(model, compute, seqs, temperature=1.0)
+    return -(out.logprobs.sum() / out.mask.sum())
+
+
+def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = None, seed: int = 0,
+              band=(0.2, 0.6), eval_n: int = 256, max_steps: int = 1000, threads: int = 2,
+              batch_size: int = 128, lr: float = 1e-3, eval_every: int = 10, probe_n: int = 128,
+              progress: bool = True, command: str | None = None) -> dict:
+    """Run a warm start; write the checkpoint (with card.json) to `out` if given; return the card.
+
+    Raises WarmstartError when the band is not reached within `max_steps` (or is overshot
+    between two evaluations), UnknownTaskError for a bad task, ValueError for bad arguments.
+    """
+    from tqdm import tqdm
+
+    from .evaluate import evaluate, evaluate_both, make_engine
+    from .kernels import get_kernels
+    from .model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
+    from .spec import parse_spec
+    from .tasks import get_task
+
+    t_obj = get_task(task)
+    if model not in PRESETS:
+        raise WarmstartError(f"unknown model preset {model!r}; valid: {', '.join(PRESETS)}")
+    band = parse_band(band) if isinstance(band, str) else tuple(float(b) for b in band)
+    if len(band) != 2 or not (0.0 <= band[0] <= band[1] <= 1.0):
+        raise WarmstartError(f"band {band} needs 0 <= LO <= HI <= 1")
+    for name, v in (("eval_n", eval_n), ("max_steps", max_steps), ("batch_size", batch_size),
+                    ("eval_every", eval_every), ("probe_n", probe_n)):
+        if int(v) < 1:
+            raise WarmstartError(f"{name} must be >= 1, got {v}")
+    set_threads(threads)
+
+    t0 = time.perf_counter()
+    net = Qwen3ForCausalLM(PRESETS[model], seed=seed)
+    spec = parse_spec(TRAINER_SPEC)
+    compute = Compute(get_kernels(spec.kernels), spec.torch_dtype)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    eval_set = t_obj.eval_set(eval_n)
+    probe = eval_set[:min(probe_n, eval_n)]
+    engine = make_engine(net, ENGINE_SPEC, max_num_seqs=min(256, eval_n))
+
+    history: list[list] = []  # [step, probe accuracy at T=1]
+    final = None
+    loss_v = float("nan")
+    last_acc = "-"
+    step = 0
+    bar = tqdm(total=max_steps, desc=f"warmstart {task} {model}", file=sys.stderr,
+               disable=not progress, dynamic_ncols=True)
+    try:
+        for step in range(1, max_steps + 1):
+            net.train()
+            loss = sft_loss(net, compute, t_obj.train_batch(seed, step, batch_size))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            loss_v = float(loss.detach())
+            bar.update(1)
+            if step % eval_every and step != max_steps:
+                bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc, refresh=False)
+                continue
+            engine.load_weights(net)
+            acc = evaluate(net, t_obj, probe, temperature=1.0, seed=seed, engine=engine)["accuracy"]
+            history.append([step, round(acc, 4)])
+            last_acc = f"{acc:.3f}"
+            bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc)
+            if acc < band[0] and step != max_steps:
+                continue
+            full = evaluate_both(net, t_obj, eval_set, seed=seed, engine=engine)
+            if _in_band(full["accuracy_t1"], band):
+                final = full
+                break
+            if full["accuracy_t1"] > band[1]:
+                raise WarmstartError(
+                    f"{task}/{model}: T=1 accuracy {full['accuracy_t1']:.3f} on {eval_n} eval problems "
+                    f"overshot the band {band[0]:g}-{band[1]:g} at step {step}; "
+                    f"evaluate more often (eval_every={eval_every}) or widen the band")
+            if step == max_steps:
+                raise WarmstartError(
+                    f"{task}/{model}: T=1 accuracy {full['accuracy_t1']:.3f} on {eval_n} eval problems is "
+                    f"below the band {band[0]:g}-{band[1]:g} after max_steps={max_steps}; raise --max-steps")
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+
+    card = {
+        "task": t_obj.name,
+        "task_version": t_obj.version,
+        "model": model,
+        "seed": seed,
+        "steps": step,
+        "wall_time_s": round(wall, 1),
+        "accuracy_t1": final["accuracy_t1"],
+        "accuracy_greedy": final["accuracy_greedy"],
+        "mean_response_tokens_t1": final["mean_response_tokens_t1"],
+        "eval_n": eval_n,
+        "eval_seed": seed,
+        "band": list(band),
+        "command": command or shlex.join([
+            "timbench", "warmstart", "--task", task, "--model", model, "--out", str(out), "--seed", str(seed),
+            "--band", f"{band[0]:g},{band[1]:g}", "--eval-n", str(eval_n), "--max-steps", str(max_steps),
+            "--threads", str(threads), "--batch-size", str(batch_size), "--lr", f"{lr:g}",
+            "--eval-every", str(eval_every), "--probe-n", str(probe_n)]),
+        "threads": threads,
+        "batch_size": batch_size,
+        "lr": lr,
+        "optimizer": "AdamW(betas=(0.9, 0.99), weight_decay=0), grad clip 1.0",
+        "loss": "mean cross-entropy on response tokens (solution + EOS)",
+        "final_train_loss": round(loss_v, 4),
+        "trainer_spec": TRAINER_SPEC,
+        "engine_spec": ENGINE_SPEC,
+        "probe_n": len(probe),
+        "eval_every": eval_every,
+        "probe_history": history,
+        "torch_version": torch.__version__,
+    }
+    if out is not None:
+        save_checkpoint(net, out, card=card)
+    return card
+
+
+# ---- shipped checkpoints -----------------------------------------------------------------------
+
+def _asset_root() -> Path:
+    return Path(str(resources.files("timbench"))) / ASSET_DIR
+
+
+def available_checkpoints() -> list[str]:
+    root = _asset_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+
+
+def default_checkpoint(task: str = "add-4d-v1", model: str = DEFAULT_MODEL) -> Path:
+    """Directory of the shipped warm-start checkpoint `<task>-<model>`."""
+    d = _asset_root() / f"{task}-{model}"
+    if not (d / "config.json").is_file():
+        have = available_checkpoints()
+        raise FileNotFoundError(f"no shipped warm-start checkpoint for task {task!r} and model {model!r}; "
+                                f"available: {', '.join(have) if have else 'none'}")
+    return d
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+
+def _band_arg(text: str) -> tuple[float, float]:
+    try:
+        return parse_band(text)
+    except WarmstartError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _cmd(args) -> int:
+    card = warmstart(args.task, args.model, args.out, seed=args.seed, band=args.band, eval_n=args.eval_n,
+                     max_steps=args.max_steps, threads=args.threads, batch_size=args.batch_size,
+                     lr=args.lr, eval_every=args.eval_every, probe_n=args.probe_n,
+                     progress=not args.no_progress)
+    print(f"{args.out}: {card['task']} {card['model']} steps={card['steps']} "
+          f"wall={card['wall_time_s']}s acc_t1={card['accuracy_t1']:.3f} "
+          f"acc_greedy={card['accuracy_greedy']:.3f} (n={card['eval_n']})")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register `timbench warmstart` on the CLI's subparsers."""
+    from .tasks import DEFAULT_TASK
+    w = sub.add_parser("warmstart", help="supervised warm start of a preset on a task, stopped inside an accuracy band")
+    w.add_argument("--task", default=DEFAULT_TASK, help=f"task name (default {DEFAULT_TASK})")
+    w.add_argument("--model", default=DEFAULT_MODEL, help="preset: tiny-dense or tiny-moe")
+    w.add_argument("--out", required=True, help="checkpoint directory to write")
+    w.add_argument("--seed", type=int, default=0, help="init, data order and eval sampling seed")
+    w.add_argument("--band", type=_band_arg, default=(0.2, 0.6), metavar="LO,HI",
+                   help="target T=1 accuracy band (default 0.2,0.6)")
+    w.add_argument("--eval-n", type=int, default=256, help="eval problems for the final accuracies")
+    w.add_argument("--max-steps", type=int, default=1000)
+    w.add_argument("--threads", type=int, default=2, help="torch and numba threads")
+    w.add_argument("--batch-size", type=int, default=128)
+    w.add_argument("--lr", type=float, default=1e-3)
+    w.add_argument("--eval-every", type=int, default=10, help="steps between probe evaluations")
+    w.add_argument("--probe-n", type=int, default=128, help="eval problems in each probe")
+    w.add_argument("--no-progress", action="store_true", help="no progress bar")
+    w.set_defaults(func=_cmd)
