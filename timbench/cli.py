@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .warmstart import add_parser as add_warmstart
     add_warmstart(sub)
+    from .rl.cli import add_parser as add_train
+    add_train(sub)
 
     try:
         from .tasks.cli import add_parser as add_tasks

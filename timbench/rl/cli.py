@@ -1,0 +1,28 @@
+"""`timbench train CONFIG.yaml --out DIR [--set KEY=VALUE ...]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _cmd_train(args) -> int:
+    from .config import load_config
+    from .loop import NonFiniteError, run
+    cfg = load_config(args.config, args.set or [])
+    try:
+        summary = run(cfg, args.out, progress=not args.quiet)
+    except NonFiniteError as e:
+        print(f"timbench train: run failed: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def add_parser(sub) -> None:
+    t = sub.add_parser("train", help="run one RL training run from a YAML config")
+    t.add_argument("config", nargs="?", help="run config YAML (e.g. bench/runs/baseline.yaml); default: all defaults")
+    t.add_argument("--out", required=True, help="run directory (resumed if it holds a checkpoint)")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. engine.kernels=torch")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=_cmd_train)

@@ -1,0 +1,54 @@
+"""One step's experience: sample B prompts x G responses with the engine, score them, pad them.
+
+Request ids are a pure function of (step, prompt, sample), and the sampling
+noise is keyed by (seed, request id, position): a run and its zero-mismatch
+twin draw the same random numbers, so any difference between their batches is
+caused by the mismatch alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..data import decode_response, encode_prompt, max_new_tokens
+from ..engine import Engine, Request, SamplingParams
+
+
+@dataclass
+class Experience:
+    problems: list
+    seqs: list[tuple[tuple[int, ...], list[int]]]
+    """(prompt_ids, response_ids) per response, groups of G contiguous."""
+    rewards: torch.Tensor
+    """[N] outcome rewards."""
+    rollout_logprobs: torch.Tensor
+    """[N, R] engine logprobs mu of the sampled tokens (0 where masked)."""
+    mask: torch.Tensor
+    """[N, R] bool response-token mask."""
+    routing: list
+    """Per response, the engine's MoE routing (or None)."""
+
+
+def pad_right(rows: list[torch.Tensor], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    out = torch.zeros(len(rows), width, dtype=torch.float32)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+        mask[i, : len(r)] = True
+    return out, mask
+
+
+def collect(engine: Engine, task, problems, group_size: int, step: int, seed: int, temperature: float,
+            budget: int | None = None) -> Experience:
+    n = len(problems) * group_size
+    limit = budget or max_new_tokens(task, engine.max_len)
+    reqs = [Request(encode_prompt(p.prompt), limit, step * n + i * group_size + g)
+            for i, p in enumerate(problems) for g in range(group_size)]
+    comps = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
+    rewards = torch.tensor([task.reward(decode_response(c.token_ids), problems[i // group_size])
+                            for i, c in enumerate(comps)], dtype=torch.float32)
+    lp, mask = pad_right([c.logprobs for c in comps], max(len(c.token_ids) for c in comps))
+    return Experience(list(problems), [(c.prompt_ids, c.token_ids) for c in comps], rewards, lp, mask,
+                      [c.routing for c in comps])

@@ -1,0 +1,91 @@
+"""A run directory: resolved config, append-only JSONL logs, atomic summaries and checkpoints.
+
+Logs are appended line by line; after a crash, `open_log` drops a torn last
+line and every line at or past the step being resumed, so a resumed run writes
+each step exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def dumps(d: dict) -> str:
+    return json.dumps(d, sort_keys=True, allow_nan=True)
+
+
+class JsonlLog:
+    def __init__(self, path: Path, resume_step: int):
+        self.path = path
+        kept = []
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a torn last line from a kill
+                if row.get("step", -1) < resume_step:
+                    kept.append(line)
+        atomic_write(path, "".join(line + "\n" for line in kept))
+        self.f = open(path, "a")
+
+    def write(self, row: dict) -> None:
+        self.f.write(dumps(row) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class RunDir:
+    def __init__(self, out: str | os.PathLike, config: dict):
+        self.path = Path(out)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.ckpt = self.path / "checkpoints" / "state.pt"
+        cfg_path = self.path / "config.yaml"
+        text = yaml.safe_dump(config, sort_keys=True)
+        if cfg_path.is_file() and self.ckpt.is_file() and cfg_path.read_text() != text:
+            raise ValueError(f"{self.path} holds a run with a different config.yaml; use another --out "
+                             "or delete it")
+        atomic_write(cfg_path, text)
+
+    def load_state(self) -> dict | None:
+        return torch.load(self.ckpt, weights_only=False) if self.ckpt.is_file() else None
+
+    def save_state(self, state: dict) -> None:
+        import io
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        atomic_write(self.ckpt, buf.getvalue())
+
+    def logs(self, resume_step: int) -> dict[str, JsonlLog]:
+        """Logs truncated for a resume at `resume_step` (steps done so far).
+
+        metrics/timing rows are keyed by step index (< resume_step survive); eval rows
+        by steps done, and the eval at resume_step was written before its checkpoint.
+        """
+        eval_keep = resume_step + 1 if resume_step > 0 else 0
+        return {"metrics": JsonlLog(self.path / "metrics.jsonl", resume_step),
+                "timing": JsonlLog(self.path / "timing.jsonl", resume_step),
+                "eval": JsonlLog(self.path / "eval.jsonl", eval_keep)}
+
+    def write_summary(self, summary: dict) -> None:
+        atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
