@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
+
+from timbench.atomic import atomic_path
 
 from .base import Problem
 
@@ -69,20 +70,13 @@ def save_split(data, path: str | os.PathLike) -> Path:
     if missing:
         raise ValueError(f"dataset lacks columns {missing}; expected {list(COLUMNS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
+    with atomic_path(path) as tmp:
         if ext == ".parquet":
-            os.close(fd)
             ds.to_parquet(tmp)
         else:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            with open(tmp, "w", encoding="utf-8") as f:
                 for row in ds:
                     f.write(json.dumps({c: row[c] for c in ds.column_names}, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

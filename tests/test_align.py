@@ -54,7 +54,7 @@ def test_bf16_engine_against_fp32_trainer_is_a_larger_mismatch(dense):
 def test_align_table_writes_and_resumes(tmp_path):
     from timbench.align_table import read_table, run_table
     table = tmp_path / "t.yaml"
-    table.write_text("models: [tiny-dense]\nseed: 0\nconditions:\n"
+    table.write_text("models: [tiny-dense]\nseed: 0\nbatches: [1, 5]\nconditions:\n"
                      "  - {name: a, engine: kernels=exact, trainer: kernels=exact}\n")
     rows = run_table(table, tmp_path / "out", progress=lambda m: None)
     assert rows[0]["max_abs_diff"] == 0.0

@@ -7,17 +7,16 @@ JSON file (so an interrupted table resumes instead of starting over).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
-from .align import align
+from .align import ENGINE_BATCHES, align
+from .atomic import atomic_write
 from .model import load_model
 from .spec import parse_spec
 
-_KEYS = {"models", "seed", "conditions"}
+_KEYS = {"models", "seed", "conditions", "batches"}
 _COND_KEYS = {"name", "engine", "trainer"}
 
 
@@ -38,13 +37,6 @@ def read_table(path: str | Path) -> dict:
     return t
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
     t = read_table(path)
     out = Path(out)
@@ -53,16 +45,17 @@ def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
     rows = json.loads(res_path.read_text()) if res_path.is_file() else []
     done = {(r["model_name"], r["condition"]) for r in rows}
     seed = int(t.get("seed", 0))
+    batches = tuple(t.get("batches", ENGINE_BATCHES))
     for model_name in t.get("models", ["tiny-dense"]):
         model = load_model(model_name, seed=seed)
         for c in t["conditions"]:
             if (model_name, c["name"]) in done:
                 continue
-            r = align(model, c.get("engine"), c.get("trainer"), seed=seed)
+            r = align(model, c.get("engine"), c.get("trainer"), seed=seed, batches=batches)
             rows.append({"model_name": model_name, "condition": c["name"], **r})
-            _write_atomic(res_path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
+            atomic_write(res_path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
             progress(f"{model_name:11s} {c['name']:55s} max|d|={r['max_abs_diff']:.3g} k3={r['k3_kl']:.3g}")
-    _write_atomic(out / f"{Path(path).stem}.md", to_markdown(rows, path))
+    atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
     return rows
 
 

@@ -47,21 +47,64 @@ def _fixed_order(fwd, ref, *xs):
 
 
 def _np32(t: torch.Tensor):
-    return t.detach().float().contiguous().numpy()
+    # No-op steps are skipped, not just cheap: this runs ~50 times per decode step.
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype != torch.float32:
+        t = t.float()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy()
 
 
 def _back(a, dtype) -> torch.Tensor:
-    return torch.from_numpy(a).to(dtype)
+    out = torch.from_numpy(a)
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
+def _linear_ref(x, w):
+    return F.linear(x, w.to(x.dtype))
 
 
 class ExactKernels:
     name = "exact"
 
+    def __init__(self):
+        self._wt_cache: dict | None = None
+
+    # --- transposed-weight cache (the engine's; the trainer's weights change every step) -------
+    def cache_weights(self, enabled: bool = True) -> None:
+        """Keep each weight Parameter's fp32 transpose between calls until `invalidate_weights`.
+
+        Only the values' layout is cached (an exact copy), so results are unchanged.
+        A hit also needs the same tensor object at the same version counter, so
+        an in-place update that skips `invalidate_weights` still misses.
+        """
+        self._wt_cache = {} if enabled else None
+
+    def invalidate_weights(self) -> None:
+        if self._wt_cache is not None:
+            self._wt_cache.clear()
+
+    def _wt(self, w: torch.Tensor):
+        cache = self._wt_cache
+        if cache is None or not isinstance(w, torch.nn.Parameter):  # temporaries (e.g. casts) never cached
+            return _np32(w.t())
+        hit = cache.get(id(w))
+        if hit is not None and hit[0] is w and hit[1] == w._version:
+            return hit[2]
+        wt = _np32(w.t())
+        cache[id(w)] = (w, w._version, wt)
+        return wt
+
+    # --- operations ----------------------------------------------------------------------------
+    def _linear(self, x, w):
+        k = x.shape[-1]
+        out = nb.matmul(_np32(x.reshape(-1, k)), self._wt(w))
+        return _back(out, x.dtype).reshape(*x.shape[:-1], w.shape[0])
+
     def linear(self, x, w):
-        def fwd(x, w):
-            out = nb.matmul(_np32(x.reshape(-1, x.shape[-1])), _np32(w.t()))
-            return _back(out, x.dtype).reshape(*x.shape[:-1], w.shape[0])
-        return _fixed_order(fwd, lambda x, w: F.linear(x, w.to(x.dtype)), x, w)
+        return _fixed_order(self._linear, _linear_ref, x, w)
 
     def rmsnorm(self, x, w, eps):
         def fwd(x, w):

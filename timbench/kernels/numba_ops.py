@@ -135,37 +135,104 @@ def attend(q, kc, vc, slot, nkeys, scale):
     the same order in prefill (keys from this forward) and decode (keys from the
     cache): the kernel cannot tell the two apart. Two-pass softmax as HF eager:
     p_j = exp(s_j - max) / sum, then sum_j p_j v_j.
+
+    Per score: s_t = sum_j q[j] * k[t, j] (j ascending, fp32), times `scale`
+    (the product is float64 and is what the running max compares; s_t is stored
+    rounded to fp32); e_t = fp32(exp(f64(s_t) - max)); tot = fp32 sum of e_t, t
+    ascending; out[j] = fp32 sum over t ascending of (e_t / tot) * v[t, j].
+    Speed only: keys go eight at a time (eight independent j-ascending sums,
+    the same operations as one key at a time), the heads sharing a kv head run
+    in one task, and all indexing is direct so the j loops see unit stride.
     """
     n_q, n_h, d = q.shape
     n_kv = kc.shape[2]
     group = n_h // n_kv
     out = np.zeros((n_q, n_h, d), dtype=np.float32)
-    for idx in prange(n_q * n_h):
-        n = idx // n_h
-        h = idx % n_h
-        g = h // group
+    for idx in prange(n_q * n_kv):
+        n = idx // n_kv
+        g = idx % n_kv
         s_ = slot[n]
         t_len = nkeys[n]
-        scores = np.empty(t_len, dtype=np.float32)
-        mx = np.float32(-np.inf)
-        for t in range(t_len):
-            acc = np.float32(0.0)
-            for j in range(d):
-                acc += q[n, h, j] * kc[s_, t, g, j]
-            acc = acc * scale
-            scores[t] = acc
-            if acc > mx:
-                mx = acc
-        tot = np.float32(0.0)
-        for t in range(t_len):
-            e = np.float32(math.exp(scores[t] - mx))
-            scores[t] = e
-            tot += e
-        o = out[n, h]
-        for t in range(t_len):
-            p = scores[t] / tot
-            for j in range(d):
-                o[j] += p * vc[s_, t, g, j]
+        scores = np.empty((group, t_len), dtype=np.float32)
+        for hh in range(group):
+            h = g * group + hh
+            mx = np.float32(-np.inf)
+            t = 0
+            while t + 8 <= t_len:
+                a0 = np.float32(0.0)
+                a1 = np.float32(0.0)
+                a2 = np.float32(0.0)
+                a3 = np.float32(0.0)
+                a4 = np.float32(0.0)
+                a5 = np.float32(0.0)
+                a6 = np.float32(0.0)
+                a7 = np.float32(0.0)
+                for j in range(d):
+                    qj = q[n, h, j]
+                    a0 += qj * kc[s_, t, g, j]
+                    a1 += qj * kc[s_, t + 1, g, j]
+                    a2 += qj * kc[s_, t + 2, g, j]
+                    a3 += qj * kc[s_, t + 3, g, j]
+                    a4 += qj * kc[s_, t + 4, g, j]
+                    a5 += qj * kc[s_, t + 5, g, j]
+                    a6 += qj * kc[s_, t + 6, g, j]
+                    a7 += qj * kc[s_, t + 7, g, j]
+                a0 = a0 * scale
+                a1 = a1 * scale
+                a2 = a2 * scale
+                a3 = a3 * scale
+                a4 = a4 * scale
+                a5 = a5 * scale
+                a6 = a6 * scale
+                a7 = a7 * scale
+                scores[hh, t] = a0
+                scores[hh, t + 1] = a1
+                scores[hh, t + 2] = a2
+                scores[hh, t + 3] = a3
+                scores[hh, t + 4] = a4
+                scores[hh, t + 5] = a5
+                scores[hh, t + 6] = a6
+                scores[hh, t + 7] = a7
+                # the running max, in key order, over the unrounded products (as one key at a time)
+                if a0 > mx:
+                    mx = a0
+                if a1 > mx:
+                    mx = a1
+                if a2 > mx:
+                    mx = a2
+                if a3 > mx:
+                    mx = a3
+                if a4 > mx:
+                    mx = a4
+                if a5 > mx:
+                    mx = a5
+                if a6 > mx:
+                    mx = a6
+                if a7 > mx:
+                    mx = a7
+                t += 8
+            while t < t_len:
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += q[n, h, j] * kc[s_, t, g, j]
+                acc = acc * scale
+                scores[hh, t] = acc
+                if acc > mx:
+                    mx = acc
+                t += 1
+            tot = np.float32(0.0)
+            for t in range(t_len):
+                e = np.float32(math.exp(scores[hh, t] - mx))
+                scores[hh, t] = e
+                tot += e
+            for t in range(t_len):
+                scores[hh, t] = scores[hh, t] / tot
+        for hh in range(group):
+            h = g * group + hh
+            for t in range(t_len):
+                p = scores[hh, t]
+                for j in range(d):
+                    out[n, h, j] += p * vc[s_, t, g, j]
     return out
 
 

@@ -9,26 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..atomic import atomic_path
 from ..tokenizer import CharTokenizer
 from .config import ModelConfig, preset
 from .qwen3 import Qwen3ForCausalLM
 
 
 def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def save_checkpoint(model: Qwen3ForCausalLM, directory: str | os.PathLike, card: dict | None = None) -> Path:
