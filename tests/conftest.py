@@ -5,7 +5,8 @@ import torch
 
 from timbench.model import PRESETS, Qwen3ForCausalLM
 
-# One torch thread: tests check values, not speed, and two threads thrash when the cores are shared.
+# One torch thread: tests check values, not speed; the models are tiny, and two threads thrash
+# when other jobs share the cores. numba keeps its default, so exact kernels still split rows.
 torch.set_num_threads(1)
 
 

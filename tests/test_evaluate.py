@@ -20,18 +20,6 @@ SMALL = ModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, 
                     num_key_value_heads=1, head_dim=32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These models are tiny: one thread is as fast, and far faster when other jobs share the cores."""
-    import numba
-    old = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
-    yield
-    torch.set_num_threads(old[0])
-    numba.set_num_threads(old[1])
-
-
 # ---- data ---------------------------------------------------------------------------------------
 
 def test_encode_decode_roundtrip():

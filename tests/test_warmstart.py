@@ -21,18 +21,6 @@ CARD_KEYS = {"task", "task_version", "model", "seed", "steps", "wall_time_s", "a
              "accuracy_greedy", "eval_n", "band", "command"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one thread is as fast, and far faster when other jobs share the cores."""
-    import numba
-    old = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
-    yield
-    torch.set_num_threads(old[0])
-    numba.set_num_threads(old[1])
-
-
 @pytest.mark.parametrize("task,model", SHIPPED)
 def test_shipped_checkpoint(task, model):
     d = default_checkpoint(task, model)
