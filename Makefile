@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup quick test test-slow bench clean
+.PHONY: setup quick test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -19,9 +19,6 @@ quick: setup
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"
-
-test-slow: setup
-	$(PY) -m pytest -q -m slow
 
 bench: setup
 	$(PY) -m pytest bench/ -q --benchmark-json results/bench/bench.json
