@@ -85,6 +85,13 @@ def test_torch_engine_logs_mismatch_from_step_one_and_twin_tracks_it(ckpt, tmp_p
     assert s["first_divergence_step"] in (None, 0, 1)
 
 
+def test_kl_penalty_to_the_warm_start_is_logged(ckpt, tmp_path, parity_reward):
+    run(_cfg(ckpt, "kl_coef=0.1", "steps=2", "lr=1e-2", "mini_batches=1"), tmp_path / "k", progress=False)
+    rows = _lines(tmp_path / "k", "metrics")
+    assert rows[0]["actor/kl_loss"] == 0.0  # one update per step: step 0 starts at the reference
+    assert rows[1]["actor/kl_loss"] > 0.0
+
+
 def test_non_finite_training_is_a_clear_failure_that_keeps_metrics(ckpt, tmp_path, parity_reward):
     with pytest.raises(NonFiniteError, match="non-finite"):
         run(_cfg(ckpt, "lr=1e30", "grad_clip=1e30", "steps=3"), tmp_path / "n", progress=False)

@@ -62,6 +62,10 @@ class RunConfig:
     """PPO lower clip; None = the algorithm's default."""
     eps_high: float | None = None
     """PPO upper clip; None = the algorithm's default."""
+    kl_coef: float = 0.0
+    """Weight of a KL(pi_theta || pi_ref) penalty to the warm start (0 = off, the GRPO/DAPO default here)."""
+    kl_kind: str = "low_var_kl"
+    """KL estimator for the penalty: k1, abs, mse (k2) or low_var_kl (k3)."""
     eval_every: int = 10
     """Evaluate every k steps (and at step 0 and the end)."""
     eval_n: int = 256

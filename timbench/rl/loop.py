@@ -23,7 +23,7 @@ from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..spec import parse_spec
 from ..tasks import get_task
 from ..trainer import sequence_logprobs
-from .algorithms import dynamic_sampling_mask, get_algorithm
+from .algorithms import agg_loss, dynamic_sampling_mask, get_algorithm, kl_penalty
 from .config import RunConfig
 from .drift import objective_drift
 from .rollout import Experience, collect, pad_right
@@ -41,6 +41,7 @@ class Lane:
     name: str
     model: Qwen3ForCausalLM
     opt: torch.optim.Optimizer
+    ref: Qwen3ForCausalLM | None
     engine: Engine
     compute: Compute
 
@@ -52,7 +53,8 @@ def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spe
     es, ts = parse_spec(engine_spec, "engine spec"), parse_spec(trainer_spec, "trainer spec")
     engine = Engine(base.config, es, max_num_seqs=max_seqs)
     engine.load_weights(model)
-    return Lane(name, model, opt, engine, Compute(get_kernels(ts.kernels), ts.torch_dtype))
+    ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
+    return Lane(name, model, opt, ref, engine, Compute(get_kernels(ts.kernels), ts.torch_dtype))
 
 
 def _mean(rows: list[dict]) -> dict:
@@ -98,6 +100,12 @@ def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict,
             out = sequence_logprobs(lane.model, lane.compute, exp.seqs[sl], cfg.temperature)
             w = out.logprobs.shape[1]
             loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], mask[sl, :w], **loss_kw)
+            if lane.ref is not None:
+                with torch.no_grad():
+                    ref_lp = sequence_logprobs(lane.ref, lane.compute, exp.seqs[sl], cfg.temperature).logprobs
+                kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), mask[sl, :w], algo.agg)
+                loss = loss + cfg.kl_coef * kl
+                m = m | {"actor/kl_loss": float(kl.detach())}
             lane.opt.zero_grad(set_to_none=True)
             loss.backward()
             gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
