@@ -10,7 +10,7 @@ from timbench.align import align
 from timbench.cli import main
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_exact_exact_reports_exactly_zero(model, dtype):
     spec = f"kernels=exact,dtype={dtype}"
     r = align(model, spec, spec, seed=3, batches=(1, 2, 7, 64))
