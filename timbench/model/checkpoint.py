@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_path
 from ..tokenizer import CharTokenizer
-from .config import ModelConfig, preset
+from .config import PRESETS, ModelConfig, preset
 from .qwen3 import Qwen3ForCausalLM
 
 
@@ -84,10 +84,6 @@ def load_model(name_or_path: str, seed: int = 0) -> Qwen3ForCausalLM:
     try:
         return Qwen3ForCausalLM(preset(name_or_path), seed=seed)
     except ValueError:
-        raise ValueError(f"model {name_or_path!r} is neither a preset ({', '.join(_preset_names())}) "
+        raise ValueError(f"model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
                          "nor an existing checkpoint directory") from None
 
-
-def _preset_names():
-    from .config import PRESETS
-    return PRESETS

@@ -91,8 +91,9 @@ class RunConfig:
         self.betas = tuple(float(b) for b in self.betas)
         for name in ("steps", "prompts_per_step", "group_size", "mini_batches", "epochs", "eval_every",
                      "eval_n", "checkpoint_every", "threads"):
-            if int(getattr(self, name)) < (0 if name == "steps" else 1):
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            minimum = 0 if name == "steps" else 1
+            if getattr(self, name) < minimum:
+                raise ValueError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
         if (self.prompts_per_step * self.group_size) % self.mini_batches:
             raise ValueError(f"prompts_per_step*group_size={self.prompts_per_step * self.group_size} "
                              f"is not divisible by mini_batches={self.mini_batches}")
@@ -116,24 +117,24 @@ def _typed(f: dataclasses.Field, value):
             if float(value) != int(float(value)):
                 raise ValueError
             return int(float(value))
-        if kind.startswith("float") and value is not None and not (kind.endswith("None") and value in ("None", "null")):
+        if kind.startswith("float"):
+            if kind.endswith("None") and value in (None, "None", "null"):
+                return None
             return float(value)
-        if kind.startswith("float") and value in ("None", "null"):
-            return None
     except (ValueError, TypeError, KeyError):
         raise ValueError(f"config key {f.name!r}: {value!r} is not a valid {kind}") from None
     return value
 
 
 def _spec_dict(value, what: str) -> dict:
-    spec = parse_spec(value if not isinstance(value, str) else value, f"{what} spec")
+    spec = parse_spec(value, f"{what} spec")
     return {k: getattr(spec, k) for k in SPEC_KEYS}
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
-def _coerce(key: str, raw: str):
+def _coerce(raw: str):
     """Parse a --set value with YAML rules (numbers, bools, lists)."""
     return yaml.safe_load(raw) if raw != "" else ""
 
@@ -151,12 +152,12 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
         if sub:
             if top not in ("engine", "trainer"):
                 raise ValueError(f"--set: {top!r} has no sub-keys (only engine.* and trainer.* do)")
-            base = d.get(top, getattr(RunConfig(), top))
+            base = d.get(top) or _FIELDS[top].default_factory()
             base = _spec_dict(base, top) if not isinstance(base, dict) else dict(base)
             base[sub] = raw
             d[top] = base
         else:
-            d[top] = raw if top in ("engine", "trainer") else _coerce(top, raw)
+            d[top] = raw if top in ("engine", "trainer") else _coerce(raw)
     return d
 
 

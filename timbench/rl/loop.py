@@ -26,7 +26,7 @@ from ..trainer import sequence_logprobs
 from .algorithms import agg_loss, dynamic_sampling_mask, get_algorithm, kl_penalty
 from .config import RunConfig
 from .drift import objective_drift
-from .rollout import Experience, collect, pad_right
+from .rollout import Experience, collect
 from .rundir import RunDir
 
 ZERO_MISMATCH = {"kernels": "exact", "dtype": "fp32"}
@@ -62,7 +62,7 @@ def _mean(rows: list[dict]) -> dict:
     return {k: sum(float(r[k]) for r in rows) / len(rows) for k in keys}
 
 
-def _trainer_logprobs(lane: Lane, seqs, temperature, chunk: int, replay=None):
+def _trainer_logprobs(lane: Lane, seqs, temperature, chunk: int):
     lps, ents, routes = [], [], []
     for i in range(0, len(seqs), chunk):
         out = sequence_logprobs(lane.model, lane.compute, seqs[i:i + chunk], temperature)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data import decode_response, encode_prompt, max_new_tokens
-from ..engine import Engine, Request, SamplingParams
+from ..data import decode_response, max_new_tokens, requests_for
+from ..engine import Engine, SamplingParams
 
 
 @dataclass
@@ -44,8 +44,7 @@ def collect(engine: Engine, task, problems, group_size: int, step: int, seed: in
             budget: int | None = None) -> Experience:
     n = len(problems) * group_size
     limit = budget or max_new_tokens(task, engine.max_len)
-    reqs = [Request(encode_prompt(p.prompt), limit, step * n + i * group_size + g)
-            for i, p in enumerate(problems) for g in range(group_size)]
+    reqs = requests_for([p for p in problems for _ in range(group_size)], range(step * n, (step + 1) * n), limit)
     comps = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
     rewards = torch.tensor([task.reward(decode_response(c.token_ids), problems[i // group_size])
                             for i, c in enumerate(comps)], dtype=torch.float32)
