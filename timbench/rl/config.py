@@ -36,6 +36,10 @@ class RunConfig:
     """Engine spec (keys as in `timbench align --engine`)."""
     trainer: dict = field(default_factory=lambda: {"kernels": "exact", "dtype": "fp32"})
     """Trainer spec."""
+    remedy: str = "none"
+    """Mismatch remedy: a registered name (`timbench remedies list`), `path/to/file.py:Class` or `pkg.module:Class`."""
+    remedy_args: dict = field(default_factory=dict)
+    """Overrides of the remedy's parameters (e.g. {C: 3.0}); unknown names are rejected."""
     seed: int = 0
     """Seed of the training stream and the sampling noise."""
     steps: int = 200
