@@ -14,8 +14,7 @@ import random
 
 import torch
 
-from .engine import Engine, Request, SamplingParams
-from .kernels import get_kernels
+from .engine import Request, SamplingParams, make_engine
 from .metrics import mismatch_metrics, routing_agreement
 from .model import Compute, Qwen3ForCausalLM
 from .spec import parse_spec
@@ -43,9 +42,10 @@ def workload(seed: int, vocab: int, max_len: int, batches=ENGINE_BATCHES, max_ne
 def align(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, temperature: float = 1.0,
           batches=ENGINE_BATCHES, max_num_seqs: int = 64) -> dict:
     """Run the probe; returns the JSON-ready report."""
-    es, ts = parse_spec(engine_spec, "engine spec"), parse_spec(trainer_spec, "trainer spec")
+    es = parse_spec(engine_spec, "engine spec", side="engine")
+    ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
     cfg = model.config
-    engine = Engine(cfg, es, max_num_seqs=max_num_seqs)
+    engine = make_engine(cfg, es, max_num_seqs=max_num_seqs)
     engine.load_weights(model)
     params = SamplingParams(temperature=temperature, seed=seed)
     completions = []
@@ -54,7 +54,7 @@ def align(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, tem
     # The trainer regroups: shuffled order, mini-batches of other sizes.
     order = list(range(len(completions)))
     random.Random(f"align-trainer:{seed}").shuffle(order)
-    compute = Compute(get_kernels(ts.kernels), ts.torch_dtype)
+    compute = Compute.from_spec(ts)
     lp_t, lp_e, agree = [], [], []
     i = 0
     sizes = iter(TRAINER_BATCHES * (len(order) // sum(TRAINER_BATCHES) + 1))

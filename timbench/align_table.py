@@ -32,8 +32,8 @@ def read_table(path: str | Path) -> dict:
         bad = set(c) - _COND_KEYS
         if bad or "name" not in c:
             raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer (unknown: {sorted(bad)})")
-        parse_spec(c.get("engine"), f"{p}: {c['name']}: engine")
-        parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer")
+        parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine")
+        parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer")
     return t
 
 

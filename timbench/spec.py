@@ -1,9 +1,13 @@
 """Engine and trainer specs: `key=value,key=value` strings parsed against one registry of keys.
 
-A spec says how one side of the RL system computes (kernel set, dtype, ...).
-Each key is data: a parser, its valid values and a one-line doc, so a new
-condition adds an entry here and nowhere else, and every bad spec produces the
-same kind of one-line error naming the key and what is valid.
+A spec says how one side of the RL system computes: which engine, kernel set,
+precision, tensor-parallel layout, MoE router arithmetic and synthetic noise.
+Each key is data: a parser, its default, its valid values, the sides it makes
+sense on and a one-line doc. A new mismatch condition adds an entry here (and
+the arithmetic it selects in the model, kernels or sampler), nothing else;
+every bad spec produces the same kind of one-line error naming the key and
+what is valid. The defaults are the zero-mismatch reference: exact kernels,
+fp32, no TP, no noise.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SIDES = ("engine", "trainer")
 
 
 class SpecError(ValueError):
@@ -26,6 +31,7 @@ class SpecKey:
     parse: Callable[[str], Any]
     valid: str
     doc: str
+    sides: tuple[str, ...] = SIDES
 
 
 def _choice(*options: str) -> Callable[[str], str]:
@@ -36,10 +42,78 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _int_in(*options: int) -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        n = int(v)
+        if n not in options:
+            raise ValueError
+        return n
+    return parse
+
+
+def _positive_int(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise ValueError
+    return n
+
+
+def _nonneg_float(v: str) -> float:
+    x = float(v)
+    if not x >= 0 or x == float("inf"):
+        raise ValueError
+    return x
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Synthetic logit noise on the engine's sampler: `kind:sigma[:df]`."""
+
+    kind: str = "none"
+    sigma: float = 0.0
+    df: int = 0
+
+    def __str__(self) -> str:
+        if self.kind == "none":
+            return "none"
+        return f"{self.kind}:{self.sigma:g}" + (f":{self.df}" if self.kind == "student_t" else "")
+
+
+NOISE_KINDS = {"gaussian": 1, "lowprob": 1, "student_t": 2}  # kind -> number of parameters after it
+
+
+def parse_noise(v: str) -> Noise:
+    """`none`, `gaussian:SIGMA`, `lowprob:SIGMA` or `student_t:SIGMA:DF` (DF a positive integer)."""
+    if v == "none":
+        return Noise()
+    kind, *args = v.split(":")
+    if NOISE_KINDS.get(kind) != len(args):
+        raise ValueError
+    sigma = _nonneg_float(args[0])
+    df = _positive_int(args[1]) if kind == "student_t" else 0
+    return Noise(kind, sigma, df)
+
+
 SPEC_KEYS: dict[str, SpecKey] = {
+    "engine": SpecKey(_choice("timbench", "vllm"), "timbench|vllm",
+                      "rollout engine: timbench's own, or a real vLLM (optional extra)", ("engine",)),
     "kernels": SpecKey(_choice("exact", "torch"), "exact|torch",
                        "exact: fixed-order batch-invariant kernels; torch: plain PyTorch (MKL, SDPA)"),
     "dtype": SpecKey(_choice(*DTYPES), "|".join(DTYPES), "dtype of weights and activations"),
+    "logits_dtype": SpecKey(_choice("auto", *DTYPES), "auto|" + "|".join(DTYPES),
+                            "dtype of the LM head matmul (auto = dtype); fp32 is the usual fp32 lm_head"),
+    "attn_splits": SpecKey(_positive_int, "integer >= 1",
+                           "decode attention splits the KV range into S chunks merged by log-sum-exp "
+                           "(flash-decoding / split-KV)", ("engine",)),
+    "tp": SpecKey(_int_in(1, 2, 4, 8), "1|2|4|8",
+                  "simulated tensor parallelism: row-parallel o_proj/down_proj partial sums all-reduced"),
+    "tp_reduce": SpecKey(_choice("ring", "tree"), "ring|tree", "all-reduce summation order for tp > 1"),
+    "router_dtype": SpecKey(_choice("auto", *DTYPES), "auto|" + "|".join(DTYPES),
+                            "MoE router (gate) matmul dtype (auto = dtype)"),
+    "router_noise": SpecKey(_nonneg_float, "float >= 0",
+                            "std of gaussian noise on MoE router logits, keyed by the token's activations"),
+    "noise": SpecKey(parse_noise, "none|gaussian:SIGMA|lowprob:SIGMA|student_t:SIGMA:DF",
+                     "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",)),
 }
 
 
@@ -47,30 +121,70 @@ SPEC_KEYS: dict[str, SpecKey] = {
 class Spec:
     """How one side (engine or trainer) computes. Defaults are the zero-mismatch reference."""
 
+    engine: str = "timbench"
+    """Rollout engine backend (engine side only): timbench or vllm."""
     kernels: str = "exact"
     """Kernel set name (see `timbench.kernels`)."""
     dtype: str = "fp32"
     """Weights/activations dtype: fp32, bf16 or fp16."""
+    logits_dtype: str = "auto"
+    """LM-head dtype; auto follows dtype."""
+    attn_splits: int = 1
+    """Split-KV chunks in decode attention (1 = one pass over all keys)."""
+    tp: int = 1
+    """Simulated tensor-parallel degree."""
+    tp_reduce: str = "ring"
+    """All-reduce order of the row-parallel partial sums (ring or tree)."""
+    router_dtype: str = "auto"
+    """MoE router matmul dtype; auto follows dtype."""
+    router_noise: float = 0.0
+    """Gaussian noise std on MoE router logits."""
+    noise: Noise = Noise()
+    """Synthetic sampler-logit noise (engine only)."""
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
+    @property
+    def torch_logits_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype if self.logits_dtype == "auto" else self.logits_dtype]
+
+    @property
+    def torch_router_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype if self.router_dtype == "auto" else self.router_dtype]
+
+    def to_dict(self) -> dict[str, Any]:
+        """kernels and dtype always, every other key only where it differs from its default.
+
+        Keeping the short form stable means a spec string, a run's config.yaml and an
+        align report read the same as before a key existed.
+        """
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("kernels", "dtype") or v != f.default:
+                out[f.name] = str(v) if isinstance(v, Noise) else v
+        return out
+
     def __str__(self) -> str:
-        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+        return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.to_dict().items())
 
 
-def parse_spec(text: str | dict | Spec | None, what: str = "spec") -> Spec:
-    """Parse `kernels=torch,dtype=bf16` (or a dict of the same) into a Spec; raise SpecError on any bad part."""
+def parse_spec(text: str | dict | Spec | None, what: str = "spec", side: str | None = None) -> Spec:
+    """Parse `kernels=torch,dtype=bf16` (or a dict of the same) into a Spec; raise SpecError on any bad part.
+
+    `side` ("engine" or "trainer") rejects keys that make no sense there (noise on the trainer, say).
+    """
     if isinstance(text, Spec):
-        return text
-    if text is None:
-        return Spec()
-    items: dict[str, str] = {}
-    if isinstance(text, dict):
+        items = {k: str(v) for k, v in text.to_dict().items()}
+    elif text is None:
+        items = {}
+    elif isinstance(text, dict):
         items = {str(k): str(v) for k, v in text.items()}
-    elif text.strip():
-        for part in text.split(","):
+    else:
+        items = {}
+        for part in text.split(",") if text.strip() else []:
             key, sep, value = part.strip().partition("=")
             if not sep or not key:
                 raise SpecError(f"{what}: {part.strip()!r} is not key=value; valid keys: {', '.join(SPEC_KEYS)}")
@@ -80,8 +194,14 @@ def parse_spec(text: str | dict | Spec | None, what: str = "spec") -> Spec:
         if key not in SPEC_KEYS:
             raise SpecError(f"{what}: unknown key {key!r}; valid keys: "
                             + ", ".join(f"{k}={s.valid}" for k, s in SPEC_KEYS.items()))
+        sk = SPEC_KEYS[key]
+        if side is not None and side not in sk.sides:
+            raise SpecError(f"{what}: {key} is an {'/'.join(sk.sides)}-only key ({sk.doc})")
         try:
-            values[key] = SPEC_KEYS[key].parse(raw)
+            values[key] = sk.parse(raw)
         except (ValueError, TypeError):
-            raise SpecError(f"{what}: invalid value {raw!r} for {key}; valid: {SPEC_KEYS[key].valid}") from None
-    return Spec(**values)
+            raise SpecError(f"{what}: invalid value {raw!r} for {key}; valid: {sk.valid}") from None
+    spec = Spec(**values)
+    if spec.tp_reduce != "ring" and spec.tp == 1:
+        raise SpecError(f"{what}: tp_reduce={spec.tp_reduce} needs tp > 1")
+    return spec

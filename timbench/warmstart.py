@@ -87,7 +87,6 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     from tqdm import tqdm
 
     from .evaluate import evaluate, evaluate_both, make_engine
-    from .kernels import get_kernels
     from .model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
     from .spec import parse_spec
     from .tasks import get_task
@@ -107,7 +106,7 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     t0 = time.perf_counter()
     net = Qwen3ForCausalLM(PRESETS[model], seed=seed)
     spec = parse_spec(TRAINER_SPEC)
-    compute = Compute(get_kernels(spec.kernels), spec.torch_dtype)
+    compute = Compute.from_spec(spec)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     eval_set = t_obj.eval_set(eval_n)
     probe = eval_set[:min(probe_n, eval_n)]

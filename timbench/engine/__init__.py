@@ -1,7 +1,8 @@
 """The rollout engine: requests in, sampled tokens with their logprobs (and MoE routing) out."""
 
+from .backends import BACKENDS, make_engine
 from .engine import Engine
 from .sampler import SamplingParams, sample, token_logprobs_all
 from .sequence import Completion, Request
 
-__all__ = ["Engine", "SamplingParams", "Completion", "Request", "sample", "token_logprobs_all"]
+__all__ = ["BACKENDS", "make_engine", "Engine", "SamplingParams", "Completion", "Request", "sample", "token_logprobs_all"]

@@ -14,7 +14,6 @@ from typing import Iterable, Mapping
 
 import torch
 
-from ..kernels import get_kernels
 from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..spec import Spec, parse_spec
 from .sampler import SamplingParams, sample
@@ -27,8 +26,11 @@ class Engine:
     def __init__(self, config: ModelConfig, spec: Spec | str | None = None, max_num_seqs: int = 256,
                  max_len: int | None = None):
         self.config = config
-        self.spec = parse_spec(spec, "engine spec")
-        self.compute = Compute(get_kernels(self.spec.kernels), self.spec.torch_dtype)
+        self.spec = parse_spec(spec, "engine spec", side="engine")
+        if self.spec.engine != "timbench":
+            raise ValueError(f"Engine runs engine=timbench specs; use timbench.engine.make_engine for "
+                             f"engine={self.spec.engine}")
+        self.compute = Compute.from_spec(self.spec)
         self.model = Qwen3ForCausalLM(config).to(self.compute.dtype).eval().requires_grad_(False)
         # Engine weights change only in load_weights, so a kernel set may keep per-weight
         # layouts (exact: transposed fp32 copies) until then; load_weights invalidates them.
@@ -110,7 +112,7 @@ class Engine:
     def _sample(self, seqs, logits, params):
         req = torch.tensor([s.request.request_id for s in seqs])
         pos = torch.tensor([s.length for s in seqs])  # absolute position of the token to sample
-        return sample(logits, params, req, pos, self.compute.kernels)
+        return sample(logits, params, req, pos, self.compute.kernels, self.spec.noise)
 
     def _prefill(self, seqs: list[Sequence], params: SamplingParams) -> None:
         lens = [len(s.request.prompt_ids) for s in seqs]

@@ -5,7 +5,13 @@ sequences share the batch, so with batch-invariant logits a request samples the
 same tokens in any batch. The reported logprob is that of the distribution the
 token was drawn from (temperature applied, top-p renormalised), as vLLM's
 processed logprobs.
+
+The synthetic-noise condition (`noise=` in the engine spec) perturbs the logits
+before temperature, with noise keyed like the Gumbel noise but on its own
+streams; the engine then samples from, and reports the logprobs of, the
+perturbed distribution, so delta = log pi - log mu is the realised noise effect.
 """
+
 
 from __future__ import annotations
 
@@ -14,7 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import KernelSet
+from ..kernels.noise_ops import keyed_normal, keyed_student_t, one_minus_prob
 from ..kernels.numba_ops import keyed_gumbel, top_p_logprobs
+from ..spec import Noise
 
 
 @dataclass(frozen=True)
@@ -34,11 +42,44 @@ class SamplingParams:
 
 
 NOISE_STREAM_SAMPLING = 0
+NOISE_STREAM_LOGITS = 1  # student_t also uses streams 2 .. 1 + df for its chi-square draws
+
+
+def _ids(t: torch.Tensor):
+    return t.numpy().astype("int64")
+
+
+def _gaussian(noise: Noise, logits, params, req, pos, kernels):
+    return keyed_normal(params.seed, NOISE_STREAM_LOGITS, _ids(req), _ids(pos), logits.shape[-1])
+
+
+def _student_t(noise: Noise, logits, params, req, pos, kernels):
+    return keyed_student_t(params.seed, NOISE_STREAM_LOGITS, _ids(req), _ids(pos), logits.shape[-1], noise.df)
+
+
+def _lowprob(noise: Noise, logits, params, req, pos, kernels):
+    # Scale unit noise by 1 - p (p from the clean tempered distribution): the model's likely
+    # tokens barely move, its unlikely ones take the full sigma, where real mismatch concentrates.
+    lp = token_logprobs_all(logits, params.temperature, kernels)
+    return _gaussian(noise, logits, params, req, pos, kernels) * one_minus_prob(lp.contiguous().numpy())
+
+
+# noise kind -> unit-scale noise [B, V] (float64); the sampler multiplies by sigma.
+LOGIT_NOISE = {"gaussian": _gaussian, "student_t": _student_t, "lowprob": _lowprob}
+
+
+def perturb_logits(logits: torch.Tensor, noise: Noise, params: "SamplingParams", req: torch.Tensor,
+                   pos: torch.Tensor, kernels: KernelSet) -> torch.Tensor:
+    """fp32 logits + sigma * keyed noise (unchanged for `none` or sigma 0)."""
+    if noise.kind == "none" or noise.sigma == 0:
+        return logits
+    unit = LOGIT_NOISE[noise.kind](noise, logits.float(), params, req, pos, kernels)
+    return (logits.double() + noise.sigma * torch.from_numpy(unit)).float()
 
 
 def gumbel(seed: int, req: torch.Tensor, pos: torch.Tensor, width: int, stream: int = NOISE_STREAM_SAMPLING):
     """Standard Gumbel noise [len(req), width] in float64, keyed by (seed, stream, request, position)."""
-    return torch.from_numpy(keyed_gumbel(seed, stream, req.numpy().astype("int64"), pos.numpy().astype("int64"), width))
+    return torch.from_numpy(keyed_gumbel(seed, stream, _ids(req), _ids(pos), width))
 
 
 def token_logprobs_all(logits: torch.Tensor, temperature: float, kernels: KernelSet) -> torch.Tensor:
@@ -48,8 +89,9 @@ def token_logprobs_all(logits: torch.Tensor, temperature: float, kernels: Kernel
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,
-           kernels: KernelSet) -> tuple[torch.Tensor, torch.Tensor]:
+           kernels: KernelSet, noise: Noise = Noise()) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of logits[B, V]; returns (tokens[B], logprobs[B])."""
+    logits = perturb_logits(logits, noise, params, req, pos, kernels)
     lp = token_logprobs_all(logits, params.temperature, kernels)
     if params.top_p < 1.0:
         lp = _top_p(lp, params.top_p)

@@ -1,6 +1,6 @@
 """The kernel interface shared by the rollout engine and the trainer forward.
 
-A model calls only these seven operations for arithmetic whose rounding could
+A model calls only these seven operations (and compositions of them: `tensor_parallel`) for arithmetic whose rounding could
 depend on the batch; everything else it does is indexing or IEEE-exact
 elementwise `+ - * /`, which no kernel choice can change. Swapping the kernel
 set is therefore the whole difference between an engine and a trainer that
@@ -32,8 +32,11 @@ class KernelSet(Protocol):
         """Causal GQA attention within each row: q[B,T,H,D], k/v[B,T,Hkv,D] -> [B,T,H,D]."""
 
     def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         slots: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """q[B,H,D] against keys 0..lengths[b]-1 of cache slot slots[b]; caches [S,Tmax,Hkv,D]."""
+                         slots: torch.Tensor, lengths: torch.Tensor, splits: int = 1) -> torch.Tensor:
+        """q[B,H,D] against keys 0..lengths[b]-1 of cache slot slots[b]; caches [S,Tmax,Hkv,D].
+
+        splits > 1: split-KV (flash-decoding) over that many LSE-merged key chunks (`split_kv`).
+        """
 
     def log_softmax(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 log-softmax over the last dim."""

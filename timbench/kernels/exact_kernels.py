@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from . import numba_ops as nb
+from .split_kv import attend_split
 from .torch_kernels import TorchKernels
 
 _REF = TorchKernels()
@@ -129,9 +130,9 @@ class ExactKernels:
             return _back(out, q.dtype).reshape(b, t, h, d)
         return _fixed_order(fwd, _REF.causal_attention, q, k, v)
 
-    def decode_attention(self, q, k_cache, v_cache, slots, lengths):
-        out = nb.attend(_np32(q), _np32(k_cache), _np32(v_cache), slots.numpy(), lengths.numpy(),
-                        1.0 / math.sqrt(q.shape[-1]))
+    def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
+        args = (_np32(q), _np32(k_cache), _np32(v_cache), slots.numpy(), lengths.numpy(), 1.0 / math.sqrt(q.shape[-1]))
+        out = nb.attend(*args) if splits == 1 else attend_split(*args, splits)
         return _back(out, q.dtype)
 
     def log_softmax(self, x):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .split_kv import split_decode_attention_torch
+
 
 class TorchKernels:
     name = "torch"
@@ -34,7 +36,9 @@ class TorchKernels:
             is_causal=True, enable_gqa=q.shape[2] != k.shape[2])
         return out.transpose(1, 2)
 
-    def decode_attention(self, q, k_cache, v_cache, slots, lengths):
+    def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
+        if splits > 1:
+            return split_decode_attention_torch(q, k_cache, v_cache, slots, lengths, splits)
         t_max = int(lengths.max())
         k = k_cache[slots, :t_max].to(q.dtype).transpose(1, 2)  # cache is fp32; values are exact in q.dtype
         v = v_cache[slots, :t_max].to(q.dtype).transpose(1, 2)

@@ -16,16 +16,37 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..kernels import KernelSet
+from ..kernels import KernelSet, get_kernels
+from ..kernels.noise_ops import row_keyed_normal
+from ..kernels.tensor_parallel import row_parallel_linear
 from .config import ModelConfig
 
 
 @dataclass
 class Compute:
-    """How to run a forward: the kernel set and the dtype of weights and activations."""
+    """How to run a forward: kernel set, dtypes, and the arithmetic conditions of one side's spec."""
 
     kernels: KernelSet
     dtype: torch.dtype = torch.float32
+    """Weights and activations."""
+    logits_dtype: torch.dtype | None = None
+    """LM-head matmul dtype; None follows `dtype`."""
+    router_dtype: torch.dtype | None = None
+    """MoE gate matmul dtype; None follows `dtype`."""
+    router_noise: float = 0.0
+    """Std of gaussian noise on MoE router logits (keyed by the logits' own bits and the layer)."""
+    tp: int = 1
+    """Simulated tensor-parallel degree of the row-parallel o_proj / down_proj."""
+    tp_reduce: str = "ring"
+    """All-reduce order for tp > 1 (ring or tree)."""
+    attn_splits: int = 1
+    """Split-KV chunks of decode attention (engine only; the trainer never decodes)."""
+
+    @classmethod
+    def from_spec(cls, spec) -> "Compute":
+        """The Compute a `timbench.spec.Spec` asks for (a fresh kernel set instance)."""
+        return cls(get_kernels(spec.kernels), spec.torch_dtype, spec.torch_logits_dtype, spec.torch_router_dtype,
+                   spec.router_noise, spec.tp, spec.tp_reduce, spec.attn_splits)
 
 
 def rope_table(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,11 +162,17 @@ class Qwen3ForCausalLM(nn.Module):
         sin = self.rope_sin[pos].to(dtype).unsqueeze(-2)
         return x * cos + _rotate_half(x) * sin
 
-    def _moe(self, x, moe: _SparseMoE, c: Compute, replay):
+    def _moe(self, x, moe: _SparseMoE, c: Compute, replay, layer: int):
         """Top-k experts per token; outputs summed in rank order (fixed, so exact stays exact)."""
         cfg, kn = self.config, c.kernels
         flat = x.reshape(-1, x.shape[-1])
-        logits = kn.linear(flat, moe.gate.weight.to(c.dtype))
+        rd = c.router_dtype or c.dtype
+        # Weights are stored in `dtype` on an engine; casting through it first makes a trainer's
+        # fp32 master weights round the same way, so router_dtype alone is never a mismatch.
+        logits = kn.linear(flat.to(rd), moe.gate.weight.to(c.dtype).to(rd))
+        if c.router_noise > 0:
+            z = row_keyed_normal(logits.detach().float().contiguous().numpy(), layer)
+            logits = logits.float() + c.router_noise * torch.from_numpy(z)
         weights, experts = kn.router_topk(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
         weights = weights.to(c.dtype)
         per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype)
@@ -162,7 +189,7 @@ class Qwen3ForCausalLM(nn.Module):
     def _mlp(self, x, mlp: _MLP, c: Compute):
         kn, dt = c.kernels, c.dtype
         h = kn.silu_mul(kn.linear(x, mlp.gate_proj.weight.to(dt)), kn.linear(x, mlp.up_proj.weight.to(dt)))
-        return kn.linear(h, mlp.down_proj.weight.to(dt))
+        return row_parallel_linear(kn, h, mlp.down_proj.weight.to(dt), c.tp, c.tp_reduce)
 
     def _blocks(self, ids, pos, attend: AttendFn, c: Compute, replay=None):
         """Embed, run all decoder layers and the final norm over tokens of any leading shape.
@@ -182,10 +209,10 @@ class Qwen3ForCausalLM(nn.Module):
             q = self._rope(kn.rmsnorm(q, at.q_norm.weight.to(dt), cfg.rms_norm_eps), pos, dt)
             k = self._rope(kn.rmsnorm(k, at.k_norm.weight.to(dt), cfg.rms_norm_eps), pos, dt)
             a = attend(i, q, k, v).reshape(*lead, cfg.num_attention_heads * cfg.head_dim)
-            h = h + kn.linear(a, at.o_proj.weight.to(dt))
+            h = h + row_parallel_linear(kn, a, at.o_proj.weight.to(dt), c.tp, c.tp_reduce)
             x = kn.rmsnorm(h, layer.post_attention_layernorm.weight.to(dt), cfg.rms_norm_eps)
             if cfg.is_moe:
-                y, experts = self._moe(x, layer.mlp, c, None if replay is None else replay[..., i, :])
+                y, experts = self._moe(x, layer.mlp, c, None if replay is None else replay[..., i, :], i)
                 routes.append(experts.reshape(*lead, -1))
             else:
                 y = self._mlp(x, layer.mlp, c)
@@ -194,7 +221,8 @@ class Qwen3ForCausalLM(nn.Module):
         return h, (torch.stack(routes, dim=-2) if routes else None)
 
     def logits(self, h, c: Compute) -> torch.Tensor:
-        return c.kernels.linear(h, self.lm_head_weight.to(c.dtype))
+        ld = c.logits_dtype or c.dtype
+        return c.kernels.linear(h.to(ld), self.lm_head_weight.to(c.dtype).to(ld))  # via dtype: see _moe
 
     # --- entry points -----------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, c: Compute, replay: torch.Tensor | None = None,
@@ -224,7 +252,7 @@ class Qwen3ForCausalLM(nn.Module):
         def attend(i, q, k, v):
             k_cache[i][slots, pos] = k.to(k_cache[i].dtype)
             v_cache[i][slots, pos] = v.to(v_cache[i].dtype)
-            return c.kernels.decode_attention(q, k_cache[i], v_cache[i], slots, pos + 1)
+            return c.kernels.decode_attention(q, k_cache[i], v_cache[i], slots, pos + 1, c.attn_splits)
 
         h, routing = self._blocks(ids, pos, attend, c)
         return self.logits(h, c), routing

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ..spec import SPEC_KEYS, parse_spec
+from ..spec import parse_spec
 
 MODES = ("recompute", "bypass")
 
@@ -131,8 +131,7 @@ def _typed(f: dataclasses.Field, value):
 
 
 def _spec_dict(value, what: str) -> dict:
-    spec = parse_spec(value, f"{what} spec")
-    return {k: getattr(spec, k) for k in SPEC_KEYS}
+    return parse_spec(value, f"{what} spec", side=what).to_dict()
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine import Engine
+from ..engine import Engine, make_engine
 from ..evaluate import evaluate_both
-from ..kernels import get_kernels
 from ..metrics import mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..spec import parse_spec
@@ -50,11 +49,12 @@ def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spe
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    es, ts = parse_spec(engine_spec, "engine spec"), parse_spec(trainer_spec, "trainer spec")
-    engine = Engine(base.config, es, max_num_seqs=max_seqs)
+    es = parse_spec(engine_spec, "engine spec", side="engine")
+    ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
+    engine = make_engine(base.config, es, max_num_seqs=max_seqs)
     engine.load_weights(model)
     ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
-    return Lane(name, model, opt, ref, engine, Compute(get_kernels(ts.kernels), ts.torch_dtype))
+    return Lane(name, model, opt, ref, engine, Compute.from_spec(ts))
 
 
 def _mean(rows: list[dict]) -> dict:

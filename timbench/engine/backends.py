@@ -1,0 +1,34 @@
+"""Engine backends by name: the one place that turns an engine spec into a rollout engine.
+
+`engine=timbench` (default) is timbench's own engine with the spec's kernels and
+conditions; `engine=vllm` is a real vLLM (the optional `vllm` extra), imported
+only when asked for so that timbench never needs it installed.
+"""
+
+from __future__ import annotations
+
+from ..model import ModelConfig
+from ..spec import Spec, parse_spec
+from .engine import Engine
+
+
+def _vllm(config: ModelConfig, spec: Spec, max_num_seqs: int, max_len: int | None):
+    try:
+        from .vllm_engine import VllmEngine
+    except ImportError as e:
+        raise ValueError(f"engine=vllm needs the vllm extra (pip install -e '.[vllm]'): {e}") from None
+    return VllmEngine(config, spec, max_num_seqs=max_num_seqs, max_len=max_len)
+
+
+def _timbench(config: ModelConfig, spec: Spec, max_num_seqs: int, max_len: int | None):
+    return Engine(config, spec, max_num_seqs=max_num_seqs, max_len=max_len)
+
+
+BACKENDS = {"timbench": _timbench, "vllm": _vllm}
+
+
+def make_engine(config: ModelConfig, spec: Spec | str | dict | None = None, max_num_seqs: int = 256,
+                max_len: int | None = None):
+    """A rollout engine for `spec`: `generate(requests, params) -> [Completion]`, `load_weights(model)`."""
+    s = parse_spec(spec, "engine spec", side="engine")
+    return BACKENDS[s.engine](config, s, max_num_seqs, max_len)
