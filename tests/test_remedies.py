@@ -399,3 +399,13 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
         n = len(p) + len(r) - 1
         assert torch.equal(rp_upd[i * width: i * width + n], flat[i * width: i * width + n])
     assert _rows(tmp_path / "r2")[0]["mismatch/routing_agreement"] < 1.0
+
+
+def test_readme_example_remedy_loads_and_computes(tmp_path):
+    text = open("README.md").read()
+    code = text.split("```python\n# my_remedy.py")[1].split("```")[0]
+    (tmp_path / "my_remedy.py").write_text("# my_remedy.py" + code)
+    r = load_remedy(f"{tmp_path / 'my_remedy.py'}:MyRemedy", {"C": 3})
+    out = check_result(r(_batch()), _batch(), r.name)
+    assert float(out.weights[1, 0]) == pytest.approx(3.0) and float(out.weights[2, 0]) == 0.5
+    assert out.metrics["remedy/low_clipped_frac"] == pytest.approx(1 / len(TOKENS))

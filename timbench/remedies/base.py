@@ -231,7 +231,8 @@ def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyR
     if not isinstance(result, RemedyResult):
         raise ValueError(f"{where} returned {type(result).__name__}, not a RemedyResult")
     shape = tuple(batch.mask.shape)
-    if not isinstance(result.mask, torch.Tensor) or result.mask.dtype != torch.bool or tuple(result.mask.shape) != shape:
+    mask = result.mask
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
         raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}")
     if result.weights is not None:
         w = result.weights

@@ -110,7 +110,7 @@ class NoRemedy(Remedy):
 
 class TISToken(Remedy):
     name = "tis_token"
-    doc = ("Token-level truncated importance sampling (Yao et al. 2025): w_t = min(rho_t, C), C = 2 (verl's default).")
+    doc = "Token-level truncated importance sampling (Yao et al. 2025): w_t = min(rho_t, C), C = 2 (verl's default)."
     Params = CapParams
 
     def __call__(self, batch):
@@ -249,7 +249,8 @@ class RoutingReplayR3(Remedy):
 
 class FP16(Remedy):
     name = "fp16"
-    doc = ("FP16 precision (arXiv 2510.26788): run engine and trainer in fp16 (10 mantissa bits vs bf16's 7); reported ~24x lower train-inference KL.")
+    doc = ("FP16 precision (arXiv 2510.26788): run engine and trainer in fp16 (10 mantissa bits vs bf16's 7); "
+           "reported ~24x lower train-inference KL. Both sides' dtype is overridden; the twin stays fp32.")
     engine_override = {"dtype": "fp16"}
     trainer_override = {"dtype": "fp16"}
 
