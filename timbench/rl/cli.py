@@ -1,4 +1,4 @@
-"""`timbench train CONFIG.yaml --out DIR [--set KEY=VALUE ...]`."""
+"""`timbench train CONFIG.yaml --out DIR [--remedy SPEC] [--set KEY=VALUE ...]`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 def _cmd_train(args) -> int:
     from .config import load_config
     from .loop import NonFiniteError, run
-    cfg = load_config(args.config, args.set or [])
+    overrides = list(args.set or []) + ([f"remedy={args.remedy}"] if args.remedy else [])
+    cfg = load_config(args.config, overrides)
     try:
         summary = run(cfg, args.out, progress=not args.quiet)
     except NonFiniteError as e:
@@ -24,5 +25,7 @@ def add_parser(sub) -> None:
     t.add_argument("config", nargs="?", help="run config YAML (e.g. bench/runs/baseline.yaml); default: all defaults")
     t.add_argument("--out", required=True, help="run directory (resumed if it holds a checkpoint)")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. engine.kernels=torch")
+    t.add_argument("--remedy", metavar="SPEC",
+                   help="mismatch remedy: a name from `timbench remedies list`, FILE.py:CLASS or pkg.module:CLASS")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)

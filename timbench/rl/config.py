@@ -92,6 +92,12 @@ class RunConfig:
             raise ValueError(f"mode {self.mode!r} is invalid; valid: {', '.join(MODES)}")
         self.engine = _spec_dict(self.engine, "engine")
         self.trainer = _spec_dict(self.trainer, "trainer")
+        from ..remedies import load_remedy
+        if self.remedy_args is None:
+            self.remedy_args = {}
+        # Loading the remedy here makes a bad name, file or parameter fail before any work; the
+        # coerced overrides are kept so config.yaml (and the resume check) sees one canonical form.
+        self.remedy_args = load_remedy(self.remedy, self.remedy_args).args
         self.betas = tuple(float(b) for b in self.betas)
         for name in ("steps", "prompts_per_step", "group_size", "mini_batches", "epochs", "eval_every",
                      "eval_n", "checkpoint_every", "threads"):
@@ -153,14 +159,21 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
         if top not in _FIELDS:
             raise ValueError(f"--set: unknown config key {top!r}; valid: {', '.join(_FIELDS)}")
         if sub:
-            if top not in ("engine", "trainer"):
-                raise ValueError(f"--set: {top!r} has no sub-keys (only engine.* and trainer.* do)")
+            if top not in ("engine", "trainer", "remedy_args"):
+                raise ValueError(f"--set: {top!r} has no sub-keys (only engine.*, trainer.* and remedy_args.* do)")
             base = d.get(top) or _FIELDS[top].default_factory()
-            base = _spec_dict(base, top) if not isinstance(base, dict) else dict(base)
-            base[sub] = raw
+            if top == "remedy_args":
+                if not isinstance(base, dict):
+                    raise ValueError(f"remedy_args must be a mapping of parameter names to values, got {base!r}")
+                base = dict(base)
+                base[sub] = _coerce(raw)
+            else:
+                base = _spec_dict(base, top) if not isinstance(base, dict) else dict(base)
+                base[sub] = raw
             d[top] = base
         else:
-            d[top] = raw if top in ("engine", "trainer") else _coerce(raw)
+            # Specs and remedy names stay raw strings (YAML would read `a:b` or `x=1` its own way).
+            d[top] = raw if top in ("engine", "trainer", "remedy") else _coerce(raw)
     return d
 
 

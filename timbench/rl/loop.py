@@ -19,6 +19,7 @@ from ..engine import Engine, make_engine
 from ..evaluate import evaluate_both
 from ..metrics import mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
+from ..remedies import Remedy, RemedyBatch, check_result, load_remedy, per_sequence, replay_tensor
 from ..spec import parse_spec
 from ..tasks import get_task
 from ..trainer import sequence_logprobs
@@ -43,9 +44,10 @@ class Lane:
     ref: Qwen3ForCausalLM | None
     engine: Engine
     compute: Compute
+    remedy: Remedy
 
 
-def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spec, max_seqs) -> Lane:
+def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spec, max_seqs, remedy) -> Lane:
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
@@ -54,7 +56,7 @@ def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spe
     engine = make_engine(base.config, es, max_num_seqs=max_seqs)
     engine.load_weights(model)
     ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
-    return Lane(name, model, opt, ref, engine, Compute.from_spec(ts))
+    return Lane(name, model, opt, ref, engine, Compute.from_spec(ts), remedy)
 
 
 def _mean(rows: list[dict]) -> dict:
@@ -62,10 +64,12 @@ def _mean(rows: list[dict]) -> dict:
     return {k: sum(float(r[k]) for r in rows) / len(rows) for k in keys}
 
 
-def _trainer_logprobs(lane: Lane, seqs, temperature, chunk: int):
+def _trainer_logprobs(lane: Lane, seqs, temperature, chunk: int, replay=None):
+    """Chunked no-grad forward; `replay` is per-sequence routing to replay (R3), or None."""
     lps, ents, routes = [], [], []
     for i in range(0, len(seqs), chunk):
-        out = sequence_logprobs(lane.model, lane.compute, seqs[i:i + chunk], temperature)
+        rp = replay_tensor(seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
+        out = sequence_logprobs(lane.model, lane.compute, seqs[i:i + chunk], temperature, replay=rp)
         lps.append(out.logprobs)
         ents.append(out.entropy)
         routes.append(out.routing)
@@ -86,9 +90,17 @@ def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict,
     if algo.dynamic_sampling:
         mask = mask & dynamic_sampling_mask(exp.rewards, cfg.group_size)[:, None]
     mb = n // cfg.mini_batches
+    lengths = [len(p) + len(r) for p, r in exp.seqs]
     with torch.no_grad():
-        old_train, entropy, routes = _trainer_logprobs(lane, exp.seqs, cfg.temperature, mb)
+        old_train, entropy, routes = _trainer_logprobs(
+            lane, exp.seqs, cfg.temperature, mb, exp.routing if lane.remedy.replay == "engine" else None)
     old_train = old_train[:, : mask.shape[1]]
+    trainer_routing = per_sequence(routes, lengths, mb)
+    # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute above.
+    replay = {"engine": exp.routing, "old": trainer_routing}.get(lane.remedy.replay)
+    rb = RemedyBatch(old_train.detach(), exp.rollout_logprobs, adv, mask, cfg.group_size)
+    remedy = check_result(lane.remedy(rb), rb, lane.remedy.name)
+    mask, weights = mask & remedy.mask, remedy.weights
     t2 = time.perf_counter()
     old = old_train if cfg.mode == "recompute" else exp.rollout_logprobs
     loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high)) if v is not None}
@@ -97,9 +109,11 @@ def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict,
     for _ in range(cfg.epochs):
         for i in range(0, n, mb):
             sl = slice(i, i + mb)
-            out = sequence_logprobs(lane.model, lane.compute, exp.seqs[sl], cfg.temperature)
+            rp = replay_tensor(exp.seqs[sl], None if replay is None else replay[sl])
+            out = sequence_logprobs(lane.model, lane.compute, exp.seqs[sl], cfg.temperature, replay=rp)
             w = out.logprobs.shape[1]
-            loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], mask[sl, :w], **loss_kw)
+            loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], mask[sl, :w],
+                                weights=None if weights is None else weights[sl, :w], **loss_kw)
             if lane.ref is not None:
                 with torch.no_grad():
                     ref_lp = sequence_logprobs(lane.ref, lane.compute, exp.seqs[sl], cfg.temperature).logprobs
@@ -128,10 +142,12 @@ def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict,
         **_mean(upd),
         **{k: v for k, v in mismatch_metrics(old_train, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
     }
+    clash = sorted(metrics.keys() & remedy.metrics.keys())
+    if clash:
+        raise ValueError(f"remedy {lane.remedy.name}: metric name(s) {clash} clash with the loop's metrics")
+    metrics.update(remedy.metrics)
     if exp.routing[0] is not None:
-        pairs = [(routes[i // mb][i % mb, : r.shape[0]], r) for i, r in enumerate(exp.routing)]
-        metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat([a for a, _ in pairs]),
-                                                                  torch.cat([b for _, b in pairs]))
+        metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat(trainer_routing), torch.cat(exp.routing))
     timing = {"time/rollout": t1 - t0, "time/recompute": t2 - t1, "time/update": t3 - t2, "time/sync": t4 - t3}
     return metrics, exp, timing
 
@@ -169,9 +185,13 @@ def run(cfg: RunConfig, out, progress: bool = True) -> dict:
     rd = RunDir(out, cfg.to_dict())
     base = load_checkpoint(resolve_checkpoint(cfg))
     n = cfg.prompts_per_step * cfg.group_size
-    lanes = [_lane("main", base, cfg, cfg.engine, cfg.trainer, n)]
+    # The remedy's spec overrides (e.g. fp16) apply to the main lane only: the twin is the zero-mismatch
+    # reference by definition, and its other hooks are no-ops there (rho == 1, routings agree).
+    remedy = load_remedy(cfg.remedy, cfg.remedy_args)
+    lanes = [_lane("main", base, cfg, cfg.engine | remedy.engine_override, cfg.trainer | remedy.trainer_override, n,
+                   remedy)]
     if cfg.twin:
-        lanes.append(_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n))
+        lanes.append(_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, remedy))
     eval_problems = task.eval_set(cfg.eval_n)
     eval_engine = Engine(base.config, "kernels=exact", max_num_seqs=min(256, cfg.eval_n))
     state = rd.load_state()

@@ -1,0 +1,15 @@
+"""Mismatch remedies: a registry of built-ins and a plug-in API (`load_remedy`).
+
+    from timbench.remedies import Remedy, RemedyBatch, finish, log_rho, param
+    remedy = load_remedy("tis_token", {"C": 3.0})
+    result = remedy(RemedyBatch(old_logprobs, rollout_logprobs, advantages, mask, group_size))
+"""
+
+from .base import (METRIC_NAMES, NoParams, Remedy, RemedyBatch, RemedyResult, check_result, finish, k2, k3, log_rho,
+                   param, per_token, seq_max, seq_mean, seq_sum)
+from .registry import ENTRY_POINT_GROUP, REMEDIES, describe, list_remedies, load_remedy, resolve
+from .replay import per_sequence, replay_tensor
+
+__all__ = ["ENTRY_POINT_GROUP", "METRIC_NAMES", "NoParams", "REMEDIES", "Remedy", "RemedyBatch", "RemedyResult",
+           "check_result", "describe", "finish", "k2", "k3", "list_remedies", "load_remedy", "log_rho", "param",
+           "per_sequence", "per_token", "replay_tensor", "resolve", "seq_max", "seq_mean", "seq_sum"]

@@ -1,0 +1,246 @@
+"""The remedy plug-in API: the batch a remedy sees, what it returns, the base class, the shared metrics.
+
+A remedy turns one step's correction ratios rho_t = pi_old / mu (trainer's recomputed logprob over
+the engine's) into per-token loss weights and a keep-mask, as a pure function of the batch. It may
+also act earlier through declarative hooks: `replay` (MoE routing replay) and spec overrides for
+the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never touches
+the loop.
+
+Metric names follow verl's `rollout_corr/*` (verl/trainer/ppo/rollout_corr_helper.py); every
+remedy logs the same set through `finish`, so runs with different remedies line up column for
+column. The mapping from the generic names:
+
+    remedy/token_masked_frac    -> rollout_corr/rollout_rs_masked_fraction
+    remedy/seq_masked_frac      -> rollout_corr/rollout_rs_seq_masked_fraction
+    remedy/token_truncated_frac -> rollout_corr/rollout_is_ratio_fraction_high
+    remedy/is_weight_{mean,min,max} -> rollout_corr/rollout_is_{mean,min,max}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+CLAMP = 20.0  # verl clamps log-ratios at +-20 before exponentiating (SAFETY_BOUND)
+REPLAY_MODES = (None, "engine", "old")
+
+METRIC_NAMES = {
+    "remedy/token_masked_frac": "rollout_corr/rollout_rs_masked_fraction",
+    "remedy/seq_masked_frac": "rollout_corr/rollout_rs_seq_masked_fraction",
+    "remedy/token_truncated_frac": "rollout_corr/rollout_is_ratio_fraction_high",
+    "remedy/is_weight_mean": "rollout_corr/rollout_is_mean",
+    "remedy/is_weight_min": "rollout_corr/rollout_is_min",
+    "remedy/is_weight_max": "rollout_corr/rollout_is_max",
+}
+"""Generic name -> the verl name actually logged."""
+
+
+@dataclass(frozen=True)
+class RemedyBatch:
+    """One step's batch as a remedy sees it (all tensors detached)."""
+
+    old_logprobs: torch.Tensor
+    """[N, T] trainer's recomputed logprobs pi_old of the sampled tokens."""
+    rollout_logprobs: torch.Tensor
+    """[N, T] engine logprobs mu the tokens were sampled with."""
+    advantages: torch.Tensor
+    """[N] per-sequence advantages."""
+    mask: torch.Tensor
+    """[N, T] bool, the tokens in the loss before the remedy."""
+    group_size: int
+    """G: responses per prompt (groups of G contiguous rows)."""
+
+
+@dataclass(frozen=True)
+class RemedyResult:
+    """What a remedy returns."""
+
+    weights: torch.Tensor | None
+    """[N, T] float per-token loss multipliers (detached), or None for all ones."""
+    mask: torch.Tensor
+    """[N, T] bool, the tokens kept; the loop ANDs it into the loss mask."""
+    metrics: dict[str, float]
+    """Scalar metrics for this step's row (the shared set from `finish`, plus any of the remedy's own)."""
+
+
+def param(default: Any, doc: str) -> Any:
+    """A remedy parameter with its default and one-line doc (shown by `timbench remedies list`)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """A remedy without parameters."""
+
+
+class Remedy:
+    """Base class of all remedies (built-in and plug-in).
+
+    Subclasses set `name`, `doc` (one paragraph: formula, defaults, source), `Params` (a dataclass
+    of parameters built with `param`), optionally the hooks, and implement `__call__`.
+    """
+
+    name: ClassVar[str] = ""
+    doc: ClassVar[str] = ""
+    Params: ClassVar[type] = NoParams
+    replay: ClassVar[str | None] = None
+    """MoE routing replay: None; "engine" (R3: the engine's routing in the recompute and update passes);
+    "old" (R2: the trainer's own recompute-pass routing in the update passes)."""
+    engine_override: ClassVar[dict] = {}
+    """Spec keys forced on the engine, e.g. {"dtype": "fp16"} (read-only)."""
+    trainer_override: ClassVar[dict] = {}
+    """Spec keys forced on the trainer (read-only)."""
+
+    def __init__(self, **args):
+        self.args = coerce_params(self.Params, args, self.name or type(self).__name__)
+        self.params = self.Params(**self.args)
+
+    def __call__(self, batch: RemedyBatch) -> RemedyResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.params})"
+
+
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def _coerce(f: dataclasses.Field, value, owner: str):
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    optional = kind.replace(" ", "").endswith("|None") or kind.startswith("Optional")
+    base = kind.split("|")[0].strip().removeprefix("Optional[").rstrip("]")
+    bad = ValueError(f"remedy {owner}: parameter {f.name}={value!r} is not a valid {kind}")
+    if value is None or (optional and value in ("None", "null")):
+        if optional:
+            return None
+        raise bad
+    try:
+        if base == "bool":
+            return value if isinstance(value, bool) else _BOOLS[str(value).lower()]
+        if base == "int":
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            return int(float(value))
+        if base == "float":
+            if isinstance(value, bool) or not math.isfinite(float(value)):
+                raise ValueError
+            return float(value)
+        if base == "str":
+            return str(value)
+    except (ValueError, TypeError, KeyError):
+        raise bad from None
+    return value
+
+
+def coerce_params(params_cls: type, args: dict, owner: str) -> dict:
+    """Validate and type-coerce parameter overrides; unknown names are a one-line error listing the valid ones."""
+    if not isinstance(args, dict):
+        raise ValueError(f"remedy {owner}: remedy_args must be a mapping of parameter names to values, got {args!r}")
+    fields = {f.name: f for f in dataclasses.fields(params_cls)}
+    unknown = sorted(set(map(str, args)) - set(fields))
+    if unknown:
+        raise ValueError(f"remedy {owner}: unknown parameter(s) {unknown}; valid: {', '.join(fields) or '(none)'}")
+    out = {k: _coerce(fields[k], v, owner) for k, v in args.items()}
+    try:
+        params_cls(**out)  # the dataclass's own range checks (__post_init__)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"remedy {owner}: {e}") from None
+    return out
+
+
+def describe_params(params_cls: type) -> dict[str, dict]:
+    """{name: {"default": ..., "doc": ...}} of a params dataclass."""
+    return {f.name: {"default": f.default, "doc": f.metadata.get("doc", "")} for f in dataclasses.fields(params_cls)}
+
+
+# ---------------------------------------------------------------- formula helpers (pure)
+
+def log_rho(batch: RemedyBatch) -> torch.Tensor:
+    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask."""
+    d = (batch.old_logprobs.detach().double() - batch.rollout_logprobs.detach().double()).clamp(-CLAMP, CLAMP)
+    return torch.where(batch.mask, d, torch.zeros_like(d))
+
+
+def seq_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum(-1)
+
+
+def seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def seq_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask, x, torch.full_like(x, -math.inf)).amax(-1)
+
+
+def k2(lr: torch.Tensor) -> torch.Tensor:
+    """k2 = 0.5 (log rho)^2 (Schulman's estimator)."""
+    return 0.5 * lr.square()
+
+
+def k3(lr: torch.Tensor) -> torch.Tensor:
+    """k3 = rho - 1 - log rho (>= 0)."""
+    return lr.exp() - 1 - lr
+
+
+def per_token(seq_values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Broadcast a per-sequence [N] tensor over tokens [N, T]."""
+    return seq_values[:, None].expand_as(like)
+
+
+# ---------------------------------------------------------------- the shared result + metrics
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
+    return float(num.sum()) / float(den.sum()) if bool(den.any()) else 0.0
+
+
+def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.Tensor | None = None,
+           truncated: torch.Tensor | None = None, extra: dict[str, float] | None = None) -> RemedyResult:
+    """Build a RemedyResult and the metrics every remedy logs.
+
+    `keep` [N, T] bool (tokens kept), `truncated` [N, T] bool (weight capped) and `weights` [N, T];
+    fractions are over the batch's masked-in tokens / non-empty sequences, as verl's masked_mean over
+    response_mask. Weight statistics run over the kept masked-in tokens (a missing weight counts as
+    1.0; no kept token gives 1.0, the neutral weight).
+    """
+    m = batch.mask
+    kept = m if keep is None else (m & keep)
+    dropped = m & ~kept
+    rows = m.any(-1)
+    w = torch.ones_like(batch.old_logprobs, dtype=torch.float64) if weights is None else weights.detach().double()
+    wk = w[kept]
+    metrics = {
+        METRIC_NAMES["remedy/token_masked_frac"]: _ratio(dropped, m),
+        METRIC_NAMES["remedy/seq_masked_frac"]: _ratio(dropped.any(-1) & rows, rows),
+        METRIC_NAMES["remedy/token_truncated_frac"]: 0.0 if truncated is None else _ratio(truncated & m, m),
+        METRIC_NAMES["remedy/is_weight_mean"]: float(wk.mean()) if wk.numel() else 1.0,
+        METRIC_NAMES["remedy/is_weight_min"]: float(wk.min()) if wk.numel() else 1.0,
+        METRIC_NAMES["remedy/is_weight_max"]: float(wk.max()) if wk.numel() else 1.0,
+    }
+    out_w = None if weights is None else weights.detach().to(batch.old_logprobs.dtype)
+    return RemedyResult(out_w, kept, metrics | dict(extra or {}))
+
+
+def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyResult:
+    """Validate what a (possibly third-party) remedy returned; one-line ValueError on any defect."""
+    where = f"remedy {name}"
+    if not isinstance(result, RemedyResult):
+        raise ValueError(f"{where} returned {type(result).__name__}, not a RemedyResult")
+    shape = tuple(batch.mask.shape)
+    mask = result.mask
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
+        raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}")
+    if result.weights is not None:
+        w = result.weights
+        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:
+            raise ValueError(f"{where}: weights must be None or a float tensor of shape {shape}")
+        if not bool(torch.isfinite(w[batch.mask & result.mask]).all()):
+            raise ValueError(f"{where}: weights are NaN or infinite on kept tokens")
+    for k, v in result.metrics.items():
+        if not isinstance(k, str) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            raise ValueError(f"{where}: metric {k!r}={v!r} is not a finite number")
+    return result

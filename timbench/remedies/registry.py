@@ -1,0 +1,137 @@
+"""The remedy registry and plug-in loader: one dict of built-ins, one function that resolves a spec.
+
+A spec is a registered name (`tis_token`), an installed entry point in the group `timbench.remedies`,
+`pkg.module:ClassName`, or `path/to/file.py:ClassName`. Every failure is a one-line ValueError or
+FileNotFoundError that names what is wrong and what is valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from pathlib import Path
+
+from ..spec import SPEC_KEYS, parse_spec
+from .base import REPLAY_MODES, Remedy, describe_params
+from .builtin import BUILTINS
+
+ENTRY_POINT_GROUP = "timbench.remedies"
+
+REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in BUILTINS}
+"""Built-in remedies by name."""
+
+
+def _entry_points() -> dict:
+    # Looked up through the module attribute at call time, so tests (and tools) can substitute it.
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _valid_specs() -> str:
+    return (f"registered: {', '.join(REMEDIES)}; or an entry point in group {ENTRY_POINT_GROUP}, "
+            "pkg.module:ClassName or path/to/file.py:ClassName")
+
+
+def _import_file(path: Path):
+    if not path.is_file():
+        raise FileNotFoundError(f"remedy file {path} does not exist")
+    resolved = path.resolve()
+    # A name unique per file, so two plug-in files with the same stem do not replace each other.
+    mod_name = f"timbench_remedy_plugin_{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:10]}"
+    spec = importlib.util.spec_from_file_location(mod_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"remedy file {path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module  # dataclasses look their module up here while the file executes
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(mod_name, None)
+        raise ValueError(f"remedy file {path} failed to import: {type(e).__name__}: {e}") from None
+    return module
+
+
+def _import_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ValueError(f"remedy module {name!r} cannot be imported: {e}") from None
+
+
+def _class_from(spec: str):
+    target, _, cls_name = spec.rpartition(":")
+    if not target or not cls_name:
+        raise ValueError(f"remedy {spec!r} is not MODULE:CLASS or FILE.py:CLASS; {_valid_specs()}")
+    is_file = target.endswith(".py") or "/" in target or "\\" in target
+    module = _import_file(Path(target)) if is_file else _import_module(target)
+    if not hasattr(module, cls_name):
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, Remedy)
+                       and v is not Remedy)
+        raise ValueError(f"remedy {spec!r}: {target} has no class {cls_name!r}; remedies defined there: "
+                         f"{', '.join(found) or '(none)'}")
+    return getattr(module, cls_name)
+
+
+def resolve(spec: str) -> type[Remedy]:
+    """The Remedy subclass a spec names (not yet instantiated)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"remedy must be a non-empty string, got {spec!r}; {_valid_specs()}")
+    spec = spec.strip()
+    if spec in REMEDIES:
+        return REMEDIES[spec]
+    if ":" in spec:
+        obj = _class_from(spec)
+    else:
+        eps = _entry_points()
+        if spec not in eps:
+            raise ValueError(f"unknown remedy {spec!r}; {_valid_specs()}")
+        try:
+            obj = eps[spec].load()
+        except Exception as e:
+            raise ValueError(f"remedy entry point {spec!r} failed to load: {type(e).__name__}: {e}") from None
+    _check_class(obj, spec)
+    return obj
+
+
+def _check_class(obj, spec: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, Remedy)) or obj is Remedy:
+        raise ValueError(f"remedy {spec!r}: {getattr(obj, '__name__', obj)!r} is not a subclass of "
+                         "timbench.remedies.Remedy")
+    if obj.__call__ is Remedy.__call__:
+        raise ValueError(f"remedy {spec!r}: {obj.__name__} does not implement __call__(batch) -> RemedyResult")
+    if obj.replay not in REPLAY_MODES:
+        raise ValueError(f"remedy {spec!r}: replay={obj.replay!r} is invalid; valid: None, engine, old")
+    for side in ("engine", "trainer"):
+        override = getattr(obj, f"{side}_override")
+        if not isinstance(override, dict):
+            raise ValueError(f"remedy {spec!r}: {side}_override must be a dict of spec keys ({', '.join(SPEC_KEYS)})")
+        parse_spec(override, f"remedy {spec!r} {side}_override")
+
+
+def load_remedy(spec: str, args: dict | None = None) -> Remedy:
+    """Resolve `spec` and instantiate it with parameter overrides `args` (unknown names rejected)."""
+    cls = resolve(spec)
+    remedy = cls(**dict(args or {}))
+    if not cls.name:  # a plug-in without a name is known by its spec
+        remedy.name = spec
+    return remedy
+
+
+def describe(cls: type[Remedy]) -> dict:
+    """Name, doc, parameters with defaults and hooks of a remedy class (for `timbench remedies list`)."""
+    return {"name": cls.name, "doc": " ".join(cls.doc.split()),
+            "params": {k: v["default"] for k, v in describe_params(cls.Params).items()},
+            "param_docs": {k: v["doc"] for k, v in describe_params(cls.Params).items()},
+            "hooks": {"replay": cls.replay, "engine_override": dict(cls.engine_override),
+                      "trainer_override": dict(cls.trainer_override)}}
+
+
+def list_remedies() -> list[dict]:
+    """Every registered remedy, then every installed entry-point remedy, described."""
+    rows = [describe(cls) for cls in REMEDIES.values()]
+    for name in sorted(_entry_points()):
+        if name not in REMEDIES:
+            rows.append(describe(resolve(name)) | {"name": name, "source": "entry point"})
+    return rows
