@@ -21,9 +21,6 @@ from pathlib import Path
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
 from .html import render_html
-from .plots import drift_figure, kl_grad_figure, png_bytes, reward_accuracy_figure
-from .plots_cells import (delta_distribution_figure, delta_histogram_figure, dose_response_figure,
-                          has_histograms, relative_accuracy_heatmap)
 from .resultdir import Grid, load_grid
 from .summary import summarize, summary_csv
 
@@ -145,6 +142,10 @@ def markdown(title: str, preamble: list[str], tabs: list[Table]) -> str:
 
 def figures(grid: Grid, rows: list[dict]) -> list[tuple[str, str, object]]:
     """(file name, caption, figure builder) for every figure of the report."""
+    # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
+    from .plots import drift_figure, kl_grad_figure, reward_accuracy_figure
+    from .plots_cells import (delta_distribution_figure, delta_histogram_figure, dose_response_figure,
+                              has_histograms, relative_accuracy_heatmap)
     cells = grid.cells
     out = [("reward_accuracy.png", "(a) training reward and eval accuracy per condition vs the zero-mismatch reference",
             lambda: reward_accuracy_figure(cells)),
@@ -178,6 +179,7 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
     tabs = tables(grid, rows, command)
     written = {"summary.csv": grid.path / "summary.csv"}
     atomic_write(written["summary.csv"], summary_csv(rows))
+    from .plots import png_bytes
     pngs = []
     for name, caption, build in figures(grid, rows):
         png = png_bytes(build())
