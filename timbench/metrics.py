@@ -93,7 +93,7 @@ def abs_delta_histogram(lp_train: torch.Tensor, lp_rollout: torch.Tensor,
         delta = delta[mask.bool()]
     absd = delta.abs().flatten()
     if torch.isnan(absd).any():
-        raise ValueError("abs_delta_histogram: NaN in lp_train - lp_rollout; logprobs must be finite or -inf-free")
+        raise ValueError("abs_delta_histogram: NaN in lp_train - lp_rollout (a NaN logprob, or -inf on both sides)")
     counts = [int((absd == 0).sum())]
     nonzero = absd[absd != 0]
     edges = torch.tensor(ABS_DELTA_EDGES, dtype=torch.float64)

@@ -34,8 +34,7 @@ def relative_accuracy_heatmap(rows: list[dict]):
     remedies = sorted({r["remedy"] for r in rows}, key=lambda r: (r != "none", r))
     fig, axes = plt.subplots(1, len(modes), squeeze=False, figsize=(
         len(modes) * (1.0 * len(remedies) + 2.4) + 1.5, 0.6 * len(conds) + 2.2))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("#dddddd")
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#dddddd")  # grey: no finished cell
     for ax, mode in zip(axes[0], modes):
         grid = np.full((len(conds), len(remedies)), np.nan)
         for i, cond in enumerate(conds):
