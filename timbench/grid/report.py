@@ -21,7 +21,7 @@ from pathlib import Path
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
 from .html import render_html
-from .resultdir import Grid, load_grid
+from .resultdir import Grid, load_results
 from .summary import summarize, summary_csv
 
 SCORE_CAP = 0.5
@@ -167,7 +167,7 @@ def figures(grid: Grid, rows: list[dict]) -> list[tuple[str, str, object]]:
 
 def write_report(path: str | Path, command: str | None = None) -> dict[str, Path]:
     """Write the report files into the grid dir `path`; returns {name: path written}."""
-    grid = load_grid(path)
+    grid = load_results(path)
     rows = summarize(grid)
     command = command or f"timbench grid report {path}"
     rule = rule_from_dict(grid.collapse)

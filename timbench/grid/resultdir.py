@@ -121,7 +121,7 @@ def load_cell_results(cell: CellRun, run_dir: Path) -> CellRun:
     return cell
 
 
-def load_grid(path: str | Path) -> Grid:
+def load_results(path: str | Path) -> Grid:
     """Read results/NAME (cells.json and every runs/<id>/) into a Grid."""
     path = Path(path)
     if not path.is_dir():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
-from .resultdir import CellRun, Grid, load_grid
+from .resultdir import CellRun, Grid, load_results
 
 FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
 DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
@@ -110,7 +110,7 @@ def summarize(grid: Grid) -> list[dict]:
 
 def summarize_grid(path: str | Path) -> list[dict]:
     """Read results/NAME and return one summary row per cell (see the module docstring)."""
-    return summarize(load_grid(path))
+    return summarize(load_results(path))
 
 
 def _cell_text(v) -> str:
