@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_train(sub)
     from .remedies.cli import add_parser as add_remedies
     add_remedies(sub)
+    from .grid.compare import add_parser as add_compare
+    add_compare(sub)
+    # Temporary top-level alias until `timbench grid` exists; then it is `timbench grid report DIR`.
+    from .grid.report import add_report_parser
+    add_report_parser(sub, name="grid-report")
 
     try:
         from .tasks.cli import add_parser as add_tasks

@@ -12,6 +12,17 @@ import torch
 
 _CLAMP = 20.0
 
+# Fixed |delta| histogram bins, shared by every run so histograms add across steps and cells.
+# Bin 0 holds |delta| == 0 exactly (the zero-mismatch signature); bin 1 is (0, 1e-9); bins 2..10
+# are the half-open decades [1e-9, 1e-8), ..., [1e-1, 1); bin 11 is [1, inf) (the ~1.0 outliers
+# arXiv 2605.14220 reports). Each entry is (low, high).
+ABS_DELTA_EDGES: tuple[float, ...] = tuple(float(f"1e{e}") for e in range(-9, 1))  # exact decimal literals
+ABS_DELTA_BINS: tuple[tuple[float, float], ...] = (
+    ((0.0, 0.0), (0.0, ABS_DELTA_EDGES[0]))
+    + tuple(zip(ABS_DELTA_EDGES[:-1], ABS_DELTA_EDGES[1:]))
+    + ((ABS_DELTA_EDGES[-1], float("inf")),)
+)
+
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
@@ -64,6 +75,32 @@ def mismatch_metrics(lp_train: torch.Tensor, lp_rollout: torch.Tensor, mask: tor
     for tau in taus:
         out[f"mismatch/extreme_frac_{tau:g}"] = float((ext > tau).double().mean()) if n_tok else 0.0
     return out
+
+
+def abs_delta_histogram(lp_train: torch.Tensor, lp_rollout: torch.Tensor,
+                        mask: torch.Tensor | None = None) -> list[int]:
+    """Counts of |log pi - log mu| over unmasked tokens in the fixed bins of `ABS_DELTA_BINS`.
+
+    Returns len(ABS_DELTA_BINS) == 12 integers summing to the number of unmasked tokens. Computed
+    in float64 without clamping, so a delta of exactly 0 lands in bin 0 and nothing else does.
+    Raises ValueError on NaN deltas (a NaN logprob is a bug upstream, not a large mismatch).
+    """
+    delta = lp_train.detach().double() - lp_rollout.detach().double()
+    if mask is not None:
+        if mask.shape != delta.shape:
+            raise ValueError(f"abs_delta_histogram: mask shape {tuple(mask.shape)} != logprob shape "
+                             f"{tuple(delta.shape)}")
+        delta = delta[mask.bool()]
+    absd = delta.abs().flatten()
+    if torch.isnan(absd).any():
+        raise ValueError("abs_delta_histogram: NaN in lp_train - lp_rollout (a NaN logprob, or -inf on both sides)")
+    counts = [int((absd == 0).sum())]
+    nonzero = absd[absd != 0]
+    edges = torch.tensor(ABS_DELTA_EDGES, dtype=torch.float64)
+    # right=True: index i means edges[i-1] <= x < edges[i]; 0 means x < 1e-9, len(edges) means x >= 1.
+    idx = torch.bucketize(nonzero, edges, right=True)
+    counts += [int(c) for c in torch.bincount(idx, minlength=len(edges) + 1)]
+    return counts
 
 
 def routing_agreement(experts_a: torch.Tensor, experts_b: torch.Tensor) -> float:

@@ -1,0 +1,153 @@
+"""`timbench compare`: exit codes and listed regressions for grid dirs and align tables, tolerance files."""
+
+import copy
+import json
+import shutil
+
+import pytest
+
+from gridfab import cell_id, standard_grid, write_cell
+from timbench.cli import main
+from timbench.grid.compare import Tolerances, compare, load_tolerances
+
+ALIGN = [
+    {"model_name": "tiny-dense", "condition": "zero-mismatch (exact/exact fp32)", "max_abs_diff": 0.0,
+     "mean_abs_diff": 0.0, "k3_kl": 0.0, "frac_tokens_differ": 0.0},
+    {"model_name": "tiny-dense", "condition": "precision mismatch", "max_abs_diff": 0.0071, "mean_abs_diff": 0.00149,
+     "k3_kl": 1.77e-06, "frac_tokens_differ": 1.0},
+    {"model_name": "tiny-moe", "condition": "precision mismatch", "max_abs_diff": 0.0525, "mean_abs_diff": 0.00216,
+     "k3_kl": 7.72e-06, "frac_tokens_differ": 1.0, "routing_agreement": 0.9887},
+]
+
+
+@pytest.fixture(scope="module")
+def base_grid(tmp_path_factory):
+    return standard_grid(tmp_path_factory.mktemp("cmp") / "base")
+
+
+def _copy(base_grid, tmp_path):
+    return shutil.copytree(base_grid, tmp_path / "cand")
+
+
+def _run(capsys, *argv):
+    rc = main(["compare", *map(str, argv), "--json"])
+    out = capsys.readouterr().out
+    return rc, json.loads(out) if out.strip() else None
+
+
+def _write(path, rows):
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_equal_grids_pass(base_grid, tmp_path, capsys):
+    rc, v = _run(capsys, base_grid, _copy(base_grid, tmp_path))
+    assert rc == 0 and v["verdict"] == "pass" and v["regressions"] == [] and v["compared"] == 10
+
+
+def test_collapse_appeared_and_accuracy_fell(base_grid, tmp_path, capsys):
+    cand = _copy(base_grid, tmp_path)
+    write_cell(cand, "noise-3", "tis_token", final_acc=0.64, delta=0.9, collapse=True)
+    write_cell(cand, "noise-1", "tis_token", final_acc=0.60, delta=0.11)  # 0.74 -> 0.60: beyond 0.05
+    rc, v = _run(capsys, base_grid, cand)
+    got = {(r["id"], r["check"]) for r in v["regressions"]}
+    assert rc == 1 and v["verdict"] == "fail"
+    assert got == {(cell_id("noise-3", "tis_token"), "collapse_appeared"),
+                   (cell_id("noise-1", "tis_token"), "accuracy_fell")}
+    # the same drop passes with a looser tolerance file
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("accuracy_abs: 0.2\n")
+    rc, v = _run(capsys, base_grid, cand, "--tolerances", tol)
+    assert rc == 1 and {r["check"] for r in v["regressions"]} == {"collapse_appeared"}
+
+
+def test_exactness_lost_and_mismatch_grew_in_a_grid(base_grid, tmp_path, capsys):
+    cand = _copy(base_grid, tmp_path)
+    write_cell(cand, "baseline", "none", final_acc=0.80, delta=1e-9)  # no longer bitwise exact
+    write_cell(cand, "bf16-engine", "none", final_acc=0.76, delta=4e-3)  # 2x the mean |delta|
+    rc, v = _run(capsys, base_grid, cand)
+    got = {(r["id"].split(".")[2], r["check"], r["metric"]) for r in v["regressions"]}
+    assert rc == 1
+    assert ("baseline", "exact_lost", "max/training/rollout_probs_diff_max") in got
+    assert ("bf16-engine", "mismatch_grew", "mean/mismatch/mean_abs_delta") in got
+    assert ("bf16-engine", "mismatch_grew", "mean/rollout_corr/k3_kl") in got
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("mismatch_rel: 4.0\n")  # 2x |delta| (4x k3) is allowed now; exactness never is
+    rc, v = _run(capsys, base_grid, cand, "--tolerances", tol)
+    # only the baseline cell regresses now: exactness lost, and 0 -> 1e-9 is growth no ratio allows
+    assert rc == 1 and {r["id"] for r in v["regressions"]} == {cell_id("baseline", "none")}
+    assert "exact_lost" in {r["check"] for r in v["regressions"]}
+
+
+def test_missing_and_unfinished_cells(base_grid, tmp_path, capsys):
+    cand = _copy(base_grid, tmp_path)
+    meta = json.loads((cand / "cells.json").read_text())
+    meta["cells"] = [c for c in meta["cells"] if c["id"] != cell_id("noise-1", "none")]
+    (cand / "cells.json").write_text(json.dumps(meta))
+    (cand / "runs" / cell_id("bf16-engine", "tis_token") / "cell.json").write_text(
+        json.dumps({"status": "running", "error": None, "wall_s": 1.0, "attempts": 1}))
+    rc, v = _run(capsys, base_grid, cand)
+    got = {(r["id"], r["check"]) for r in v["regressions"]}
+    assert rc == 1 and got == {(cell_id("noise-1", "none"), "missing"),
+                               (cell_id("bf16-engine", "tis_token"), "not_finished")}
+
+
+def test_align_tables(tmp_path, capsys):
+    base = _write(tmp_path / "base.json", ALIGN)
+    rc, v = _run(capsys, base, _write(tmp_path / "same.json", ALIGN))
+    assert rc == 0 and v["kind"] == "align" and v["compared"] == 3
+    worse = copy.deepcopy(ALIGN)
+    worse[0]["max_abs_diff"] = 9.5e-7  # the zero-mismatch row is no longer exact
+    worse[1]["mean_abs_diff"] = 0.004  # > 1.5 x 0.00149
+    worse[2]["routing_agreement"] = 0.95
+    del worse[2]["k3_kl"]
+    rc, v = _run(capsys, base, _write(tmp_path / "worse.json", worse))
+    got = {(r["id"], r["check"], r["metric"]) for r in v["regressions"]}
+    assert rc == 1 and got == {
+        ("tiny-dense / zero-mismatch (exact/exact fp32)", "exact_lost", "max_abs_diff"),
+        ("tiny-dense / precision mismatch", "mismatch_grew", "mean_abs_diff"),
+        ("tiny-moe / precision mismatch", "routing_dropped", "routing_agreement")}
+    # small growth inside the tolerance passes; a dropped row is a regression
+    slight = copy.deepcopy(ALIGN)
+    slight[1]["mean_abs_diff"] = 0.0016
+    rc, _ = _run(capsys, base, _write(tmp_path / "slight.json", slight))
+    assert rc == 0
+    rc, v = _run(capsys, base, _write(tmp_path / "fewer.json", ALIGN[:2]))
+    assert rc == 1 and [r["check"] for r in v["regressions"]] == ["missing"]
+
+
+def test_human_readable_output_lists_each_regression(tmp_path, capsys):
+    worse = copy.deepcopy(ALIGN)
+    worse[0]["max_abs_diff"] = 1e-6
+    assert main(["compare", str(_write(tmp_path / "a.json", ALIGN)), str(_write(tmp_path / "b.json", worse))]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION exact_lost: tiny-dense / zero-mismatch (exact/exact fp32) max_abs_diff: 0.0 -> 1e-06" in out
+    assert out.strip().endswith("1 regressions: FAIL")
+
+
+def test_bad_inputs_are_one_line_errors(base_grid, tmp_path, capsys):
+    a = _write(tmp_path / "a.json", ALIGN)
+    cases = [
+        ([a, tmp_path / "nope.json"], "no such grid directory or alignment JSON file"),
+        ([a, base_grid], "cannot compare align table JSON file"),
+        ([a, _write(tmp_path / "obj.json", {"x": 1})], "expected a JSON list of alignment rows"),
+        ([a, a, "--tolerances", tmp_path / "none.yaml"], "no such file"),
+    ]
+    for argv, msg in cases:
+        assert main(["compare", *map(str, argv)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert msg in err and err.startswith("timbench compare: error:") and len(err.splitlines()) == 1
+    tol = tmp_path / "t.yaml"
+    for text, msg in [("mismatch_rell: 1\n", "unknown key 'mismatch_rell'; valid: mismatch_rel, mismatch_abs"),
+                      ("accuracy_abs: -1\n", "finite number >= 0"), ("accuracy_abs: .nan\n", "finite number"),
+                      ("- 1\n", "expected a mapping"), ("a: [\n", "malformed YAML")]:
+        tol.write_text(text)
+        with pytest.raises(ValueError, match=msg):
+            load_tolerances(tol)
+    tol.write_text("routing_abs: 0.5\n")
+    assert load_tolerances(tol) == Tolerances(routing_abs=0.5)
+
+
+def test_compare_function_matches_cli(base_grid):
+    v = compare(base_grid, base_grid)
+    assert v["verdict"] == "pass" and v["tolerances"]["accuracy_abs"] == 0.05

@@ -1,0 +1,167 @@
+"""`timbench grid report` on hand-built grid result dirs: files, figures, HTML, summary.csv values, ranking."""
+
+import json
+import shutil
+
+import matplotlib.pyplot as plt
+import pytest
+
+from gridfab import (CONDITIONS, STEPS, cell_decl, cell_id, isclose, read_csv, standard_grid, write_cell,
+                     write_cells_json)
+from timbench.cli import main
+from timbench.grid.report import add_report_parser, remedy_ranking, tim_tolerance, write_report
+from timbench.grid.summary import noise_sigma, summarize_grid
+from timbench.metrics import ABS_DELTA_BINS
+
+FIGURES = ["reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap.png", "drift_by_adv_sign.png",
+           "abs_delta_distribution.png", "dose_response.png"]
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    root = standard_grid(tmp_path_factory.mktemp("grid") / "fab", hist=True)
+    assert main(["grid-report", str(root)]) == 0
+    return root
+
+
+def test_every_file_is_written_and_every_png_reads_back(reported):
+    for name in ["leaderboard.md", "leaderboard.html", "summary.csv"]:
+        assert (reported / name).is_file()
+    for name in FIGURES + ["abs_delta_histogram.png"]:
+        img = plt.imread(reported / "figures" / name)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+        assert img[..., :3].std() > 0.01  # something is drawn, not a blank canvas
+
+
+def test_html_is_self_contained(reported):
+    html = (reported / "leaderboard.html").read_text()
+    assert html.count('src="data:image/png;base64,') == len(FIGURES) + 1
+    assert "http://" not in html and "https://" not in html and "<link" not in html and "<script" not in html
+    assert "<style>" in html and "add-4d-v1 (version 1)" in html
+    assert f"timbench grid report {reported}" in html
+
+
+def test_summary_csv_matches_the_written_cells(reported):
+    rows = {r["id"]: r for r in read_csv(reported / "summary.csv")}
+    assert len(rows) == 10
+    collapsed = rows[cell_id("noise-3", "none")]
+    # reward drops to 0 at step 16; the width-5 moving average crosses half its peak at step 18
+    assert collapsed["collapse/collapsed"] == "true" and collapsed["collapse/step"] == "18"
+    assert collapsed["collapse/reason"] == "reward_drop"
+    assert isclose(collapsed["relative_accuracy_t1"], 0.60 / 0.80)
+    assert isclose(collapsed["mean/mismatch/mean_abs_delta"], 0.9)
+    assert isclose(collapsed["cum/drift/diff_mean"], STEPS * 0.09)
+    assert isclose(collapsed["final/drift/diff_neg_adv_mean"], -0.09)
+    assert collapsed["noise_sigma"] == "3.0" and collapsed["mean/remedy/weight_mean"] != ""
+    failed = rows[cell_id("bf16-engine", "none", "bypass")]
+    assert (failed["status"], failed["collapse/step"], failed["collapse/reason"]) == ("failed", "12", "non_finite")
+    assert failed["steps_done"] == "12"
+    base = rows[cell_id("baseline", "none")]
+    assert base["collapse/collapsed"] == "false" and base["max/training/rollout_probs_diff_max"] == "0.0"
+    assert isclose(base["relative_accuracy_t1"], 1.0)
+    pending = rows[cell_id("noise-3", "mis_seq")]
+    assert pending["status"] == "pending" and pending["final_accuracy_t1"] == "" and pending["collapse/step"] == ""
+
+
+def test_ranking_follows_the_documented_score(reported):
+    rank = remedy_ranking(summarize_grid(reported))
+    assert [e["remedy"] for e in rank] == ["tis_token", "none", "mis_seq"]
+    tis, none, mis = rank
+    assert tis["score"] == pytest.approx((0.78 + 0.74 + 0.64) / 3 / 0.80)
+    # none: bf16 0.95, noise-1 0.90, and two collapses capped at 0.5 (0.75 and 0.625 before the cap)
+    assert none["score"] == pytest.approx((0.95 + 0.90 + 0.5 + 0.5) / 4)
+    assert (none["collapses"], none["cells"]) == (2, 4) and mis["score"] is None and mis["cells"] == 0
+    assert (tis["tolerance"], none["tolerance"], mis["tolerance"]) == (">= 3", "1", "-")
+    md = (reported / "leaderboard.md").read_text()
+    lines = [l for l in md.splitlines() if l.startswith("| 1 |") or l.startswith("| 2 |")]
+    assert "tis_token" in lines[0] and "none" in lines[1] and "2/4" in lines[1]
+    assert md.count("add-4d-v1 (version 1)") >= 3  # preamble and every table
+    assert md.count(f"timbench grid report {reported}") >= 3
+    assert "collapsed@18 (reward_drop)" in md and "collapsed@12 (non_finite)" in md
+
+
+def test_collapse_override_from_cells_json_changes_the_rule(reported, tmp_path):
+    root = tmp_path / "g"
+    shutil.copytree(reported, root)
+    meta = json.loads((root / "cells.json").read_text())
+    meta["collapse"] = {"alpha": 0.99}  # the reward drops to exactly 0: still below 1% of the peak
+    (root / "cells.json").write_text(json.dumps(meta))
+    rows = {r["id"]: r for r in summarize_grid(root)}
+    assert rows[cell_id("noise-3", "none")]["collapse/step"] == 20  # all five smoothed values at 0
+    meta["collapse"] = {"alpah": 0.9}
+    (root / "cells.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="unknown key 'alpah'"):
+        summarize_grid(root)
+
+
+def test_same_input_gives_byte_identical_report(reported, tmp_path):
+    root = tmp_path / "fab"
+    shutil.copytree(reported, root, ignore=shutil.ignore_patterns("figures", "leaderboard.*", "summary.csv"))
+    write_report(root, command=f"timbench grid report {reported}")
+    for name in ["leaderboard.md", "summary.csv", "figures/dose_response.png"]:
+        assert (root / name).read_bytes() == (reported / name).read_bytes(), name
+
+
+def test_one_condition_and_unfinished_cells_do_not_crash(tmp_path):
+    root = tmp_path / "tiny"
+    write_cell(root, "baseline", "none", final_acc=0.8, delta=0.0, status="running", steps_written=7)
+    with open(root / "runs" / cell_id("baseline", "none") / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "critic/rew')  # a torn last line of a run still writing
+    write_cells_json(root, [cell_decl("baseline", "none"), cell_decl("baseline", "tis_token")])
+    written = write_report(root)
+    assert all(p.is_file() for p in written.values())
+    rows = {r["id"]: r for r in read_csv(root / "summary.csv")}
+    assert rows[cell_id("baseline", "none")]["status"] == "running"
+    assert rows[cell_id("baseline", "none")]["steps_done"] == "7"
+    assert rows[cell_id("baseline", "tis_token")]["status"] == "pending"
+    for name in FIGURES:
+        plt.imread(root / "figures" / name)
+
+
+def test_bad_input_is_a_one_line_error(tmp_path, capsys):
+    assert main(["grid-report", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    root = standard_grid(tmp_path / "bad")
+    (root / "runs" / cell_id("noise-1", "none") / "metrics.jsonl").write_text('{"step": 0}\nnot json\n')
+    assert main(["grid-report", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "malformed JSON line" in err and "metrics.jsonl:2" in err and len(err.splitlines()) == 1
+    (root / "cells.json").write_text(json.dumps({"grid": "x", "cells": [{"id": "a"}]}))
+    with pytest.raises(ValueError, match="each cell needs keys id, axes, condition, reference, config"):
+        summarize_grid(root)
+
+
+def test_noise_sigma_parsing():
+    assert noise_sigma(CONDITIONS["noise-3"]) == 3.0
+    assert noise_sigma({"engine": "noise=student_t:0.5:3"}) == 0.5
+    assert noise_sigma({"engine": {"kernels": "exact", "noise": "lowprob:2"}}) == 2.0
+    assert noise_sigma(CONDITIONS["bf16-engine"]) is None
+    with pytest.raises(ValueError, match="has no sigma"):
+        noise_sigma({"name": "n", "engine": "noise=gaussian"})
+
+
+def test_tim_tolerance_edges():
+    def row(sigma, collapsed, status="done"):
+        return {"kind": "noise", "noise_sigma": sigma, "status": status, "collapse/collapsed": collapsed}
+    assert tim_tolerance([row(1.0, True), row(2.0, True)]) == "< 1"
+    assert tim_tolerance([row(1.0, False), row(2.0, False), row(3.0, True)]) == "2"
+    # a non-monotone collapse still caps the tolerance below the first collapsing sigma
+    assert tim_tolerance([row(1.0, False), row(2.0, True), row(3.0, False)]) == "1"
+    # unfinished cells are not evidence either way
+    assert tim_tolerance([row(1.0, False), row(2.0, None, "pending")]) == ">= 1"
+
+
+def test_histogram_bin_count_is_checked(tmp_path):
+    root = standard_grid(tmp_path / "h")
+    p = root / "runs" / cell_id("noise-1", "none") / "metrics.jsonl"
+    rows = [json.loads(l) | {"mismatch/abs_delta_hist": [1, 2]} for l in p.read_text().splitlines()]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=f"expected {len(ABS_DELTA_BINS)}"):
+        write_report(root)
+
+
+def test_report_parser_registers_under_any_name():
+    import argparse
+    sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    add_report_parser(sub)
+    assert sub.choices["report"].parse_args(["results/x"]).dir == "results/x"

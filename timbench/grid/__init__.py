@@ -1,0 +1,1 @@
+"""timbench.grid: the condition x remedy grid, its runner, and the reports that read its results."""

@@ -1,0 +1,138 @@
+"""Per-cell drift, mismatch and collapse summary of a grid, and its summary.csv.
+
+One row per cell of cells.json (cells that are not done appear with their status and empty values).
+From metrics.jsonl: the effective-objective drift C(r_train) - C(r_rollout) of arXiv 2605.14220 Eq. 5,
+cumulative (`cum/drift/*`, sum over steps) and final (`final/drift/*`, mean of the last
+FINAL_WINDOW steps); the mean over steps of the mismatch metrics (`mean/...`, verl's names) and of
+any `remedy/*` metric; the running maximum of the exactness metrics; the collapse fields of
+`timbench.grid.collapse` (`collapse/*`); and final accuracy relative to the zero-mismatch
+reference cell (`relative_accuracy_t1` = final_accuracy_t1 / the reference's).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from ..atomic import atomic_write
+from .collapse import CollapseRule, detect_collapse, rule_from_dict
+from .resultdir import CellRun, Grid, load_results
+
+FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
+DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
+MEAN_KEYS = ("mismatch/mean_abs_delta", "rollout_corr/k3_kl", "training/rollout_probs_diff_max")
+MAX_KEYS = ("training/rollout_probs_diff_max", "mismatch/max_abs_delta")  # exactness: 0.0 at every step
+COLLAPSE_KEYS = {"collapsed": "collapse/collapsed", "collapse_step": "collapse/step",
+                 "collapse_reason": "collapse/reason", "grad_spike_step": "collapse/grad_spike_step",
+                 "peak_reward": "collapse/peak_reward", "final_reward": "collapse/final_reward",
+                 "kl_warning_step": "collapse/kl_warning_step", "kl_lead_steps": "collapse/kl_lead_steps"}
+ID_COLUMNS = ("id", "task", "model", "condition", "kind", "remedy", "mode", "algorithm", "seed", "reference",
+              "status", "error", "steps_done", "noise_sigma")
+COLUMNS = (ID_COLUMNS + ("final_accuracy_t1", "peak_accuracy_t1", "relative_accuracy_t1")
+           + tuple(COLLAPSE_KEYS.values())
+           + tuple(f"{p}/{k}" for k in DRIFT_KEYS for p in ("cum", "final"))
+           + tuple(f"mean/{k}" for k in MEAN_KEYS) + tuple(f"max/{k}" for k in MAX_KEYS))
+
+
+def noise_sigma(condition: dict) -> float | None:
+    """Sigma of a synthetic-noise condition from its engine spec (`noise=gaussian:2.0` -> 2.0), else None.
+
+    Every noise kind (gaussian:S, student_t:S:DF, lowprob:S) puts sigma first after the kind.
+    """
+    spec = condition.get("engine") or ""
+    items = spec.items() if isinstance(spec, dict) else (p.partition("=")[::2] for p in str(spec).split(","))
+    for key, value in items:
+        if str(key).strip() != "noise":
+            continue
+        parts = str(value).strip().split(":")
+        try:
+            sigma = float(parts[1])
+        except (IndexError, ValueError):
+            raise ValueError(f"condition {condition.get('name')!r}: noise spec {value!r} has no sigma; "
+                             "valid: gaussian:S | student_t:S:DF | lowprob:S") from None
+        if not math.isfinite(sigma) or sigma < 0:
+            raise ValueError(f"condition {condition.get('name')!r}: noise sigma {sigma} must be finite and >= 0")
+        return sigma
+    return None
+
+
+def _values(rows: list[dict], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) is not None]
+
+
+def _mean(xs: list[float]) -> float | None:
+    return math.fsum(xs) / len(xs) if xs else None
+
+
+def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
+    """The summary row of one cell, without its relative accuracy (that needs the reference row)."""
+    ax = cell.axes
+    row = {"id": cell.id, "task": ax.get("task"), "model": ax.get("model"), "condition": ax["condition"],
+           "kind": cell.condition.get("kind"), "remedy": ax["remedy"], "mode": ax["mode"],
+           "algorithm": ax.get("algorithm"), "seed": ax.get("seed"), "reference": cell.reference,
+           "status": cell.status, "error": cell.error, "steps_done": len(cell.metrics),
+           "noise_sigma": noise_sigma(cell.condition)}
+    row.update({c: None for c in COLUMNS if c not in row})
+    m = cell.metrics
+    if not m and not cell.summary:  # nothing ran yet (a failure at step 0 still has a summary)
+        return row
+    c = detect_collapse(m, cell.evals, cell.summary, rule)
+    row.update({COLLAPSE_KEYS[k]: c[k] for k in COLLAPSE_KEYS})
+    row["final_accuracy_t1"], row["peak_accuracy_t1"] = c["final_accuracy_t1"], c["peak_accuracy_t1"]
+    for k in DRIFT_KEYS:
+        xs = _values(m, k)
+        row[f"cum/{k}"] = math.fsum(xs) if xs else None
+        row[f"final/{k}"] = _mean(_values(m[-FINAL_WINDOW:], k))
+    for k in MEAN_KEYS:
+        row[f"mean/{k}"] = _mean(_values(m, k))
+    for k in MAX_KEYS:
+        xs = _values(m, k)
+        row[f"max/{k}"] = max(xs) if xs else None
+    for k in sorted({k for r in m for k in r if k.startswith("remedy/")}):
+        row[f"mean/{k}"] = _mean(_values(m, k))
+    return row
+
+
+def summarize(grid: Grid) -> list[dict]:
+    """One summary row per cell of a loaded grid, in cells.json order."""
+    rule = rule_from_dict(grid.collapse)
+    rows = [summarize_cell(c, rule) for c in grid.cells]
+    by_id = {r["id"]: r for r in rows}
+    for r in rows:
+        ref = by_id.get(r["reference"]) if r["reference"] else (r if r["kind"] == "reference" else None)
+        acc = r["final_accuracy_t1"]
+        ref_acc = ref["final_accuracy_t1"] if ref is not None and ref["status"] == "done" else None
+        r["relative_accuracy_t1"] = acc / ref_acc if acc is not None and ref_acc else None
+    return rows
+
+
+def summarize_grid(path: str | Path) -> list[dict]:
+    """Read results/NAME and return one summary row per cell (see the module docstring)."""
+    return summarize(load_results(path))
+
+
+def _cell_text(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)  # shortest round-trip form: deterministic and lossless
+    return str(v)
+
+
+def summary_csv(rows: list[dict]) -> str:
+    """CSV text: the fixed COLUMNS, then every `mean/remedy/*` column any row has, sorted."""
+    extra = sorted({k for r in rows for k in r if k not in COLUMNS})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS + tuple(extra))
+    for r in rows:
+        w.writerow([_cell_text(r.get(k)) for k in COLUMNS + tuple(extra)])
+    return buf.getvalue()
+
+
+def write_summary_csv(rows: list[dict], path: str | Path) -> None:
+    atomic_write(path, summary_csv(rows))
