@@ -173,6 +173,8 @@ class Qwen3ForCausalLM(nn.Module):
         if c.router_noise > 0:
             z = row_keyed_normal(logits.detach().float().contiguous().numpy(), layer)
             logits = logits.float() + c.router_noise * torch.from_numpy(z)
+        if replay is not None:  # [..., k] in the caller's token layout -> one row per token, as the router
+            replay = replay.reshape(-1, replay.shape[-1])
         weights, experts = kn.router_topk(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
         weights = weights.to(c.dtype)
         per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype)
