@@ -127,3 +127,16 @@ def test_malformed_input_and_rule_overrides_are_one_line_errors():
 
 def test_moving_average_is_trailing():
     assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+
+
+def test_eval_accuracy_drop_is_a_collapse_even_when_training_reward_never_peaked():
+    # Heavy sampler noise: the training reward is ~0 from step 0, the clean eval accuracy falls.
+    rows = [{"step": s, "critic/rewards/mean": 0.02, "actor/grad_norm": 0.3} for s in range(40)]
+    evals = [{"step": s, "accuracy_t1": a} for s, a in [(0, 0.31), (10, 0.14), (20, 0.117), (30, 0.031), (40, 0.06)]]
+    r = detect_collapse(rows, evals)
+    assert (r["collapsed"], r["collapse_step"], r["collapse_reason"]) == (True, 10, "accuracy_drop")
+    recovered = evals[:3] + [{"step": 30, "accuracy_t1": 0.3}, {"step": 40, "accuracy_t1": 0.32}]
+    assert not detect_collapse(rows, recovered)["collapsed"]
+    # a drop 5 steps before the end (< window) is undecided, not a collapse
+    late = [{"step": s, "accuracy_t1": a} for s, a in [(0, 0.31), (10, 0.3), (20, 0.3), (30, 0.031), (35, 0.1)]]
+    assert not detect_collapse(rows, late)["collapsed"]

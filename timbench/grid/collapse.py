@@ -18,6 +18,14 @@ applied in step order, calls a collapse at the earliest step where one of these 
    reward_drop, and the spike step is reported as `grad_spike_step`. A lone spike whose reward
    holds is not a collapse.
 
+4. accuracy_drop: the clean evaluation accuracy `accuracy_t1` (eval.jsonl; the evaluation engine
+   has no mismatch) falls below (1 - alpha) x its running peak (>= `min_peak`) at an eval step and
+   stays at or below that level at every later eval, over at least `window` steps to the run's end.
+   This catches runs whose *training* reward says nothing: under heavy sampler noise the rollouts are
+   garbage from step 0, so the training reward never has a peak to fall from, while the policy the
+   trainer is fitting to them degrades (measured: gaussian sigma 2, bypass, eval 0.31 -> 0.06 in 40
+   steps with a training reward below 0.04 throughout).
+
 The seed paper (arXiv 2605.14220) finds K1/K3 KL "nearly flat" while reward already falls, so
 the KL warning (`rollout_corr/k3_kl` > kl_warn) is reported beside the collapse, never used to
 call one: kl_lead_steps = collapse_step - kl_warning_step is negative when the warning came late.
@@ -154,6 +162,19 @@ def _non_finite_failure(summary: dict | None) -> bool:
     return re.search(r"non-finite|\bnan\b|\binf\b", str(summary.get("error") or "").lower()) is not None
 
 
+def accuracy_drop_step(eval_rows: list[dict], rule: CollapseRule) -> int | None:
+    """First eval step where criterion 4 holds (a persistent drop of eval accuracy_t1 below (1-alpha) x peak)."""
+    pts = [(int(e["step"]), float(e["accuracy_t1"])) for e in eval_rows if e.get("accuracy_t1") is not None]
+    peak = -math.inf
+    for i, (step, acc) in enumerate(pts):
+        peak = max(peak, acc)
+        level = (1 - rule.alpha) * peak
+        if (peak >= rule.min_peak and acc < level and pts[-1][0] - step >= rule.window
+                and all(a <= level for _, a in pts[i + 1:])):
+            return step
+    return None
+
+
 def _acc(eval_rows: list[dict]) -> tuple[float | None, float | None]:
     accs = [float(e["accuracy_t1"]) for e in eval_rows if e.get("accuracy_t1") is not None]
     return (max(accs), accs[-1]) if accs else (None, None)
@@ -163,7 +184,7 @@ def detect_collapse(metrics_rows: list[dict], eval_rows: list[dict] | None = Non
                     rule: CollapseRule = CollapseRule()) -> dict:
     """Apply the collapse rule (module docstring) to one run's logged rows.
 
-    Returns collapsed, collapse_step, collapse_reason (reward_drop | non_finite | None), grad_spike_step
+    Returns collapsed, collapse_step, collapse_reason (reward_drop | accuracy_drop | non_finite | None), grad_spike_step
     (the confirmed spike that dates the collapse, else None), peak_reward / final_reward (max and last of
     the smoothed training reward), peak_accuracy_t1 / final_accuracy_t1 (from eval rows), kl_warning_step
     (first step with k3_kl > kl_warn) and kl_lead_steps (collapse_step - kl_warning_step, or None).
@@ -185,13 +206,16 @@ def detect_collapse(metrics_rows: list[dict], eval_rows: list[dict] | None = Non
         if confirmed is not None and confirmed - i <= rule.window:
             candidates.append((steps[i], 1, "reward_drop", steps[i]))
             break  # later spikes can only date a later collapse
+    acc_step = accuracy_drop_step(eval_rows or [], rule)
+    if acc_step is not None:
+        candidates.append((acc_step, 2, "accuracy_drop", None))
     bad = _non_finite_steps(metrics_rows)
     if bad:
         candidates.append((bad[0], 0, "non_finite", None))
     if _non_finite_failure(summary):
         done = summary.get("steps_done", len(steps))
         candidates.append((int(done) if isinstance(done, int) else len(steps), 0, "non_finite", None))
-    # Earliest step wins; at equal steps a non-finite loss outranks the reward evidence.
+    # Earliest step wins; at equal steps a non-finite loss outranks the reward, the reward the eval evidence.
     step, _, reason, spike = min(candidates) if candidates else (None, None, None, None)
 
     kl_step = next((s for s, k in zip(steps, k3) if k == k and k > rule.kl_warn), None)

@@ -17,7 +17,7 @@ import torch
 
 from ..engine import Engine, make_engine
 from ..evaluate import evaluate_both
-from ..metrics import mismatch_metrics, routing_agreement
+from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..remedies import Remedy, RemedyBatch, check_result, load_remedy, per_sequence, replay_tensor
 from ..spec import parse_spec
@@ -141,6 +141,8 @@ def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict,
         "batch/kept_frac": float(mask.any(1).float().mean()),
         **_mean(upd),
         **{k: v for k, v in mismatch_metrics(old_train, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
+        # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
+        "mismatch/abs_delta_hist": abs_delta_histogram(old_train, exp.rollout_logprobs, exp.mask),
     }
     clash = sorted(metrics.keys() & remedy.metrics.keys())
     if clash:
