@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_warmstart(sub)
     from .rl.cli import add_parser as add_train
     add_train(sub)
+    from .grid.cli import add_parser as add_grid
+    add_grid(sub)
 
     try:
         from .tasks.cli import add_parser as add_tasks
