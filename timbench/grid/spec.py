@@ -169,6 +169,8 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path = REPO_ROOT) -> G
     axes = Axes(**{k: _axis_values(k, v, source) for k, v in axes_raw.items()})
 
     table_file = doc.get("conditions_file", DEFAULT_CONDITIONS)
+    if table_file is not None and not isinstance(table_file, str):
+        raise ValueError(f"{source}: 'conditions_file' must be a path string or null, got {table_file!r}")
     table = load_conditions(_resolve_table(table_file, grid_dir)) if table_file else {}
     table = {**table, **parse_conditions(doc.get("conditions"), f"{source}: inline")}
     reference = doc.get("reference", "baseline")
