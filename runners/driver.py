@@ -9,7 +9,6 @@ and reruns failed ones only when asked (`retry_failed`).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from timbench.grid.layout import GridLock, prepare, read_status
@@ -31,7 +30,7 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool) -> list[dict]
 
 
 def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backend: str = "local",
-             address: str | None = None, retry_failed: bool = False, stream=sys.stderr) -> dict[str, dict]:
+             address: str | None = None, retry_failed: bool = False, stream=None) -> dict[str, dict]:
     """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid."""
     run = get_backend(backend)
     planned = expand(grid)

@@ -19,9 +19,12 @@ def fmt_seconds(s: float) -> str:
 
 
 class Progress:
-    """Counts for one invocation; `line()` renders them, `emit()` prints when they changed (or every minute)."""
+    """Counts for one invocation; `line()` renders them, `emit()` prints when they changed (or every minute).
 
-    def __init__(self, label: str, total: int, done: int, failed: int, workers: int, stream=sys.stderr,
+    `stream` None means the current sys.stderr, looked up at each print.
+    """
+
+    def __init__(self, label: str, total: int, done: int, failed: int, workers: int, stream=None,
                  every_s: float = 60.0):
         self.label, self.total, self.workers, self.stream, self.every_s = label, total, max(1, workers), stream, every_s
         self.done, self.failed, self.running = done, failed, 0
@@ -53,10 +56,8 @@ class Progress:
                 f"{self.failed} failed, {self.pending} pending, ETA {self.eta()}")
 
     def emit(self, force: bool = False) -> None:
-        if self.stream is None:
-            return
         key = (self.done, self.running, self.failed)
         now = time.monotonic()
         if force or key != self._last or now - self._last_t >= self.every_s:
-            print(self.line(), file=self.stream, flush=True)
+            print(self.line(), file=self.stream or sys.stderr, flush=True)
             self._last, self._last_t = key, now

@@ -51,24 +51,29 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
         refs = {task.options(num_cpus=c["config"].get("threads", 1), max_retries=0, name=c["id"])
                 .remote(c, out, os.getcwd()): c for c in cells}
         results, t0 = {}, time.monotonic()
+
+        def refresh():  # Ray schedules on its own; a cell is running once its worker wrote cell.json
+            progress.running = sum(1 for c in refs.values()
+                                   if (read_status(out, c["id"]) or {}).get("status") == "running")
         while refs:
             if progress:
-                progress.running = sum(1 for c in refs.values()
-                                       if (read_status(out, c["id"]) or {}).get("status") == "running")
+                refresh()
                 progress.emit()
-            done, _ = ray.wait(list(refs), num_returns=1, timeout=progress.every_s if progress else None)
+            # Poll every few seconds: cells start without telling the driver, and the line shows them.
+            done, _ = ray.wait(list(refs), num_returns=1, timeout=5.0 if progress else None)
             for ref in done:
                 cell = refs.pop(ref)
                 try:
                     st = ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - a dead worker or node: record it, keep going
-                    prev = read_status(out, cell["id"]) or {}
+                    prev = read_status(out, cell["id"]) or {}  # wall_s: since submission (start unknown)
                     st = write_status(out, cell["id"], "failed", f"ray task failed: {one_line(e)}",
                                       time.monotonic() - t0, prev.get("attempts", 1))
                 results[cell["id"]] = st
                 if progress:
-                    progress.running += 1  # `finished` decrements it
                     progress.finished(st)
+        if progress:
+            refresh()
     finally:
         if started:
             ray.shutdown()

@@ -347,12 +347,18 @@ def test_kill_9_then_rerun_finishes_without_losing_or_duplicating(ckpt, tmp_path
     assert not any(_alive(w) for w in workers)
     done_bytes = {n: (out / "runs" / first / f"{n}.jsonl").read_bytes() for n in ("metrics", "eval")}
     interrupted = read_status(out, second)["status"] == "running"
+    import torch
+    resume_at = torch.load(out / "runs" / second / "checkpoints" / "state.pt", weights_only=False)["step"]
+    # Wall times differ between runs, so kept timing rows prove a resume from the checkpoint, not a restart.
+    kept_timing = (out / "runs" / second / "timing.jsonl").read_text().splitlines(keepends=True)[:resume_at]
 
     assert main(["grid", "run", str(p), "--out", str(out), "--workers", "1"]) == 0
     assert {n: (out / "runs" / first / f"{n}.jsonl").read_bytes() for n in ("metrics", "eval")} == done_bytes
     assert read_status(out, first)["attempts"] == 1
     st = read_status(out, second)
     assert st["status"] == "done" and st["attempts"] == (2 if interrupted else 1)
+    assert resume_at >= 1 and len(kept_timing) == resume_at
+    assert (out / "runs" / second / "timing.jsonl").read_text().startswith("".join(kept_timing))
     for cid in (first, second):
         d = out / "runs" / cid
         assert [r["step"] for r in _lines(d / "metrics.jsonl")] == [0, 1, 2]
