@@ -10,7 +10,6 @@ resume, which writes each step exactly once.
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 
@@ -46,27 +45,3 @@ def run_cell(cell: dict, out: str) -> dict:
         atomic_write(run_dir(out, cid) / "error.txt", traceback.format_exc())
         return write_status(out, cid, "failed", one_line(e), time.perf_counter() - t0, attempts)
     return write_status(out, cid, "done", None, time.perf_counter() - t0, attempts)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Make this worker process exit when the grid runner that started it dies (even by kill -9).
-
-    Otherwise an orphaned worker would keep writing into runs/<id>/ while the
-    rerun resumes the same cell: two writers, duplicated rows.
-    """
-    import signal
-    import sys
-    if sys.platform.startswith("linux"):
-        import ctypes
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-        return
-    import threading
-
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True).start()

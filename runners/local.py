@@ -9,15 +9,42 @@ runner (see `die_with_parent`), so a killed grid leaves no orphan writing.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
 import time
 from multiprocessing.connection import wait
 
 from timbench.grid.layout import read_status, write_status
 
-from .cell import die_with_parent, run_cell
+from .cell import run_cell
 from .progress import Progress
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this worker process exit when the grid runner that started it dies (even by kill -9).
+
+    Otherwise an orphaned worker would keep writing into runs/<id>/ while the
+    rerun resumes the same cell: two writers, duplicated rows.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+
+    def watch():  # elsewhere: poll for being re-parented
+
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _worker(cell: dict, out: str, parent_pid: int) -> None:
@@ -28,7 +55,7 @@ def _worker(cell: dict, out: str, parent_pid: int) -> None:
 def _reap(proc, cell: dict, out: str, t0: float) -> dict:
     proc.join()
     st = read_status(out, cell["id"])
-    if proc.exitcode != 0 or st is None or st["status"] == "running":
+    if st is None or st["status"] == "running":  # a recorded result stands even if teardown crashed
         how = f"signal {-proc.exitcode}" if proc.exitcode and proc.exitcode < 0 else f"exit code {proc.exitcode}"
         st = write_status(out, cell["id"], "failed", f"worker process died ({how}) before recording a result",
                           time.monotonic() - t0, (st or {}).get("attempts", 1))

@@ -252,6 +252,21 @@ def test_run_cell_records_non_finite_failure_and_skips_finished_runs(ckpt, tmp_p
     assert (metrics.read_bytes(), metrics.stat().st_mtime_ns) == before  # skipped, not rerun
 
 
+def test_missing_ray_and_busy_directory_are_one_line_errors(ckpt, tmp_path, monkeypatch, capsys):
+    from timbench.grid.layout import GridLock
+    from timbench.runners import get_backend
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    with pytest.raises(ValueError, match=r"needs the optional extra: pip install 'timbench\[ray\]'"):
+        get_backend("ray")([], str(tmp_path))
+    with pytest.raises(ValueError, match="unknown backend 'slurm'; valid: local, ray"):
+        get_backend("slurm")
+    p = _grid_file(tmp_path, _tiny(ckpt, "busy", ["baseline"]))
+    with GridLock(tmp_path / "out"):  # another runner holds the directory
+        assert main(["grid", "run", str(p), "--out", str(tmp_path / "out")]) == 2
+    assert "is in use by another `timbench grid run`" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "runs").exists()
+
+
 # ---- local runner end to end (cells in spawned processes) ---------------------------------------
 
 def test_local_grid_two_workers_layout_and_failure_isolation(ckpt, tmp_path, capfd):
