@@ -7,7 +7,6 @@ runs see zero rewards; the runner must (and does) work either way.
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
