@@ -20,7 +20,7 @@ FIGURES = ["reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory):
     root = standard_grid(tmp_path_factory.mktemp("grid") / "fab", hist=True)
-    assert main(["grid-report", str(root)]) == 0
+    assert main(["grid", "report", str(root)]) == 0
     return root
 
 
@@ -119,11 +119,11 @@ def test_one_condition_and_unfinished_cells_do_not_crash(tmp_path):
 
 
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):
-    assert main(["grid-report", str(tmp_path / "missing")]) == 2
+    assert main(["grid", "report", str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
     root = standard_grid(tmp_path / "bad")
     (root / "runs" / cell_id("noise-1", "none") / "metrics.jsonl").write_text('{"step": 0}\nnot json\n')
-    assert main(["grid-report", str(root)]) == 2
+    assert main(["grid", "report", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert "malformed JSON line" in err and "metrics.jsonl:2" in err and len(err.splitlines()) == 1
     (root / "cells.json").write_text(json.dumps({"grid": "x", "cells": [{"id": "a"}]}))

@@ -17,7 +17,7 @@ from .model import load_model
 from .spec import parse_spec
 
 _KEYS = {"models", "seed", "conditions", "batches"}
-_COND_KEYS = {"name", "engine", "trainer"}
+_COND_KEYS = {"name", "engine", "trainer", "models"}
 
 
 def read_table(path: str | Path) -> dict:
@@ -31,7 +31,8 @@ def read_table(path: str | Path) -> dict:
     for c in t.get("conditions", []):
         bad = set(c) - _COND_KEYS
         if bad or "name" not in c:
-            raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer (unknown: {sorted(bad)})")
+            raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer, optional models "
+                             f"(unknown: {sorted(bad)})")
         parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine")
         parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer")
     return t
@@ -49,7 +50,7 @@ def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
     for model_name in t.get("models", ["tiny-dense"]):
         model = load_model(model_name, seed=seed)
         for c in t["conditions"]:
-            if (model_name, c["name"]) in done:
+            if (model_name, c["name"]) in done or model_name not in c.get("models", [model_name]):
                 continue
             r = align(model, c.get("engine"), c.get("trainer"), seed=seed, batches=batches)
             rows.append({"model_name": model_name, "condition": c["name"], **r})

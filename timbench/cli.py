@@ -52,9 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_remedies(sub)
     from .grid.compare import add_parser as add_compare
     add_compare(sub)
-    # Temporary top-level alias until `timbench grid` exists; then it is `timbench grid report DIR`.
-    from .grid.report import add_report_parser
-    add_report_parser(sub, name="grid-report")
+    from .grid.cli import add_parser as add_grid
+    add_grid(sub)
 
     try:
         from .tasks.cli import add_parser as add_tasks

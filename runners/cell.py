@@ -1,0 +1,47 @@
+"""Run one grid cell: one `timbench.rl.loop.run` into runs/<id>/, bracketed by cell.json status writes.
+
+Called in a fresh worker process (local pool) or a Ray task. It never raises
+for a failed run: every exception, NonFiniteError included, becomes a one-line
+error in cell.json (the traceback goes to runs/<id>/error.txt), so one bad cell
+cannot take the grid down. A run whose summary.json says finished is skipped;
+an interrupted one resumes from its last checkpoint through loop.run's own
+resume, which writes each step exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+from timbench.atomic import atomic_write
+from timbench.grid.layout import read_status, run_dir, run_finished, write_status
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: message` on one line (the cell.json contract), at most 500 characters."""
+    msg = " ".join(str(exc).split()) or repr(exc)
+    line = f"{type(exc).__name__}: {msg}"
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def run_cell(cell: dict, out: str) -> dict:
+    """Run (or resume, or skip) `cell` (an entry of cells.json) under results dir `out`; return its status."""
+    cid = cell["id"]
+    prev = read_status(out, cid) or {}
+    attempts = int(prev.get("attempts", 0))
+    if run_finished(out, cid):
+        # Finished before a kill landed between summary.json and cell.json: record, don't redo.
+        if prev.get("status") != "done":
+            return write_status(out, cid, "done", None, prev.get("wall_s", 0.0), max(attempts, 1))
+        return prev
+    attempts += 1
+    write_status(out, cid, "running", None, 0.0, attempts)
+    t0 = time.perf_counter()
+    try:
+        from timbench.rl.config import from_dict
+        from timbench.rl.loop import run
+        run(from_dict(dict(cell["config"]), f"cell {cid}"), run_dir(out, cid), progress=False)
+    except Exception as e:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still propagates
+        atomic_write(run_dir(out, cid) / "error.txt", traceback.format_exc())
+        return write_status(out, cid, "failed", one_line(e), time.perf_counter() - t0, attempts)
+    return write_status(out, cid, "done", None, time.perf_counter() - t0, attempts)

@@ -1,0 +1,48 @@
+"""`timbench grid run`: plan the grid, write the layout, run every cell not yet done, report.
+
+Resumable by construction: a cell's state lives in its own runs/<id>/ (cell.json,
+the run's checkpoint and logs), so rerunning the same command after a kill at any
+moment skips finished cells, resumes interrupted ones from their last checkpoint
+and reruns failed ones only when asked (`retry_failed`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from timbench.grid.layout import GridLock, prepare, read_status
+from timbench.grid.spec import GridSpec, expand
+
+from . import get_backend
+from .progress import Progress
+
+
+def select(cells: list[dict], out: str | Path, retry_failed: bool) -> list[dict]:
+    """Cells to run now: never done ones; failed ones only with retry_failed; stale `running` ones resume."""
+    todo = []
+    for c in cells:
+        st = (read_status(out, c["id"]) or {}).get("status")
+        if st == "done" or (st == "failed" and not retry_failed):
+            continue
+        todo.append(c)
+    return todo
+
+
+def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backend: str = "local",
+             address: str | None = None, retry_failed: bool = False, stream=None) -> dict[str, dict]:
+    """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid."""
+    run = get_backend(backend)
+    planned = expand(grid)
+    cells = [c.to_dict() for c in planned]
+    workers = workers or grid.workers or os.cpu_count() or 1
+    with GridLock(out):
+        prepare(out, grid, planned)
+        todo = select(cells, out, retry_failed)
+        before = {c["id"]: (read_status(out, c["id"]) or {}).get("status") for c in cells}
+        done = sum(1 for s in before.values() if s == "done")
+        failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
+        progress = Progress(grid.name, len(cells), done, failed, workers, stream=stream)
+        if todo:
+            run(todo, str(out), workers, address, progress)
+        return {c["id"]: read_status(out, c["id"]) for c in cells}

@@ -1,0 +1,95 @@
+"""Local backend: each cell in its own fresh process (spawn), at most `workers` at a time.
+
+A fresh process per cell keeps cells independent (thread settings, numba state,
+memory) and lets the runner tell a crashed worker (segfault, OOM kill) from a
+failed run: the worker writes its own cell.json; if it dies without doing so,
+the runner records the cell as failed with the exit code. Workers die with the
+runner (see `die_with_parent`), so a killed grid leaves no orphan writing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import wait
+
+from timbench.grid.layout import read_status, write_status
+
+from .cell import run_cell
+from .progress import Progress
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this worker process exit when the grid runner that started it dies (even by kill -9).
+
+    Otherwise an orphaned worker would keep writing into runs/<id>/ while the
+    rerun resumes the same cell: two writers, duplicated rows.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+
+    def watch():  # elsewhere: poll for being re-parented
+
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _worker(cell: dict, out: str, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    run_cell(cell, out)
+
+
+def _reap(proc, cell: dict, out: str, t0: float) -> dict:
+    proc.join()
+    st = read_status(out, cell["id"])
+    if st is None or st["status"] == "running":  # a recorded result stands even if teardown crashed
+        how = f"signal {-proc.exitcode}" if proc.exitcode and proc.exitcode < 0 else f"exit code {proc.exitcode}"
+        st = write_status(out, cell["id"], "failed", f"worker process died ({how}) before recording a result",
+                          time.monotonic() - t0, (st or {}).get("attempts", 1))
+    return st
+
+
+def run_local(cells: list[dict], out: str, workers: int | None = None, address: str | None = None,
+              progress: Progress | None = None) -> list[dict]:
+    """Run `cells` (cells.json entries) under `out`; return their final cell.json statuses, in order."""
+    if address is not None:
+        raise ValueError("--address is only for --backend ray")
+    workers = workers or os.cpu_count() or 1
+    ctx = mp.get_context("spawn")  # never fork a process that has torch/numba thread pools running
+    queue, running, results = list(cells), {}, {}
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                cell = queue.pop(0)
+                proc = ctx.Process(target=_worker, args=(cell, str(out), os.getpid()), name=f"cell {cell['id']}")
+                proc.start()
+                running[proc.sentinel] = (proc, cell, time.monotonic())
+                if progress:
+                    progress.running += 1
+            if progress:
+                progress.emit()
+            for sentinel in wait(list(running), timeout=progress.every_s if progress else None):
+                proc, cell, t0 = running.pop(sentinel)
+                results[cell["id"]] = _reap(proc, cell, str(out), t0)
+                if progress:
+                    progress.finished(results[cell["id"]])
+    finally:
+        for proc, _, _ in running.values():  # interrupted: stop the workers; their cells resume next time
+            proc.terminate()
+            proc.join()
+    if progress:
+        progress.emit(force=True)
+    return [results[c["id"]] for c in cells]

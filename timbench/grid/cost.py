@@ -1,0 +1,65 @@
+"""Cost model for `timbench grid plan`: seconds per cell from a few constants measured on this machine.
+
+One RL step costs about c * prompts_per_step * group_size * L, where L is the
+task's mean response length in tokens: rollout, recompute and update all scale
+with the number of generated tokens. The constants come from the zero-mismatch
+baseline (README "The zero-mismatch baseline": exact/exact fp32, GRPO 32x8 on
+add-4d-v1 tiny-dense, one thread): 2.0 s per step, of which rollout 0.43 s,
+recompute 0.39 s and update 1.17 s. Relative factors come from the README
+benchmarks: plain PyTorch kernels cost ~0.7x of the exact ones for the whole
+step (RL step 0.84 vs 1.18 s/step), MoE ~1.5x. Each eval samples eval_n
+problems twice (T=1 and greedy) with the exact engine, priced like rollout.
+An estimate, not a promise: other jobs on the cores slow runs down 10-40x.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+
+BASELINE_STEP_S = 2.0
+"""Seconds per baseline step (32x8 = 256 responses on add-4d-v1, one thread)."""
+BASELINE_SEQS = 32 * 8
+PHASE_S = {"rollout": 0.43, "recompute": 0.39, "update": 1.17}
+"""The baseline step split by phase (rollout runs on the engine spec, the rest on the trainer's)."""
+KERNEL_FACTOR = {"exact": 1.0, "torch": 0.7}
+"""Cost of a phase relative to the exact kernels (torch ~0.7x for the whole RL step)."""
+MOE_FACTOR = 1.5
+"""tiny-moe (8 experts, top-2) relative to tiny-dense."""
+CELL_OVERHEAD_S = 12.0
+"""Per-cell start-up: a fresh process imports torch/numba and loads the warm start."""
+
+
+@functools.lru_cache(maxsize=None)
+def mean_response_tokens(task: str) -> float:
+    from ..tasks import get_task
+    from ..tasks.registry import response_stats
+    return response_stats(get_task(task))["mean_response_tokens"]
+
+
+def cell_seconds(config: dict) -> float:
+    """Estimated single-thread wall seconds of one RL run with this RunConfig dict."""
+    from ..model import PRESETS
+    scale = mean_response_tokens(config["task"]) / mean_response_tokens("add-4d-v1")
+    per_seq = {k: v / BASELINE_SEQS * scale for k, v in PHASE_S.items()}
+    preset = PRESETS.get(config["preset"])
+    moe = MOE_FACTOR if preset is not None and preset.model_type == "qwen3_moe" else 1.0
+    eng = KERNEL_FACTOR.get(config["engine"].get("kernels"), 1.0)
+    trn = KERNEL_FACTOR.get(config["trainer"].get("kernels"), 1.0)
+    seqs = config["prompts_per_step"] * config["group_size"]
+    step = seqs * (per_seq["rollout"] * eng + per_seq["recompute"] * trn
+                   + per_seq["update"] * trn * config["epochs"]) * moe
+    if config.get("twin"):  # a zero-mismatch twin lane runs every step in lockstep
+        step += seqs * sum(per_seq.values()) * moe
+    steps = config["steps"]
+    evals = 1 + steps // config["eval_every"] + (1 if steps % config["eval_every"] else 0)
+    eval_s = evals * 2 * config["eval_n"] * per_seq["rollout"] * moe * (2 if config.get("twin") else 1)
+    return CELL_OVERHEAD_S + steps * step + eval_s
+
+
+def wall_seconds(costs: list[float], workers: int) -> float:
+    """Makespan of running cells in list order on `workers` processes (each takes the next free one)."""
+    free = [0.0] * max(1, min(workers, len(costs) or 1))
+    for c in costs:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)

@@ -1,0 +1,131 @@
+"""The grid result layout: the one contract between the grid runner and the report.
+
+    results/<NAME>/grid.yaml          resolved grid spec (self-contained, reloads to the same cells)
+    results/<NAME>/cells.json         {"grid", "reference_condition", "collapse", "cells": [...]}
+    results/<NAME>/runs/<id>/         the run directory of timbench.rl.loop.run
+    results/<NAME>/runs/<id>/cell.json  {"status": running|done|failed, "error", "wall_s", "attempts"}
+
+Every file here is written atomically, so a reader (or a run resumed after
+kill -9) sees a whole old file or a whole new one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from ..atomic import atomic_write
+from .spec import Cell, GridSpec
+
+STATUSES = ("running", "done", "failed")
+
+
+def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
+    return {"grid": grid.name, "reference_condition": grid.reference, "collapse": dict(grid.collapse),
+            "cells": [c.to_dict() for c in cells]}
+
+
+def _dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def _first_difference(old: dict, new: dict) -> str:
+    if old.get("grid") != new["grid"]:
+        return f"grid {old.get('grid')!r} vs {new['grid']!r}"
+    old_cells = {c["id"]: c for c in old.get("cells", [])}
+    for c in new["cells"]:
+        if c["id"] not in old_cells:
+            return f"cell {c['id']} is new"
+        if old_cells[c["id"]] != c:
+            keys = sorted(k for k in c["config"] if c["config"][k] != old_cells[c["id"]]["config"].get(k))
+            return f"cell {c['id']} differs" + (f" in {', '.join(keys)}" if keys else "")
+    return f"{len(old_cells)} cells vs {len(new['cells'])}, or the reference/collapse settings"
+
+
+def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
+    """Write grid.yaml and cells.json into `out`; refuse a directory that holds another grid's cells."""
+    out = Path(out)
+    doc = cells_document(grid, cells)
+    path = out / "cells.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            old = {}
+        if _dumps(old) != _dumps(doc):
+            raise ValueError(f"{path} was written by a different grid ({_first_difference(old, doc)}); "
+                             "use another --out or delete that directory")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "grid.yaml", yaml.safe_dump(grid.to_dict(), sort_keys=False))
+    atomic_write(path, _dumps(doc))
+    return out
+
+
+def load_cells(out: str | Path) -> dict:
+    """Read results/<NAME>/cells.json."""
+    path = Path(out) / "cells.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (run `timbench grid run GRID.yaml --out {out}` first)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: malformed JSON ({e})") from None
+
+
+def run_dir(out: str | Path, cell_id: str) -> Path:
+    return Path(out) / "runs" / cell_id
+
+
+def read_status(out: str | Path, cell_id: str) -> dict | None:
+    """The cell's cell.json, or None if it never started (a torn file cannot exist: writes are atomic)."""
+    path = run_dir(out, cell_id) / "cell.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float,
+                 attempts: int) -> dict:
+    if status not in STATUSES:
+        raise ValueError(f"cell status {status!r} is invalid; valid: {', '.join(STATUSES)}")
+    rec = {"status": status, "error": error, "wall_s": round(float(wall_s), 3), "attempts": int(attempts)}
+    atomic_write(run_dir(out, cell_id) / "cell.json", json.dumps(rec, sort_keys=True) + "\n")
+    return rec
+
+
+def run_finished(out: str | Path, cell_id: str) -> bool:
+    """True when the run's summary.json says it finished (the run itself is the source of truth)."""
+    path = run_dir(out, cell_id) / "summary.json"
+    try:
+        return json.loads(path.read_text()).get("status") == "finished"
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+class GridLock:
+    """An exclusive flock on <out>/.lock: one runner per results directory at a time.
+
+    The kernel drops the lock when its holder dies (even by kill -9), so a stale
+    lock never blocks the rerun that resumes a killed grid.
+    """
+
+    def __init__(self, out: str | Path):
+        self.path = Path(out) / ".lock"
+        self.fd = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise ValueError(f"{self.path.parent} is in use by another `timbench grid run`; "
+                             "wait for it or stop it first") from None
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
