@@ -131,7 +131,7 @@ def test_bad_inputs_are_one_line_errors(base_grid, tmp_path, capsys):
         ([a, tmp_path / "nope.json"], "no such grid directory or alignment JSON file"),
         ([a, base_grid], "cannot compare align table JSON file"),
         ([a, _write(tmp_path / "obj.json", {"x": 1})], "expected a JSON list of alignment rows"),
-        ([a, a, "--tolerances", tmp_path / "none.yaml"], "no such file"),
+        ([a, a, "--tolerances", tmp_path / "none.yaml"], "does not exist"),
     ]
     for argv, msg in cases:
         assert main(["compare", *map(str, argv)]) == 2

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 
 from .align import ENGINE_BATCHES, align
 from .atomic import atomic_write
 from .model import load_model
+from .readfile import read_yaml
 from .spec import parse_spec
 
 _KEYS = {"models", "seed", "conditions", "batches"}
@@ -22,9 +22,9 @@ _COND_KEYS = {"name", "engine", "trainer", "models"}
 
 def read_table(path: str | Path) -> dict:
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"align table {p} does not exist")
-    t = yaml.safe_load(p.read_text()) or {}
+    t = read_yaml(p, "align table") or {}
+    if not isinstance(t, dict):
+        raise ValueError(f"{p}: an align table is a mapping with keys {sorted(_KEYS)}")
     unknown = set(t) - _KEYS
     if unknown:
         raise ValueError(f"{p}: unknown key(s) {sorted(unknown)}; valid: {sorted(_KEYS)}")

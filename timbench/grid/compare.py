@@ -23,9 +23,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from .resultdir import read_json
+from ..readfile import read_json, read_yaml
 from .summary import summarize_grid
 
 
@@ -48,12 +46,7 @@ def load_tolerances(path: str | Path | None) -> Tolerances:
     if path is None:
         return Tolerances()
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"tolerances file {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"tolerances file {path}: malformed YAML ({str(e).splitlines()[0]})") from None
+    data = read_yaml(path, "tolerances file") or {}
     valid = [f.name for f in dataclasses.fields(Tolerances)]
     if not isinstance(data, dict):
         raise ValueError(f"tolerances file {path}: expected a mapping with keys {', '.join(valid)}")

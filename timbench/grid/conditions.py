@@ -16,9 +16,9 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from ..spec import parse_spec
+from ..readfile import read_yaml
 
 KINDS = ("reference", "precision", "kernels", "tp", "moe", "noise", "vllm")
 """Mismatch families; `reference` is the zero-mismatch baseline every other cell is compared with."""
@@ -89,12 +89,7 @@ def parse_conditions(data, source: str = "conditions") -> dict[str, Condition]:
 def load_conditions(path: str | Path) -> dict[str, Condition]:
     """Load and validate a condition table file (`conditions: {NAME: {...}}`)."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"condition table {p} does not exist")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
+    doc = read_yaml(p, "condition table")
     if not isinstance(doc, dict) or set(doc) != {"conditions"}:
         keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
         raise ValueError(f"{p}: a condition table has exactly one top-level key 'conditions', got {keys}")

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from ..atomic import atomic_write
+from ..readfile import read_json
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
@@ -67,13 +68,7 @@ def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
 
 def load_cells(out: str | Path) -> dict:
     """Read results/<NAME>/cells.json."""
-    path = Path(out) / "cells.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist (run `timbench grid run GRID.yaml --out {out}` first)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: malformed JSON ({e})") from None
+    return read_json(Path(out) / "cells.json", "grid cells file")
 
 
 def run_dir(out: str | Path, cell_id: str) -> Path:

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..readfile import read_json
+
 CELL_KEYS = ("id", "axes", "condition", "reference", "config")
 STATUSES = ("pending", "running", "done", "failed")
 
@@ -59,13 +61,6 @@ class Grid:
     """Cells in cells.json order."""
 
 
-def read_json(path: Path) -> object:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
 
 
 def read_jsonl(path: Path, tolerate_torn_tail: bool) -> list[dict]:

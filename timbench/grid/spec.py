@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from ..rl.config import RunConfig, from_dict
+from ..readfile import read_yaml
 from .conditions import Condition, load_conditions, parse_conditions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -206,13 +206,7 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path = REPO_ROOT) -> G
 def load_grid(path: str | Path) -> GridSpec:
     """Read and validate a grid YAML file."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"grid file {p} does not exist")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
-    return parse_grid(doc, str(p), p.resolve().parent)
+    return parse_grid(read_yaml(p, "grid file"), str(p), p.resolve().parent)
 
 
 def _safe(value) -> str:

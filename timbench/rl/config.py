@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ..spec import parse_spec
+from ..readfile import read_yaml
 
 MODES = ("recompute", "bypass")
 
@@ -191,9 +192,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     d = {}
     if path is not None:
         p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {p} does not exist")
-        d = yaml.safe_load(p.read_text()) or {}
+        d = read_yaml(p, "config file") or {}
         if not isinstance(d, dict):
             raise ValueError(f"{p}: a run config is a mapping of keys to values")
     return from_dict(apply_overrides(d, list(overrides)), str(path or "config"))

@@ -1,0 +1,38 @@
+"""Reading user-supplied YAML and JSON files with one kind of error for every bad input.
+
+A missing file is a FileNotFoundError "<what> <path> does not exist"; a file that does not parse is a
+ValueError "<path>: malformed YAML|JSON (<first line of the parser's message>)". Callers then check the
+shape of what they got. Writes go through `timbench.atomic`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+
+def _existing(path, what: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} {p} does not exist")
+    return p
+
+
+def read_yaml(path, what: str = "file"):
+    """The parsed YAML document at `path` (None for an empty file)."""
+    p = _existing(path, what)
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{p}: malformed YAML ({' '.join(str(e).split())})") from None
+
+
+def read_json(path, what: str = "file"):
+    """The parsed JSON document at `path`."""
+    p = _existing(path, what)
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: malformed JSON ({e.msg} at line {e.lineno})") from None
