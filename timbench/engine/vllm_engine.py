@@ -152,6 +152,9 @@ class VllmEngine:
         self.max_num_seqs = max_num_seqs
         self.max_len = min(max_len or config.max_position_embeddings, config.max_position_embeddings)
         self.dtype = self.spec.torch_dtype
+        # vLLM rejects stop ids outside the vocabulary; such an EOS can never be sampled anyway
+        # (the benchmarks move it there so every sequence runs to its limit).
+        self._stop_ids = [config.eos_token_id] if 0 <= config.eos_token_id < config.vocab_size else []
         if gpu_memory_utilization is None:
             gpu_memory_utilization = float(os.environ.get(MEM_ENV, "0.2"))
         if kv_cache_bytes is None:
@@ -225,7 +228,7 @@ class VllmEngine:
                 # Same limit as the timbench engine: the token budget or the end of the context.
                 max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
                 # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
-                stop_token_ids=[self.config.eos_token_id], logprobs=0, detokenize=False,
+                stop_token_ids=self._stop_ids, logprobs=0, detokenize=False,
             ))
         if not requests:
             return []
