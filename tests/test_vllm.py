@@ -155,6 +155,8 @@ def test_bad_specs_and_inputs_are_one_line_errors(engine, model):
                        ("engine=vllm,noise=gaussian:0.1", "noise=gaussian:0.1")]:
         with pytest.raises(ValueError, match=f"{word} has no meaning for engine=vllm"):
             make_engine(model.config, spec)
+    with pytest.raises(ValueError, match="dense qwen3 models only"):
+        make_engine(PRESETS["tiny-moe"], "engine=vllm")
     with pytest.raises(ValueError, match="empty prompt"):
         engine.generate([Request((), 4, 0)])
     with pytest.raises(ValueError, match="missing tensors"):
