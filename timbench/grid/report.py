@@ -79,19 +79,47 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+SETTING = ("task", "model", "algorithm", "seed", "condition", "mode")
+"""What a remedy is applied to: two remedies are compared on the settings both of them ran."""
+
+
+def shared_settings(rows: list[dict]) -> set[tuple] | None:
+    """Settings (SETTING values) every remedy with a scored mismatched cell was scored on; None if none shared.
+
+    A remedy run on an easy condition must not outrank one run only on hard ones, so the
+    ranking scores every remedy on the same settings when the grid has any in common.
+    """
+    per_remedy: dict[str, set[tuple]] = {}
+    for r in rows:
+        if r["kind"] != "reference" and is_scored(r):
+            per_remedy.setdefault(r["remedy"], set()).add(tuple(str(r[k]) for k in SETTING))
+    common = set.intersection(*per_remedy.values()) if per_remedy else set()
+    return common or None
+
+
 def remedy_ranking(rows: list[dict]) -> list[dict]:
     """One entry per remedy, best score first (unscored remedies last, then by name)."""
     out = []
+    common = shared_settings(rows)
     for remedy in sorted({r["remedy"] for r in rows}):
         mine = [r for r in rows if r["remedy"] == remedy]
         mismatched = [r for r in mine if r["kind"] != "reference"]
-        scored = [r for r in mismatched if is_scored(r)]
+        scored = [r for r in mismatched if is_scored(r)
+                  and (common is None or tuple(str(r[k]) for k in SETTING) in common)]
         out.append({"remedy": remedy, "score": _mean([cell_score(r) for r in scored]), "cells": len(scored),
                     "collapses": sum(1 for r in scored if r["collapse/collapsed"]),
                     "mean_abs_delta": _mean([r["mean/mismatch/mean_abs_delta"] for r in mismatched]),
                     "mean_k3_kl": _mean([r["mean/rollout_corr/k3_kl"] for r in mismatched]),
                     "tolerance": tim_tolerance(mine)})
     return sorted(out, key=lambda e: (e["score"] is None, -(e["score"] or 0.0), e["remedy"]))
+
+
+def _scored_on(rows: list[dict]) -> str:
+    common = shared_settings(rows)
+    if common is None:
+        return "no (condition, mode) setting is shared by every remedy, so each is scored on all its cells"
+    names = sorted({f"{s[SETTING.index('condition')]}/{s[SETTING.index('mode')]}" for s in common})
+    return f"every remedy is scored on the {len(common)} settings all of them ran ({', '.join(names)})"
 
 
 def _task_line(rows: list[dict]) -> str:
@@ -113,7 +141,7 @@ def tables(grid: Grid, rows: list[dict], command: str) -> list[Table]:
         [[str(i + 1), e["remedy"], fmt(e["score"]), f"{e['collapses']}/{e['cells']}", fmt(e["mean_abs_delta"]),
           fmt(e["mean_k3_kl"]), e["tolerance"]] for i, e in enumerate(remedy_ranking(rows))],
         f"{stamp}. Score: mean over finished mismatched cells of final accuracy / reference, a collapsed "
-        f"cell capped at {SCORE_CAP}.")
+        f"cell capped at {SCORE_CAP}; {_scored_on(rows)}.")
     varying = [k for k in ("task", "model", "algorithm", "seed") if len({r[k] for r in rows}) > 1]
     cell_rows = []
     for r in rows:
@@ -172,7 +200,8 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
     command = command or f"timbench grid report {path}"
     rule = rule_from_dict(grid.collapse)
     status = {s: sum(1 for r in rows if r["status"] == s) for s in ("done", "failed", "running", "pending")}
-    preamble = [_task_line(rows), f"regenerate: `{command}`",
+    # grid.yaml in the result dir is the resolved spec, so it reruns the grid from the dir alone
+    preamble = [_task_line(rows), f"regenerate: `timbench grid run {path}/grid.yaml --out {path} && {command}`",
                 f"grid {grid.name}: {len(rows)} cells (" + ", ".join(f"{n} {s}" for s, n in status.items()) + ")",
                 f"collapse rule (timbench.grid.collapse): alpha={rule.alpha}, window={rule.window}, "
                 f"smooth={rule.smooth}, grad_spike={rule.grad_spike}, min_peak={rule.min_peak}, kl_warn={rule.kl_warn}"]
