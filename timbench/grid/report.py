@@ -200,8 +200,7 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
     command = command or f"timbench grid report {path}"
     rule = rule_from_dict(grid.collapse)
     status = {s: sum(1 for r in rows if r["status"] == s) for s in ("done", "failed", "running", "pending")}
-    # grid.yaml in the result dir is the resolved spec, so it reruns the grid from the dir alone
-    preamble = [_task_line(rows), f"regenerate: `timbench grid run {path}/grid.yaml --out {path} && {command}`",
+    preamble = [_task_line(rows), f"regenerate: `{command}`",
                 f"grid {grid.name}: {len(rows)} cells (" + ", ".join(f"{n} {s}" for s, n in status.items()) + ")",
                 f"collapse rule (timbench.grid.collapse): alpha={rule.alpha}, window={rule.window}, "
                 f"smooth={rule.smooth}, grad_spike={rule.grad_spike}, min_peak={rule.min_peak}, kl_warn={rule.kl_warn}"]
@@ -224,7 +223,9 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
 
 
 def _cmd_report(args) -> int:
-    written = write_report(args.dir, command=f"timbench grid report {args.dir}")
+    # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone
+    d = args.dir.rstrip("/")
+    written = write_report(d, command=f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}")
     for p in written.values():
         print(p)
     print(f"timbench grid report: wrote {len(written)} files into {args.dir}", file=sys.stderr)
