@@ -99,7 +99,8 @@ def test_collapse_override_from_cells_json_changes_the_rule(reported, tmp_path):
 def test_same_input_gives_byte_identical_report(reported, tmp_path):
     root = tmp_path / "fab"
     shutil.copytree(reported, root, ignore=shutil.ignore_patterns("figures", "leaderboard.*", "summary.csv"))
-    write_report(root, command=f"timbench grid report {reported}")
+    write_report(root, command=f"timbench grid run {reported}/grid.yaml --out {reported} && "
+                               f"timbench grid report {reported}")
     for name in ["leaderboard.md", "summary.csv", "figures/dose_response.png"]:
         assert (root / name).read_bytes() == (reported / name).read_bytes(), name
 
