@@ -3,12 +3,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup setup-vllm quick test test-vllm bench clean
+.PHONY: setup setup-vllm quick align test test-vllm bench clean
+
+# Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
+QUICK_OUT ?= build/quick
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,ray]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -28,7 +31,16 @@ setup-vllm: $(VENV)/.vllm-installed
 test-vllm: setup-vllm
 	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py
 
+# The main job: the quick grid -> leaderboard and figures, then a regression check against the
+# committed results/quick (exit 1 if mismatch grew, exactness or accuracy was lost, or a collapse appeared).
 quick: setup
+	$(VENV)/bin/timbench grid run bench/grids/quick.yaml --out $(QUICK_OUT)
+	$(VENV)/bin/timbench grid report $(QUICK_OUT)
+	cat $(QUICK_OUT)/leaderboard.md
+	$(VENV)/bin/timbench compare results/quick $(QUICK_OUT)
+
+# Engine vs trainer mismatch of every condition on one workload (results/align/align_quick.md).
+align: setup
 	$(VENV)/bin/timbench align --table bench/align_quick.yaml --out results/align
 	cat results/align/align_quick.md
 
