@@ -158,12 +158,14 @@ class Spec:
         """kernels and dtype always, every other key only where it differs from its default.
 
         Keeping the short form stable means a spec string, a run's config.yaml and an
-        align report read the same as before a key existed.
+        align report read the same as before a key existed. A vLLM engine has its own
+        kernels, so `kernels` is left out there rather than printed as a misleading default.
         """
+        always = ("dtype",) if self.engine != "timbench" else ("kernels", "dtype")
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name in ("kernels", "dtype") or v != f.default:
+            if f.name in always or v != f.default:
                 out[f.name] = str(v) if isinstance(v, Noise) else v
         return out
 
