@@ -108,8 +108,9 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                   and (common is None or tuple(str(r[k]) for k in SETTING) in common)]
         out.append({"remedy": remedy, "score": _mean([cell_score(r) for r in scored]), "cells": len(scored),
                     "collapses": sum(1 for r in scored if r["collapse/collapsed"]),
-                    "mean_abs_delta": _mean([r["mean/mismatch/mean_abs_delta"] for r in mismatched]),
-                    "mean_k3_kl": _mean([r["mean/rollout_corr/k3_kl"] for r in mismatched]),
+                    # over the scored cells, so every column of a row describes the same cells
+                    "mean_abs_delta": _mean([r["mean/mismatch/mean_abs_delta"] for r in scored]),
+                    "mean_k3_kl": _mean([r["mean/rollout_corr/k3_kl"] for r in scored]),
                     "tolerance": tim_tolerance(mine)})
     return sorted(out, key=lambda e: (e["score"] is None, -(e["score"] or 0.0), e["remedy"]))
 
