@@ -9,6 +9,9 @@ recompute 0.39 s and update 1.17 s. Relative factors come from the README
 benchmarks: plain PyTorch kernels cost ~0.7x of the exact ones for the whole
 step (RL step 0.84 vs 1.18 s/step), MoE ~1.5x. Each eval samples eval_n
 problems twice (T=1 and greedy) with the exact engine, priced like rollout.
+Below 256 responses a step does not get cheaper (measured on the quick grid: a 16x8
+step took 2.2 s with two cells side by side, 32x8 alone 2.0 s; per-call overhead of
+the many small forwards dominates), so smaller batches are priced as 256.
 An estimate, not a promise: other jobs on the cores slow runs down 10-40x.
 """
 
@@ -46,7 +49,7 @@ def cell_seconds(config: dict) -> float:
     moe = MOE_FACTOR if preset is not None and preset.model_type == "qwen3_moe" else 1.0
     eng = KERNEL_FACTOR.get(config["engine"].get("kernels"), 1.0)
     trn = KERNEL_FACTOR.get(config["trainer"].get("kernels"), 1.0)
-    seqs = config["prompts_per_step"] * config["group_size"]
+    seqs = max(config["prompts_per_step"] * config["group_size"], BASELINE_SEQS)  # see module docstring
     step = seqs * (per_seq["rollout"] * eng + per_seq["recompute"] * trn
                    + per_seq["update"] * trn * config["epochs"]) * moe
     if config.get("twin"):  # a zero-mismatch twin lane runs every step in lockstep
