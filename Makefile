@@ -45,7 +45,7 @@ align: setup
 	cat results/align/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q -m "not slow and not vllm"
+	$(PY) -m pytest -q -m "not slow" --ignore=tests/test_vllm.py  # vLLM tests: make test-vllm (CI stage 2)
 
 bench: setup
 	$(PY) -m pytest bench/ -q --benchmark-json results/bench/bench.json

@@ -57,8 +57,12 @@ def _lines(path):
 
 def test_shipped_condition_table():
     table = load_conditions(ROOT / "bench/conditions.yaml")
-    assert {n: c.kind for n, c in table.items()} == {"baseline": "reference", "bf16-engine": "precision",
-                                                     "torch-kernels": "kernels", "production": "precision"}
+    kinds = {n: c.kind for n, c in table.items()}
+    assert {k: kinds[k] for k in ("baseline", "bf16-engine", "torch-kernels", "production", "tp4", "splitkv4",
+                                  "moe-router-bf16", "noise-g2", "vllm-bf16")} == {
+        "baseline": "reference", "bf16-engine": "precision", "torch-kernels": "kernels", "production": "precision",
+        "tp4": "tp", "splitkv4": "kernels", "moe-router-bf16": "moe", "noise-g2": "noise", "vllm-bf16": "vllm"}
+    assert set(kinds.values()) == {"reference", "precision", "kernels", "tp", "moe", "noise", "vllm"}
     assert table["production"].engine == "kernels=torch,dtype=bf16"
     assert all(len(c.doc) > 100 and "\n" not in c.doc for c in table.values())
 
@@ -154,7 +158,8 @@ def test_bad_grid_specs_are_one_line_errors(doc, message, tmp_path):
     ({"axes": {"mode": ["sideways"]}}, "cell add-4d-v1.tiny-dense.baseline.none.sideways.grpo.s0: mode"),
     ({"axes": {"task": ["mul-v1"]}}, "no shipped warm-start checkpoint for task 'mul-v1'"),
     ({"axes": {"model": ["huge"]}}, "unknown model preset 'huge'"),
-    ({"axes": {"remedy": ["a+b", "a:b"]}}, "both get id"),
+    ({"conditions": {n: {"kind": "kernels", "engine": "kernels=torch", "trainer": "kernels=exact"}
+                     for n in ("t+k", "t:k")}, "axes": {"condition": ["t+k", "t:k"]}}, "both get id"),
 ])
 def test_invalid_cells_fail_at_plan_time_naming_the_cell(doc, message):
     with pytest.raises(ValueError) as e:
