@@ -17,7 +17,7 @@ import torch
 from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..spec import Spec, parse_spec
 from .sampler import SamplingParams, sample
-from .sequence import Completion, Request, Sequence
+from .sequence import Completion, Request, Sequence, check_request
 
 
 class Engine:
@@ -64,13 +64,7 @@ class Engine:
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
         requests = list(requests)
         for r in requests:
-            if len(r.prompt_ids) == 0:
-                raise ValueError(f"request {r.request_id}: empty prompt")
-            if len(r.prompt_ids) >= self.max_len:
-                raise ValueError(f"request {r.request_id}: prompt of {len(r.prompt_ids)} tokens leaves no room "
-                                 f"in the context of {self.max_len} tokens")
-            if r.max_new_tokens < 1:
-                raise ValueError(f"request {r.request_id}: max_new_tokens must be >= 1")
+            check_request(r, self.max_len)
         order = [Sequence(r) for r in requests]
         waiting = deque(order)
         free = list(range(self.max_num_seqs - 1, -1, -1))

@@ -45,7 +45,7 @@ from vllm.triton_utils import dispatcher as _triton_dispatcher  # noqa: E402
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec import Spec, parse_spec  # noqa: E402
 from .sampler import SamplingParams  # noqa: E402
-from .sequence import Completion, Request  # noqa: E402
+from .sequence import Completion, Request, check_request  # noqa: E402
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MEM_ENV = "TIMBENCH_VLLM_GPU_MEMORY_UTILIZATION"
@@ -220,13 +220,7 @@ class VllmEngine:
         requests = list(requests)
         prompts, sampling = [], []
         for r in requests:
-            if len(r.prompt_ids) == 0:
-                raise ValueError(f"request {r.request_id}: empty prompt")
-            if len(r.prompt_ids) >= self.max_len:
-                raise ValueError(f"request {r.request_id}: prompt of {len(r.prompt_ids)} tokens leaves no room "
-                                 f"in the context of {self.max_len} tokens")
-            if r.max_new_tokens < 1:
-                raise ValueError(f"request {r.request_id}: max_new_tokens must be >= 1")
+            check_request(r, self.max_len)
             prompts.append(vllm.TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
             sampling.append(vllm.SamplingParams(
                 temperature=params.temperature, top_p=params.top_p, seed=request_seed(params.seed, r.request_id),
