@@ -199,14 +199,12 @@ class TRMMax(Remedy):
         return _reject(batch, seq_max(k2(log_rho(batch)), batch.mask) > self.params.threshold)
 
 
-class TRMAvg(Remedy):
+class TRMAvg(K3RS):
+    # The same rule as k3_rs (mean_t k3 above a threshold); TRM's mean form differs only in its default.
     name = "trm_avg"
     doc = ("Trust Region Masking, mean form (arXiv 2512.23075): reject sequence i when mean_t k3_t > 0.001, "
            "k3_t = rho_t - 1 - log rho_t.")
     Params = TRMAvgParams
-
-    def __call__(self, batch):
-        return _reject(batch, seq_mean(k3(log_rho(batch)), batch.mask) > self.params.threshold)
 
 
 class TISTokenSeqRS(Remedy):
