@@ -2,7 +2,9 @@
 
 A reader (or a resumed run) sees the old file or the new one, never half of
 one. Files get mode 0644 (mkstemp's 0600 would make shipped assets unreadable
-to other users).
+to other users). `check_output_dir` is the matching check at the edge: a
+command that writes a results directory (`train`, `grid run`) calls it before
+any work, so a bad `--out` is one line instead of a traceback hours later.
 """
 
 from __future__ import annotations
@@ -32,3 +34,32 @@ def atomic_path(path: str | os.PathLike):
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`path` if a writer can create it (or write into it), else a one-line ValueError naming why.
+
+    Nothing is created: the check walks up to the nearest existing ancestor (where the writer's
+    `mkdir(parents=True)` would start) and creates and removes one probe file there. A probe rather
+    than `os.access`, because root passes every permission-bit check yet still cannot write to a
+    read-only mount or a pseudo-filesystem such as /proc or /sys.
+    """
+    p = Path(path)
+    try:
+        if os.path.lexists(p) and not p.is_dir():
+            raise ValueError(f"{flag} {p} exists and is not a directory; give a new or existing directory")
+        nearest = p
+        while not os.path.lexists(nearest):
+            nearest = nearest.parent
+    except PermissionError as e:
+        raise ValueError(f"{flag} {p} cannot be checked ({e.strerror}); give a directory you can write to") from None
+    if not nearest.is_dir():
+        raise ValueError(f"{flag} {p} is under {nearest}, which is not a directory; give a directory path")
+    try:
+        fd, probe = tempfile.mkstemp(dir=nearest, prefix=".timbench-probe.")
+    except OSError as e:
+        raise ValueError(f"{flag} {p} is not writable (creating a file in {nearest}: {e.strerror}); "
+                         "give a directory you can write to") from None
+    os.close(fd)
+    os.remove(probe)
+    return p

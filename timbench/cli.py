@@ -12,6 +12,8 @@ from .spec import SpecError
 def _cmd_align(args) -> int:
     if args.table:
         from .align_table import run_table
+        from .atomic import check_output_dir
+        check_output_dir(args.out or "results/align")
         run_table(args.table, args.out or "results/align", progress=lambda m: print(m, file=sys.stderr))
         return 0
     from .align import align

@@ -45,7 +45,9 @@ def _cmd_plan(args) -> int:
 
 def _cmd_run(args) -> int:
     from timbench.runners.driver import run_grid
+    from ..atomic import check_output_dir
     from .spec import load_grid
+    check_output_dir(args.out)
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.address is not None and args.backend != "ray":

@@ -7,8 +7,10 @@ import sys
 
 
 def _cmd_train(args) -> int:
+    from ..atomic import check_output_dir
     from .config import load_config
     from .loop import NonFiniteError, run
+    check_output_dir(args.out)
     overrides = list(args.set or []) + ([f"remedy={args.remedy}"] if args.remedy else [])
     cfg = load_config(args.config, overrides)
     try:
