@@ -57,6 +57,33 @@ def test_missing_checkpoint_files_are_named(tmp_path):
         load_checkpoint(tmp_path)
 
 
+CORRUPTIONS = {  # file -> (how its bytes are damaged, what the one-line error must say)
+    "truncated-weights": ("model.safetensors", lambda b: b[: len(b) // 2], "truncated or corrupt"),
+    "weights-cut-in-header": ("model.safetensors", lambda b: b[:20], "truncated or corrupt"),
+    "empty-weights": ("model.safetensors", lambda b: b"", "truncated or corrupt"),
+    "config-not-json": ("config.json", lambda b: b[: len(b) // 2], "malformed JSON"),
+    "config-a-list": ("config.json", lambda b: b"[1, 2]", "expected a JSON object"),
+    "config-binary": ("config.json", lambda b: b"\xff\xfe\x00\x01", "not UTF-8 text"),
+    "tokenizer-not-json": ("tokenizer.json", lambda b: b"{oops", "not a readable tokenizer.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupt_checkpoint_file_is_a_one_line_error_naming_it(dense, tmp_path, case, capsys):
+    from timbench.cli import main
+    name, damage, says = CORRUPTIONS[case]
+    save_checkpoint(dense, tmp_path)
+    path = tmp_path / name
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError, match=says) as e:
+        load_checkpoint(tmp_path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    # The same through the command line: exit 2, one stderr line, no traceback.
+    assert main(["align", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and says in err
+
+
 def test_bad_configs_are_one_line_errors():
     with pytest.raises(ValueError, match="valid: qwen3, qwen3_moe"):
         ModelConfig(model_type="llama")

@@ -77,7 +77,10 @@ class CharTokenizer:
         path = Path(directory) / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no tokenizer.json in checkpoint directory {directory}")
-        tok = cls(Tokenizer.from_file(str(path)))
+        try:
+            tok = cls(Tokenizer.from_file(str(path)))
+        except Exception as e:  # the Rust parser raises a bare Exception on a corrupt file
+            raise ValueError(f"{path}: not a readable tokenizer.json ({' '.join(str(e).split())})") from None
         ref = cls()
         if tok.hf.get_vocab() != ref.hf.get_vocab():
             raise ValueError(f"{path}: vocabulary differs from the timbench character vocabulary")

@@ -12,9 +12,11 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_path
+from ..readfile import read_json
 from ..tokenizer import CharTokenizer
 from .config import PRESETS, ModelConfig, preset
 from .qwen3 import Qwen3ForCausalLM
@@ -44,16 +46,27 @@ def save_checkpoint(model: Qwen3ForCausalLM, directory: str | os.PathLike, card:
 
 
 def load_checkpoint(directory: str | os.PathLike) -> Qwen3ForCausalLM:
-    """Load an HF-layout checkpoint; any missing, unexpected or mis-shaped tensor is a one-line error."""
+    """Load an HF-layout checkpoint; a missing, corrupt or truncated file, or any missing, unexpected
+    or mis-shaped tensor, is a one-line error naming the file."""
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"checkpoint directory {d} does not exist")
-    cfg = ModelConfig.load(d)
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"{cfg_path}: no config.json in checkpoint directory {d}")
+    hf = read_json(cfg_path)  # a ValueError naming the file if it does not parse
+    if not isinstance(hf, dict):
+        raise ValueError(f"{cfg_path}: expected a JSON object of model settings, got a {type(hf).__name__}")
+    cfg = ModelConfig.from_hf_dict(hf, source=str(cfg_path))
     CharTokenizer.load(d)
     weights = d / "model.safetensors"
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: no model.safetensors in checkpoint directory {d}")
-    state = load_file(str(weights))
+    try:
+        state = load_file(str(weights))
+    except SafetensorError as e:  # truncated or overwritten: the header no longer describes the file
+        raise ValueError(f"{weights}: not a readable safetensors file ({e}); the file is truncated or corrupt, "
+                         "copy or write the checkpoint again") from None
     model = Qwen3ForCausalLM(cfg)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
