@@ -61,8 +61,7 @@ def cmd_list(args) -> int:
 def cmd_show(args) -> int:
     """Print the first `--n` problems of a split."""
     task = get_task(args.name)
-    if args.n < 0:
-        raise CliError("--n must be >= 0")
+    _check_n(args.n, 0)
     if args.split == "eval":
         problems = task.eval_set(args.n)
     else:
@@ -75,11 +74,24 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _check_n(n: int, least: int) -> None:
+    if n < least:
+        raise CliError(f"--n must be >= {least}, got {n}")
+
+
 def _read_predictions(path: Path) -> list[dict]:
+    """The JSON objects of a predictions file; a missing, non-text or empty file is a CliError."""
+    if path.is_dir():
+        raise CliError(f"{path} is a directory; --file takes a predictions JSONL file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CliError(f"{path}: not UTF-8 text (byte {e.start}); --file takes a predictions JSONL file, "
+                       "one JSON object per line") from None
     lines = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -89,6 +101,9 @@ def _read_predictions(path: Path) -> list[dict]:
         if not isinstance(rec, dict) or not isinstance(rec.get("response"), str):
             raise CliError(f"{path}:{i}: expected an object with a string 'response'")
         lines.append(rec)
+    if not lines:  # scoring nothing would print accuracy 0.0 for n=0 and exit 0
+        raise CliError(f"{path}: no predictions (the file is empty); expected one JSON object per line "
+                       "with a string 'response'")
     return lines
 
 
@@ -112,6 +127,7 @@ def _problem_for(rec: dict, task, by_prompt: dict[str, Problem], eval_list: list
 def cmd_score(args) -> int:
     """Score a predictions JSONL file with the task verifier; print accuracy JSON."""
     task = get_task(args.name)
+    _check_n(args.n, 1)
     path = Path(args.file)
     records = _read_predictions(path)
     eval_list = task.eval_set(args.n)
@@ -123,8 +139,7 @@ def cmd_score(args) -> int:
         well_formed += task.extract_answer(rec["response"]) is not None
     n = len(records)
     print(json.dumps({"task": task.name, "file": str(path), "n": n, "correct": int(correct),
-                      "accuracy": correct / n if n else 0.0,
-                      "well_formed": well_formed / n if n else 0.0}))
+                      "accuracy": correct / n, "well_formed": well_formed / n}))
     return 0
 
 

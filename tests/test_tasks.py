@@ -249,3 +249,37 @@ def test_cli(tmp_path, capsys):
     assert "not in the eval set" in capsys.readouterr().err
     assert _cli(["tasks", "score", "add-4d-v1", "--file", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["binary", "directory", "empty", "blank-lines", "negative-n", "zero-n"])
+def test_cli_score_bad_input_is_one_line(tmp_path, capsys, case):
+    ev = get_task("add-4d-v1").eval_set(2)
+    good = json.dumps({"prompt": ev[0].prompt, "response": ev[0].solution}) + "\n"
+    path, n, says = tmp_path / "preds.jsonl", "512", None
+    if case == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+        says = "not UTF-8 text"
+    elif case == "directory":
+        path.mkdir()
+        says = "is a directory"
+    elif case in ("empty", "blank-lines"):
+        path.write_text("" if case == "empty" else "\n  \n\n")
+        says = "no predictions"
+    else:
+        path.write_text(good)
+        n, says = ("-5", "--n must be >= 1, got -5") if case == "negative-n" else ("0", "--n must be >= 1, got 0")
+    assert _cli(["tasks", "score", "add-4d-v1", "--file", str(path), "--n", n]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and says in cap.err, cap.err
+    if case != "negative-n" and case != "zero-n":
+        assert str(path) in cap.err
+    # the same file with a valid --n, or a valid file, still scores: the check is not over-eager
+    path_ok = tmp_path / "ok.jsonl"
+    path_ok.write_text(good)
+    assert _cli(["tasks", "score", "add-4d-v1", "--file", str(path_ok), "--n", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 1
+
+
+def test_cli_show_negative_n_is_one_line(capsys):
+    assert _cli(["tasks", "show", "mul-v1", "--n", "-5"]) == 2
+    assert capsys.readouterr().err == "timbench tasks: error: --n must be >= 0, got -5\n"
