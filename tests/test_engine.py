@@ -123,12 +123,37 @@ def test_greedy_and_top_p(dense):
     assert all(c.token_ids == g.token_ids[:len(c.token_ids)] for c, g in zip(tp, g1))
 
 
+def _finish_kind(c, max_new: int, max_len: int, eos: int) -> str:
+    """Why a completion ended, read off its tokens alone; asserts the engine's finish_reason agrees."""
+    assert eos not in c.token_ids[:-1], "generation went on past EOS"
+    assert len(c.token_ids) <= max_new and len(c.prompt_ids) + len(c.token_ids) <= max_len
+    if c.token_ids[-1] == eos:
+        assert c.finish_reason == "stop"
+        return "stop"
+    assert c.finish_reason == "length", c.finish_reason
+    if len(c.token_ids) == max_new:
+        return "max_new_tokens"
+    assert len(c.prompt_ids) + len(c.token_ids) == max_len, "stopped with room left and no EOS"
+    return "context"
+
+
+def test_finish_reason_follows_from_the_tokens(dense):
+    # Random-init tiny-dense samples EOS with p ~ 1/vocab per token: with these seeds a batch ends
+    # in all three ways (EOS, max_new_tokens, context end), each checked against its tokens.
+    max_len = 40
+    engine = Engine(dense.config, "kernels=exact", max_num_seqs=16, max_len=max_len)
+    engine.load_weights(dense)
+    reqs = _requests(0, 48, max_new=40)
+    comps = engine.generate(reqs, SamplingParams(seed=0))
+    kinds = [_finish_kind(c, r.max_new_tokens, max_len, dense.config.eos_token_id) for r, c in zip(reqs, comps)]
+    assert set(kinds) == {"stop", "max_new_tokens", "context"}, kinds
+
+
 def test_generation_limits_and_errors(dense):
     engine = Engine(dense.config, "kernels=exact", max_num_seqs=4, max_len=32)
     engine.load_weights(dense)
     out = engine.generate([Request((4, 5), 50, 0)])[0]
-    assert len(out.prompt_ids) + len(out.token_ids) <= 32
-    assert out.finish_reason in ("stop", "length")
+    assert _finish_kind(out, 50, 32, dense.config.eos_token_id) in ("stop", "context")  # 50 new never fit
     with pytest.raises(ValueError, match="leaves no room"):
         engine.generate([Request(tuple([4] * 32), 1, 0)])
     with pytest.raises(ValueError, match="empty prompt"):
