@@ -3,7 +3,12 @@
 Run from the repo root:
     python -m pytest bench/test_bench_engine.py --benchmark-json results/bench/engine.json
     python -m pytest bench/test_bench_trainer.py --benchmark-json results/bench/trainer.json
+    python -m pytest bench/test_bench_rl_step.py --benchmark-json results/bench/rl_step.json
     python bench/summarize.py
+
+Smoke mode (CI): `python -m pytest bench/ --benchmark-disable` runs each
+benchmark body once, untimed, with its own sanity asserts, so a suite cannot rot
+unnoticed; the `smoke` fixture tells a body to skip its extra warm-up call.
 
 Thread counts are fixed here, before any kernel runs, and recorded in every
 benchmark's extra_info so a JSON file says how it was measured.
@@ -58,6 +63,12 @@ def bench_config(name: str = "tiny-dense"):
     """
     cfg = preset(name)
     return dataclasses.replace(cfg, eos_token_id=cfg.vocab_size)
+
+
+@pytest.fixture(scope="session")
+def smoke(request) -> bool:
+    """True under --benchmark-disable: bodies run once, untimed (a CI check, not a measurement)."""
+    return bool(request.config.getoption("benchmark_disable"))
 
 
 @pytest.fixture(scope="session")
