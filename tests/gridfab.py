@@ -36,7 +36,8 @@ def metrics_rows(delta: float, collapse: bool, k3_scale: float = 1.0, hist: bool
                "mismatch/max_abs_delta": 10 * delta, "training/rollout_probs_diff_max": 0.5 * delta,
                "drift/diff_mean": delta * 0.1, "drift/diff_abs_mean": delta * 0.2,
                "drift/diff_pos_adv_mean": delta * 0.3, "drift/diff_neg_adv_mean": -delta * 0.1,
-               "remedy/weight_mean": 1.0 - delta}
+               "rollout_corr/rollout_is_mean": 1.0 - delta,
+               "rollout_corr/rollout_rs_masked_fraction": delta / 2}
         if hist:
             row["mismatch/abs_delta_hist"] = [0] * 8 + [i, 3, 2, 0] if delta else [50] + [0] * 11
         rows.append(row)

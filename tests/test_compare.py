@@ -8,7 +8,7 @@ import pytest
 
 from gridfab import cell_id, standard_grid, write_cell
 from timbench.cli import main
-from timbench.grid.compare import Tolerances, compare, load_tolerances
+from timbench.report.compare import Tolerances, compare, load_tolerances
 
 ALIGN = [
     {"model_name": "tiny-dense", "condition": "zero-mismatch (exact/exact fp32)", "max_abs_diff": 0.0,

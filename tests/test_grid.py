@@ -20,7 +20,7 @@ from timbench.cli import main
 from timbench.grid.conditions import load_conditions
 from timbench.grid.cost import BASELINE_STEP_S, cell_seconds, wall_seconds
 from timbench.grid.layout import prepare, read_status, write_status
-from timbench.grid.spec import expand, load_grid, parse_grid
+from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners.cell import run_cell
 from timbench.runners.driver import run_grid, select
@@ -56,7 +56,7 @@ def _lines(path):
 # ---- spec, expansion, references ----------------------------------------------------------------
 
 def test_shipped_condition_table():
-    table = load_conditions(ROOT / "bench/conditions.yaml")
+    table = load_conditions(SHIPPED_CONDITIONS)
     kinds = {n: c.kind for n, c in table.items()}
     assert {k: kinds[k] for k in ("baseline", "bf16-engine", "torch-kernels", "production", "tp4", "splitkv4",
                                   "moe-router-bf16", "noise-g2", "vllm-bf16")} == {

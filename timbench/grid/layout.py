@@ -1,4 +1,4 @@
-"""The grid result layout: the one contract between the grid runner and the report.
+"""The grid result layout: the one contract between the grid runner and the report, and its only owner.
 
     results/<NAME>/grid.yaml          resolved grid spec (self-contained, reloads to the same cells)
     results/<NAME>/cells.json         {"grid", "reference_condition", "collapse", "cells": [...]}
@@ -23,6 +23,9 @@ from ..readfile import read_json
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
+"""What a runner writes into cell.json."""
+PENDING = "pending"
+"""What a reader calls a cell without cell.json: the runner never started it."""
 
 
 def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
@@ -76,9 +79,17 @@ def run_dir(out: str | Path, cell_id: str) -> Path:
 
 
 def read_status(out: str | Path, cell_id: str) -> dict | None:
-    """The cell's cell.json, or None if it never started (a torn file cannot exist: writes are atomic)."""
+    """The cell's cell.json, or None if it never started (a torn file cannot exist: writes are atomic).
+
+    A file that is not JSON or holds no valid status is a one-line error naming it.
+    """
     path = run_dir(out, cell_id) / "cell.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    st = read_json(path, "cell status file")
+    if not isinstance(st, dict) or st.get("status") not in STATUSES:
+        raise ValueError(f"{path}: status must be one of {'|'.join(STATUSES)}")
+    return st
 
 
 def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float,

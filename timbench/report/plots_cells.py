@@ -1,6 +1,6 @@
 """Per-cell figures of a grid report: relative-accuracy heatmap, |delta| distributions, dose-response.
 
-They read the summary rows of `timbench.grid.summary` (and, for the |delta| distributions, each
+They read the summary rows of `timbench.report.summary` (and, for the |delta| distributions, each
 cell's per-step metrics). Collapsed cells are marked in every figure: "C@step" in the heatmap,
 hollow red markers in the dose-response plot.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..metrics import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
-from .resultdir import CellRun
+from .results import CellRun
 
 KIND_MARKERS = {"reference": "*", "noise": "o", "precision": "s", "kernels": "D", "tp": "^", "moe": "v",
                 "vllm": "P"}

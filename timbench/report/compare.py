@@ -102,7 +102,7 @@ def compare_align(base_rows: list[dict], cand_rows: list[dict], tol: Tolerances)
 
 
 def compare_grids(base_rows: list[dict], cand_rows: list[dict], tol: Tolerances) -> tuple[int, list[dict]]:
-    """(cells compared, regressions) for two grids' summary rows (timbench.grid.summary)."""
+    """(cells compared, regressions) for two grids' summary rows (timbench.report.summary)."""
     cand = {r["id"]: r for r in cand_rows}
     regs = []
     exact_key = "max/training/rollout_probs_diff_max"
@@ -163,20 +163,3 @@ def format_verdict(v: dict) -> str:
     lines.append(f"compare ({v['kind']}): {v['compared']} entries, {len(v['regressions'])} regressions: "
                  f"{v['verdict'].upper()}")
     return "\n".join(lines)
-
-
-def _cmd_compare(args) -> int:
-    verdict = compare(args.baseline, args.candidate, load_tolerances(args.tolerances))
-    print(json.dumps(verdict, sort_keys=True, allow_nan=True) if args.json else format_verdict(verdict))
-    return 1 if verdict["regressions"] else 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("compare", help="regression gate: compare two grid result dirs or two align tables; "
-                                       "exit 1 on any regression")
-    p.add_argument("baseline", help="baseline grid dir (results/NAME) or align table JSON")
-    p.add_argument("candidate", help="candidate of the same kind")
-    p.add_argument("--tolerances", help="YAML overrides of the default tolerances "
-                                        f"({', '.join(f.name for f in dataclasses.fields(Tolerances))})")
-    p.add_argument("--json", action="store_true", help="print the machine-readable verdict")
-    p.set_defaults(func=_cmd_compare)

@@ -1,4 +1,4 @@
-"""`timbench grid report results/NAME`: leaderboard.md, leaderboard.html, summary.csv and figures/*.png.
+"""The leaderboard of a grid (`timbench grid report results/NAME`): leaderboard.md, leaderboard.html, summary.csv and figures/*.png.
 
 Remedy score (the ranking): the mean, over a remedy's finished cells under a mismatched condition
 (kind != reference), of final accuracy relative to the zero-mismatch reference cell, where a
@@ -14,14 +14,13 @@ it collapsed at the smallest sigma s tested, ">= s" when it never collapsed, "-"
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
 from .html import render_html
-from .resultdir import Grid, load_results
+from .results import Grid, load_results
 from .summary import summarize, summary_csv
 
 SCORE_CAP = 0.5
@@ -203,7 +202,7 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
     status = {s: sum(1 for r in rows if r["status"] == s) for s in ("done", "failed", "running", "pending")}
     preamble = [_task_line(rows), f"regenerate: `{command}`",
                 f"grid {grid.name}: {len(rows)} cells (" + ", ".join(f"{n} {s}" for s, n in status.items()) + ")",
-                f"collapse rule (timbench.grid.collapse): alpha={rule.alpha}, window={rule.window}, "
+                f"collapse rule (timbench.report.collapse): alpha={rule.alpha}, window={rule.window}, "
                 f"smooth={rule.smooth}, grad_spike={rule.grad_spike}, min_peak={rule.min_peak}, kl_warn={rule.kl_warn}"]
     tabs = tables(grid, rows, command)
     written = {"summary.csv": grid.path / "summary.csv"}
@@ -221,20 +220,3 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
     written["leaderboard.html"] = grid.path / "leaderboard.html"
     atomic_write(written["leaderboard.html"], render_html(title, preamble, tabs, pngs))
     return written
-
-
-def _cmd_report(args) -> int:
-    # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone
-    d = args.dir.rstrip("/")
-    written = write_report(d, command=f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}")
-    for p in written.values():
-        print(p)
-    print(f"timbench grid report: wrote {len(written)} files into {args.dir}", file=sys.stderr)
-    return 0
-
-
-def add_report_parser(subparsers, name: str = "report") -> None:
-    """Register `report DIR` on the `timbench grid` subparsers (or under another name, e.g. grid-report)."""
-    p = subparsers.add_parser(name, help="leaderboard.md/.html, summary.csv and figures for a grid result dir")
-    p.add_argument("dir", help="grid result directory (results/NAME, holding cells.json and runs/)")
-    p.set_defaults(func=_cmd_report)
