@@ -50,6 +50,32 @@ def _first_difference(old: dict, new: dict) -> str:
     return f"{len(old_cells)} cells vs {len(new['cells'])}, or the reference/collapse settings"
 
 
+def experiment_difference(a: dict, b: dict) -> str | None:
+    """How two cells.json documents describe different experiments, or None if they are the same one.
+
+    Same experiment: the same grid name, reference condition, collapse rule and cell ids, and for each
+    cell the same axes, reference and full RunConfig. Condition docs (prose) may differ.
+    """
+    if a.get("grid") != b.get("grid"):
+        return f"grid name {a.get('grid')!r} vs {b.get('grid')!r}"
+    for key in ("reference_condition", "collapse"):
+        if a.get(key) != b.get(key):
+            return f"{key} {a.get(key)!r} vs {b.get(key)!r}"
+    ca, cb = ({c["id"]: c for c in d.get("cells", [])} for d in (a, b))
+    only = sorted(set(ca) ^ set(cb))
+    if only:
+        return f"cell sets differ ({len(ca)} vs {len(cb)} cells; {only[0]} is in only one)"
+    for cid, c in ca.items():
+        for key in ("axes", "reference"):
+            if c.get(key) != cb[cid].get(key):
+                return f"cell {cid} differs in {key}"
+        ka, kb = c.get("config") or {}, cb[cid].get("config") or {}
+        keys = sorted(k for k in set(ka) | set(kb) if ka.get(k) != kb.get(k))
+        if keys:
+            return f"cell {cid} config differs in {', '.join(keys)} ({ka.get(keys[0])!r} vs {kb.get(keys[0])!r})"
+    return None
+
+
 def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
     """Write grid.yaml and cells.json into `out`; refuse a directory that holds another grid's cells."""
     out = Path(out)

@@ -115,15 +115,20 @@ def _cell_text(v) -> str:
     return str(v)
 
 
-def summary_csv(rows: list[dict]) -> str:
-    """CSV text: the fixed COLUMNS, then any other column a row has, sorted."""
-    extra = sorted({k for r in rows for k in r if k not in COLUMNS})
+def csv_text(rows: list[dict], columns: tuple) -> str:
+    """CSV text of `rows`: `columns` first, then any other key a row has, sorted; floats in repr form."""
+    columns = tuple(columns) + tuple(sorted({k for r in rows for k in r if k not in columns}))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS + tuple(extra))
+    w.writerow(columns)
     for r in rows:
-        w.writerow([_cell_text(r.get(k)) for k in COLUMNS + tuple(extra)])
+        w.writerow([_cell_text(r.get(k)) for k in columns])
     return buf.getvalue()
+
+
+def summary_csv(rows: list[dict]) -> str:
+    """summary.csv: the fixed COLUMNS, then any other column a row has, sorted."""
+    return csv_text(rows, COLUMNS)
 
 
 def write_summary_csv(rows: list[dict], path: str | Path) -> None:
