@@ -73,3 +73,10 @@ def test_kaplan_meier_by_hand():
     assert median_survival(kaplan_meier([40, 40], [False, False])) is None
     with pytest.raises(ValueError, match="2 times but 1 event flags"):
         kaplan_meier([1, 2], [True])
+
+
+def test_clip_keeps_the_mean_and_bounds_the_interval():
+    from timbench.report.stats import clip
+    assert clip(Interval(0.1, -0.2, 0.4, 3), 0.0, 1.0) == Interval(0.1, 0.0, 0.4, 3)
+    assert clip(Interval(0.9, 0.7, 1.3, 3), 0.0, 1.0) == Interval(0.9, 0.7, 1.0, 3)
+    assert clip(Interval(0.5, n=1), 0.0, 1.0) == Interval(0.5, n=1)

@@ -4,8 +4,8 @@ A group is one (task, model, condition, remedy, mode, algorithm); its members ar
 summary rows (timbench.report.summary) of its seeds that finished (done, or failed with a collapse).
 For each group (intervals from timbench.report.stats):
 
-- final / peak accuracy T=1: mean over seeds with a Student t interval; with one seed, the eval-set
-  Wilson interval (eval_n problems) on that seed's accuracy.
+- final / peak accuracy T=1: mean over seeds with a Student t interval (clipped to [0, 1]); with one
+  seed, the eval-set Wilson interval (eval_n problems) on that seed's accuracy.
 - relative accuracy, paired by seed: each seed's accuracy over the same seed's reference cell
   (common random numbers: same warm start, prompts and sampler keys), then mean and t interval;
   with one seed, the Wilson interval of its accuracy divided by the reference's accuracy.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .stats import Interval, kaplan_meier, mean_interval, median_survival, wilson
+from .stats import Interval, clip, kaplan_meier, mean_interval, median_survival, wilson
 
 GROUP = ("task", "model", "condition", "remedy", "mode", "algorithm")
 """What a seed group shares: every axis but the seed."""
@@ -41,7 +41,7 @@ def accuracy_interval(values: list[float], eval_n: int | None) -> Interval:
     """t interval over seeds; with one seed, the Wilson interval of that accuracy on eval_n problems."""
     if len(values) == 1 and eval_n:
         return wilson(values[0] * eval_n, eval_n)
-    return mean_interval(values)
+    return clip(mean_interval(values), 0.0, 1.0)  # a t interval can leave [0, 1]; accuracy cannot
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _relative(rows: list[dict], ref_by_id: dict[str, dict], eval_n: int | None) 
         a, b = pairs[0]
         w = wilson(a * eval_n, eval_n)
         return Interval(a / b, w.lo / b, w.hi / b, 1)
-    return mean_interval([a / b for a, b in pairs])
+    return clip(mean_interval([a / b for a, b in pairs]), 0.0)
 
 
 def seed_groups(rows: list[dict]) -> list[SeedGroup]:

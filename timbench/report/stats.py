@@ -104,6 +104,13 @@ class Interval:
         return lo1 <= hi2 and lo2 <= hi1
 
 
+def clip(iv: Interval, lo: float = -math.inf, hi: float = math.inf) -> Interval:
+    """The interval with its bounds clipped to the feasible range [lo, hi] (a proportion's [0, 1], say)."""
+    if iv.lo is None:
+        return iv
+    return Interval(iv.mean, min(max(iv.lo, lo), hi), min(max(iv.hi, lo), hi), iv.n)
+
+
 def mean(xs: list[float]) -> float | None:
     return math.fsum(xs) / len(xs) if xs else None
 
