@@ -10,12 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-
-def fmt_seconds(s: float) -> str:
-    s = int(round(s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s" if m else f"{sec}s"
+from timbench.grid.cost import fmt_seconds
 
 
 class Progress:

@@ -36,7 +36,8 @@ def metrics_rows(delta: float, collapse: bool, k3_scale: float = 1.0, hist: bool
                "mismatch/max_abs_delta": 10 * delta, "training/rollout_probs_diff_max": 0.5 * delta,
                "drift/diff_mean": delta * 0.1, "drift/diff_abs_mean": delta * 0.2,
                "drift/diff_pos_adv_mean": delta * 0.3, "drift/diff_neg_adv_mean": -delta * 0.1,
-               "remedy/weight_mean": 1.0 - delta}
+               "rollout_corr/rollout_is_mean": 1.0 - delta,
+               "rollout_corr/rollout_rs_masked_fraction": delta / 2}
         if hist:
             row["mismatch/abs_delta_hist"] = [0] * 8 + [i, 3, 2, 0] if delta else [50] + [0] * 11
         rows.append(row)
@@ -44,8 +45,8 @@ def metrics_rows(delta: float, collapse: bool, k3_scale: float = 1.0, hist: bool
 
 
 def write_cell(root: Path, cond: str, remedy: str, *, final_acc: float, delta: float, collapse=False,
-               status="done", mode="recompute", failed_nan_at=None, hist=False, steps_written=None):
-    cid = cell_id(cond, remedy, mode)
+               status="done", mode="recompute", failed_nan_at=None, hist=False, steps_written=None, seed=0):
+    cid = cell_id(cond, remedy, mode, seed)
     d = root / "runs" / cid
     d.mkdir(parents=True, exist_ok=True)
     rows = metrics_rows(delta, collapse, hist=hist, nan_at=failed_nan_at)
@@ -71,14 +72,16 @@ def write_cell(root: Path, cond: str, remedy: str, *, final_acc: float, delta: f
     return cid
 
 
-def cell_decl(cond, remedy, mode="recompute"):
+def cell_decl(cond, remedy, mode="recompute", seed=0, eval_n=None):
     c = CONDITIONS[cond]
-    ref = None if c["kind"] == "reference" else cell_id("baseline", "none", mode)
-    return {"id": cell_id(cond, remedy, mode),
+    ref = None if c["kind"] == "reference" else cell_id("baseline", "none", mode, seed)
+    config = {"task": "add-4d-v1", "remedy": remedy, "mode": mode, "steps": STEPS, "seed": seed}
+    if eval_n is not None:
+        config["eval_n"] = eval_n
+    return {"id": cell_id(cond, remedy, mode, seed),
             "axes": {"task": "add-4d-v1", "model": "tiny-dense", "condition": cond, "remedy": remedy, "mode": mode,
-                     "algorithm": "grpo", "seed": 0},
-            "condition": {"name": cond, "doc": f"{cond} condition", **c}, "reference": ref,
-            "config": {"task": "add-4d-v1", "remedy": remedy, "mode": mode, "steps": STEPS}}
+                     "algorithm": "grpo", "seed": seed},
+            "condition": {"name": cond, "doc": f"{cond} condition", **c}, "reference": ref, "config": config}
 
 
 def write_cells_json(root: Path, decls: list[dict], name="fab", collapse=None):
@@ -114,6 +117,25 @@ def standard_grid(root: Path, hist: bool = False) -> Path:
     decls.append(cell_decl("noise-3", "mis_seq"))  # pending: never started
     write_cells_json(root, decls)
     return root
+
+
+def seeded_grid(root: Path, cells: dict[tuple, list[tuple]], eval_n: int = 512) -> Path:
+    """A grid of recompute cells with several seeds: {(cond, remedy): [(final_acc, delta, collapse), ...]}.
+
+    Entry i of each list is seed i; every mismatched cell's reference is the baseline cell of its seed.
+    """
+    decls = []
+    for (cond, remedy), per_seed in cells.items():
+        for seed, (acc, delta, collapse) in enumerate(per_seed):
+            write_cell(root, cond, remedy, final_acc=acc, delta=delta, collapse=collapse, seed=seed)
+            decls.append(cell_decl(cond, remedy, seed=seed, eval_n=eval_n))
+    write_cells_json(root, decls)
+    return root
+
+
+def group_id(cond, remedy, mode="recompute"):
+    """The seed group of cell_id(cond, remedy, mode, seed): the cell id without its seed."""
+    return cell_id(cond, remedy, mode).rsplit(".", 1)[0]
 
 
 def read_csv(path: Path) -> list[dict]:

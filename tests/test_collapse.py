@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from timbench.grid.collapse import CollapseRule, detect_collapse, moving_average, rule_from_dict
+from timbench.report.collapse import CollapseRule, detect_collapse, moving_average, rule_from_dict
 
 
 def rows(rewards, grads=None, k3=None, loss=None):

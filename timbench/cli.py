@@ -52,10 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_train(sub)
     from .remedies.cli import add_parser as add_remedies
     add_remedies(sub)
-    from .grid.compare import add_parser as add_compare
-    add_compare(sub)
+    from .report.cli import add_compare_parser, add_report_parser
+    add_compare_parser(sub)
     from .grid.cli import add_parser as add_grid
-    add_grid(sub)
+    from .runners.cli import add_run_parser
+    grid_sub = add_grid(sub)  # plan; run and report join from their own packages
+    add_run_parser(grid_sub)
+    add_report_parser(grid_sub)
 
     try:
         from .tasks.cli import add_parser as add_tasks

@@ -1,6 +1,7 @@
 """The condition table: named (engine spec, trainer spec) pairs, each one mismatch source.
 
-A condition is data: `bench/conditions.yaml` maps a name to its kind, the two
+A condition is data: `conditions.yaml` next to this module (shipped as package
+data, the default table of every grid) maps a name to its kind, the two
 spec strings (`key=value,...`, validated with `timbench.spec.parse_spec`) and a
 one-paragraph doc naming the real system it stands for. A grid names
 conditions from this table; adding a mismatch source is adding an entry here.

@@ -60,6 +60,14 @@ def cell_seconds(config: dict) -> float:
     return CELL_OVERHEAD_S + steps * step + eval_s
 
 
+def fmt_seconds(s: float) -> str:
+    """A duration for people: 45s, 3m07s, 1h02m."""
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s" if m else f"{sec}s"
+
+
 def wall_seconds(costs: list[float], workers: int) -> float:
     """Makespan of running cells in list order on `workers` processes (each takes the next free one)."""
     free = [0.0] * max(1, min(workers, len(costs) or 1))

@@ -1,4 +1,4 @@
-"""The grid result layout: the one contract between the grid runner and the report.
+"""The grid result layout: the one contract between the grid runner and the report, and its only owner.
 
     results/<NAME>/grid.yaml          resolved grid spec (self-contained, reloads to the same cells)
     results/<NAME>/cells.json         {"grid", "reference_condition", "collapse", "cells": [...]}
@@ -23,6 +23,9 @@ from ..readfile import read_json
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
+"""What a runner writes into cell.json."""
+PENDING = "pending"
+"""What a reader calls a cell without cell.json: the runner never started it."""
 
 
 def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
@@ -45,6 +48,32 @@ def _first_difference(old: dict, new: dict) -> str:
             keys = sorted(k for k in c["config"] if c["config"][k] != old_cells[c["id"]]["config"].get(k))
             return f"cell {c['id']} differs" + (f" in {', '.join(keys)}" if keys else "")
     return f"{len(old_cells)} cells vs {len(new['cells'])}, or the reference/collapse settings"
+
+
+def experiment_difference(a: dict, b: dict) -> str | None:
+    """How two cells.json documents describe different experiments, or None if they are the same one.
+
+    Same experiment: the same grid name, reference condition, collapse rule and cell ids, and for each
+    cell the same axes, reference and full RunConfig. Condition docs (prose) may differ.
+    """
+    if a.get("grid") != b.get("grid"):
+        return f"grid name {a.get('grid')!r} vs {b.get('grid')!r}"
+    for key in ("reference_condition", "collapse"):
+        if a.get(key) != b.get(key):
+            return f"{key} {a.get(key)!r} vs {b.get(key)!r}"
+    ca, cb = ({c["id"]: c for c in d.get("cells", [])} for d in (a, b))
+    only = sorted(set(ca) ^ set(cb))
+    if only:
+        return f"cell sets differ ({len(ca)} vs {len(cb)} cells; {only[0]} is in only one)"
+    for cid, c in ca.items():
+        for key in ("axes", "reference"):
+            if c.get(key) != cb[cid].get(key):
+                return f"cell {cid} differs in {key}"
+        ka, kb = c.get("config") or {}, cb[cid].get("config") or {}
+        keys = sorted(k for k in set(ka) | set(kb) if ka.get(k) != kb.get(k))
+        if keys:
+            return f"cell {cid} config differs in {', '.join(keys)} ({ka.get(keys[0])!r} vs {kb.get(keys[0])!r})"
+    return None
 
 
 def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
@@ -76,9 +105,17 @@ def run_dir(out: str | Path, cell_id: str) -> Path:
 
 
 def read_status(out: str | Path, cell_id: str) -> dict | None:
-    """The cell's cell.json, or None if it never started (a torn file cannot exist: writes are atomic)."""
+    """The cell's cell.json, or None if it never started (a torn file cannot exist: writes are atomic).
+
+    A file that is not JSON or holds no valid status is a one-line error naming it.
+    """
     path = run_dir(out, cell_id) / "cell.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    st = read_json(path, "cell status file")
+    if not isinstance(st, dict) or st.get("status") not in STATUSES:
+        raise ValueError(f"{path}: status must be one of {'|'.join(STATUSES)}")
+    return st
 
 
 def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float,

@@ -26,8 +26,10 @@ from ..rl.config import RunConfig, from_dict
 from ..readfile import read_yaml
 from .conditions import Condition, load_conditions, parse_conditions
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONDITIONS = "bench/conditions.yaml"
+SHIPPED_CONDITIONS = Path(__file__).with_name("conditions.yaml")
+"""The condition table shipped inside the package (package data): every grid's default."""
+DEFAULT_CONDITIONS = "shipped"
+"""`conditions_file` value (and default) naming SHIPPED_CONDITIONS."""
 
 
 @dataclass
@@ -70,7 +72,8 @@ class GridSpec:
     exclude: list = field(default_factory=list)
     """Partial axis dicts; a cell matching every key of one entry is dropped (a value may be a list: any of)."""
     conditions_file: str | None = DEFAULT_CONDITIONS
-    """Condition table, relative to the grid file's directory or the repo root; null = inline only."""
+    """Condition table: `shipped` (timbench/grid/conditions.yaml), or a path relative to the grid file's
+    directory or the working directory; null = inline only."""
     conditions: dict = field(default_factory=dict)
     """Condition table after loading: the file's entries, overridden by inline `conditions:` entries."""
     reference: str = "baseline"
@@ -131,17 +134,19 @@ def _axis_values(name: str, raw, source: str) -> list:
 
 
 def _resolve_table(value, grid_dir: Path) -> Path:
+    if value == DEFAULT_CONDITIONS:
+        return SHIPPED_CONDITIONS
     p = Path(value)
     if p.is_absolute():
         return p
-    tried = [grid_dir / p, REPO_ROOT / p]
+    tried = [grid_dir / p, Path.cwd() / p]
     for cand in tried:
         if cand.is_file():
             return cand
     raise FileNotFoundError(f"conditions_file {value!r} not found (tried {', '.join(map(str, tried))})")
 
 
-def parse_grid(doc: dict, source: str = "grid", grid_dir: Path = REPO_ROOT) -> GridSpec:
+def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) -> GridSpec:
     """Validate a grid mapping (as read from YAML) into a GridSpec; each problem is a one-line error."""
     if not isinstance(doc, dict):
         raise ValueError(f"{source}: a grid spec is a mapping with keys {', '.join(_TOP)}")
@@ -171,7 +176,7 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path = REPO_ROOT) -> G
     table_file = doc.get("conditions_file", DEFAULT_CONDITIONS)
     if table_file is not None and not isinstance(table_file, str):
         raise ValueError(f"{source}: 'conditions_file' must be a path string or null, got {table_file!r}")
-    table = load_conditions(_resolve_table(table_file, grid_dir)) if table_file else {}
+    table = load_conditions(_resolve_table(table_file, grid_dir or Path.cwd())) if table_file else {}
     table = {**table, **parse_conditions(doc.get("conditions"), f"{source}: inline")}
     reference = doc.get("reference", "baseline")
     if reference not in table or table[reference].kind != "reference":

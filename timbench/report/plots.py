@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # headless and deterministic; set before pyplot is import
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from .resultdir import CellRun  # noqa: E402
+from .results import CellRun  # noqa: E402
 
 REFERENCE_STYLE = {"color": "black", "linewidth": 2.2, "zorder": 5}
 ZERO_NOTE = "= 0 exactly (drawn at the bottom: log scale)"

@@ -4,8 +4,9 @@ One row per cell of cells.json (cells that are not done appear with their status
 From metrics.jsonl: the effective-objective drift C(r_train) - C(r_rollout) of arXiv 2605.14220 Eq. 5,
 cumulative (`cum/drift/*`, sum over steps) and final (`final/drift/*`, mean of the last
 FINAL_WINDOW steps); the mean over steps of the mismatch metrics (`mean/...`, verl's names) and of
-any `remedy/*` metric; the running maximum of the exactness metrics; the collapse fields of
-`timbench.grid.collapse` (`collapse/*`); and final accuracy relative to the zero-mismatch
+the remedy metrics every run logs (`rollout_corr/rollout_is_*`, `rollout_corr/rollout_rs_*`); the
+running maximum of the exactness metrics; the collapse fields of
+`timbench.report.collapse` (`collapse/*`); and final accuracy relative to the zero-mismatch
 reference cell (`relative_accuracy_t1` = final_accuracy_t1 / the reference's).
 """
 
@@ -17,45 +18,38 @@ import math
 from pathlib import Path
 
 from ..atomic import atomic_write
+from ..remedies.base import METRIC_NAMES as REMEDY_METRIC_NAMES
+from ..spec import parse_spec
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
-from .resultdir import CellRun, Grid, load_results
+from .results import CellRun, Grid, load_results
 
 FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
 DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
 MEAN_KEYS = ("mismatch/mean_abs_delta", "rollout_corr/k3_kl", "training/rollout_probs_diff_max")
 MAX_KEYS = ("training/rollout_probs_diff_max", "mismatch/max_abs_delta")  # exactness: 0.0 at every step
+REMEDY_KEYS = tuple(sorted(REMEDY_METRIC_NAMES.values()))
+"""What every remedy logs (verl's rollout_corr/rollout_is_* and rollout_rs_* names), averaged over steps."""
 COLLAPSE_KEYS = {"collapsed": "collapse/collapsed", "collapse_step": "collapse/step",
                  "collapse_reason": "collapse/reason", "grad_spike_step": "collapse/grad_spike_step",
                  "peak_reward": "collapse/peak_reward", "final_reward": "collapse/final_reward",
                  "kl_warning_step": "collapse/kl_warning_step", "kl_lead_steps": "collapse/kl_lead_steps"}
 ID_COLUMNS = ("id", "task", "model", "condition", "kind", "remedy", "mode", "algorithm", "seed", "reference",
-              "status", "error", "steps_done", "noise_sigma")
+              "status", "error", "steps_done", "noise_sigma", "eval_n")
 COLUMNS = (ID_COLUMNS + ("final_accuracy_t1", "peak_accuracy_t1", "relative_accuracy_t1")
            + tuple(COLLAPSE_KEYS.values())
            + tuple(f"{p}/{k}" for k in DRIFT_KEYS for p in ("cum", "final"))
-           + tuple(f"mean/{k}" for k in MEAN_KEYS) + tuple(f"max/{k}" for k in MAX_KEYS))
+           + tuple(f"mean/{k}" for k in MEAN_KEYS + REMEDY_KEYS) + tuple(f"max/{k}" for k in MAX_KEYS))
 
 
 def noise_sigma(condition: dict) -> float | None:
-    """Sigma of a synthetic-noise condition from its engine spec (`noise=gaussian:2.0` -> 2.0), else None.
+    """Sigma of a synthetic-noise condition (engine spec `noise=gaussian:2.0` -> 2.0), else None.
 
-    Every noise kind (gaussian:S, student_t:S:DF, lowprob:S) puts sigma first after the kind.
+    The engine spec goes through `timbench.spec.parse_spec`, the one parser of specs, so a bad
+    noise value is the same one-line SpecError a run would raise.
     """
-    spec = condition.get("engine") or ""
-    items = spec.items() if isinstance(spec, dict) else (p.partition("=")[::2] for p in str(spec).split(","))
-    for key, value in items:
-        if str(key).strip() != "noise":
-            continue
-        parts = str(value).strip().split(":")
-        try:
-            sigma = float(parts[1])
-        except (IndexError, ValueError):
-            raise ValueError(f"condition {condition.get('name')!r}: noise spec {value!r} has no sigma; "
-                             "valid: gaussian:S | student_t:S:DF | lowprob:S") from None
-        if not math.isfinite(sigma) or sigma < 0:
-            raise ValueError(f"condition {condition.get('name')!r}: noise sigma {sigma} must be finite and >= 0")
-        return sigma
-    return None
+    engine = parse_spec(condition.get("engine") or None, f"condition {condition.get('name')!r}: engine spec",
+                        side="engine")
+    return None if engine.noise.kind == "none" else engine.noise.sigma
 
 
 def _values(rows: list[dict], key: str) -> list[float]:
@@ -73,7 +67,7 @@ def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
            "kind": cell.condition.get("kind"), "remedy": ax["remedy"], "mode": ax["mode"],
            "algorithm": ax.get("algorithm"), "seed": ax.get("seed"), "reference": cell.reference,
            "status": cell.status, "error": cell.error, "steps_done": len(cell.metrics),
-           "noise_sigma": noise_sigma(cell.condition)}
+           "noise_sigma": noise_sigma(cell.condition), "eval_n": cell.config.get("eval_n")}
     row.update({c: None for c in COLUMNS if c not in row})
     m = cell.metrics
     if not m and not cell.summary:  # nothing ran yet (a failure at step 0 still has a summary)
@@ -85,13 +79,11 @@ def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
         xs = _values(m, k)
         row[f"cum/{k}"] = math.fsum(xs) if xs else None
         row[f"final/{k}"] = _mean(_values(m[-FINAL_WINDOW:], k))
-    for k in MEAN_KEYS:
+    for k in MEAN_KEYS + REMEDY_KEYS:
         row[f"mean/{k}"] = _mean(_values(m, k))
     for k in MAX_KEYS:
         xs = _values(m, k)
         row[f"max/{k}"] = max(xs) if xs else None
-    for k in sorted({k for r in m for k in r if k.startswith("remedy/")}):
-        row[f"mean/{k}"] = _mean(_values(m, k))
     return row
 
 
@@ -123,15 +115,20 @@ def _cell_text(v) -> str:
     return str(v)
 
 
-def summary_csv(rows: list[dict]) -> str:
-    """CSV text: the fixed COLUMNS, then every `mean/remedy/*` column any row has, sorted."""
-    extra = sorted({k for r in rows for k in r if k not in COLUMNS})
+def csv_text(rows: list[dict], columns: tuple) -> str:
+    """CSV text of `rows`: `columns` first, then any other key a row has, sorted; floats in repr form."""
+    columns = tuple(columns) + tuple(sorted({k for r in rows for k in r if k not in columns}))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS + tuple(extra))
+    w.writerow(columns)
     for r in rows:
-        w.writerow([_cell_text(r.get(k)) for k in COLUMNS + tuple(extra)])
+        w.writerow([_cell_text(r.get(k)) for k in columns])
     return buf.getvalue()
+
+
+def summary_csv(rows: list[dict]) -> str:
+    """summary.csv: the fixed COLUMNS, then any other column a row has, sorted."""
+    return csv_text(rows, COLUMNS)
 
 
 def write_summary_csv(rows: list[dict], path: str | Path) -> None:

@@ -1,6 +1,6 @@
 """Per-cell figures of a grid report: relative-accuracy heatmap, |delta| distributions, dose-response.
 
-They read the summary rows of `timbench.grid.summary` (and, for the |delta| distributions, each
+They read the summary rows of `timbench.report.summary` (and, for the |delta| distributions, each
 cell's per-step metrics). Collapsed cells are marked in every figure: "C@step" in the heatmap,
 hollow red markers in the dose-response plot.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..metrics import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
-from .resultdir import CellRun
+from .results import CellRun
 
 KIND_MARKERS = {"reference": "*", "noise": "o", "precision": "s", "kernels": "D", "tp": "^", "moe": "v",
                 "vllm": "P"}
@@ -27,7 +27,9 @@ def _mean(xs):
 
 
 def relative_accuracy_heatmap(rows: list[dict]):
-    """(c) final accuracy / reference over condition x remedy, one panel per mode; mean over seeds etc."""
+    """(c) final accuracy / reference over condition x remedy, one panel per mode; mean over seeds etc.
+
+    A collapsed group reads C@n with one seed, C k/m@n with several (k of m seeds, the first at step n)."""
     modes = sorted({r["mode"] for r in rows})
     conds = sorted({r["condition"] for r in rows}, key=lambda c: (not any(
         r["kind"] == "reference" for r in rows if r["condition"] == c), c))
@@ -45,8 +47,8 @@ def relative_accuracy_heatmap(rows: list[dict]):
                 if rel is not None:
                     grid[i, j] = rel
                 text = "n/a" if not cell else (f"{rel:.2f}" if rel is not None else cell[0]["status"])
-                if collapsed:
-                    text += f"\nC@{min(collapsed)}"
+                if collapsed:  # one seed: the step; several: how many seeds collapsed, from the first step
+                    text += f"\nC@{min(collapsed)}" if len(cell) == 1 else f"\nC {len(collapsed)}/{len(cell)}@{min(collapsed)}"
                 ax.text(j, i, text, ha="center", va="center", fontsize=7,
                         color="darkred" if collapsed else "black", fontweight="bold" if collapsed else None)
         im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=max(1.2, np.nanmax(grid, initial=1)),

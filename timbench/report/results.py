@@ -1,7 +1,7 @@
 """Reading a grid result directory (the layout `timbench grid run` writes) into plain records.
 
-The layout is the contract between the grid runner and the reports:
-`results/NAME/cells.json` lists the cells; `runs/<id>/` holds each cell's run directory
+The layout (`timbench.grid.layout`, its owner) is the contract between the grid runner and the
+reports: `results/NAME/cells.json` lists the cells; `runs/<id>/` holds each cell's run directory
 (metrics.jsonl, eval.jsonl, summary.json) plus `cell.json` with the runner's status. Reading is
 strict about what a finished cell must hold and lenient about what an unfinished one may lack, so a
 report on a half-run or partly failed grid works, while a corrupt file is a one-line error.
@@ -13,10 +13,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..grid.layout import PENDING, read_status
+from ..grid.layout import run_dir as layout_run_dir  # `run_dir` is a local name below
 from ..readfile import read_json
 
 CELL_KEYS = ("id", "axes", "condition", "reference", "config")
-STATUSES = ("pending", "running", "done", "failed")
 
 
 @dataclass
@@ -33,8 +34,8 @@ class CellRun:
     """Id of the zero-mismatch cell with the same task/model/algorithm/seed (None for none)."""
     config: dict
     """The full RunConfig dict the runner passed to timbench.rl.loop.run."""
-    status: str = "pending"
-    """cell.json status, or pending when the runner has not written one."""
+    status: str = PENDING
+    """cell.json status (timbench.grid.layout.STATUSES), or PENDING when the runner has not written one."""
     error: str | None = None
     """cell.json's one-line error for a failed cell."""
     metrics: list[dict] = field(default_factory=list)
@@ -95,13 +96,11 @@ def _cell(raw: object, where: str) -> CellRun:
                    config=raw["config"])
 
 
-def load_cell_results(cell: CellRun, run_dir: Path) -> CellRun:
-    """Fill `cell` from runs/<id>/ (cell.json, metrics.jsonl, eval.jsonl, summary.json)."""
-    status_file = run_dir / "cell.json"
-    if status_file.is_file():
-        st = read_json(status_file)
-        if not isinstance(st, dict) or st.get("status") not in STATUSES[1:]:
-            raise ValueError(f"{status_file}: status must be one of running|done|failed")
+def load_cell_results(cell: CellRun, out: Path) -> CellRun:
+    """Fill `cell` from out/runs/<id>/ (cell.json, metrics.jsonl, eval.jsonl, summary.json)."""
+    run_dir = layout_run_dir(out, cell.id)
+    st = read_status(out, cell.id)
+    if st is not None:
         cell.status, cell.error = st["status"], st.get("error")
     done = cell.status == "done"
     cell.metrics = read_jsonl(run_dir / "metrics.jsonl", tolerate_torn_tail=not done)
@@ -131,7 +130,7 @@ def load_results(path: str | Path) -> Grid:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"{where}: duplicate cell id {dup!r}")
     for c in cells:
-        load_cell_results(c, path / "runs" / c.id)
+        load_cell_results(c, path)
     return Grid(name=str(meta.get("grid", path.name)), path=path,
                 reference_condition=str(meta.get("reference_condition", "baseline")),
                 collapse=meta.get("collapse") or {}, cells=cells)

@@ -1,0 +1,44 @@
+"""`timbench grid run`: run every cell of a grid that is not done yet (added to the `timbench grid` group).
+
+    timbench grid run GRID.yaml --out results/NAME [--workers N] [--backend local|ray] [--address A]
+                                [--retry-failed]
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _cmd_run(args) -> int:
+    from timbench.atomic import check_output_dir
+    from timbench.grid.spec import load_grid
+
+    from .driver import run_grid
+    check_output_dir(args.out)
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.address is not None and args.backend != "ray":
+        raise ValueError("--address is only for --backend ray")
+    grid = load_grid(args.grid)
+    final = run_grid(grid, args.out, workers=args.workers, backend=args.backend,
+                     address=args.address if args.backend == "ray" else None, retry_failed=args.retry_failed)
+    failed = {cid: st for cid, st in final.items() if (st or {}).get("status") != "done"}
+    for cid, st in failed.items():
+        print(f"FAILED {cid}: {(st or {}).get('error') or 'not run'}", file=sys.stderr)
+    hint = " (rerun with --retry-failed to try the failed cells again)" if failed else ""
+    print(f"grid {grid.name}: {len(final) - len(failed)}/{len(final)} cells done, {len(failed)} failed "
+          f"-> {args.out}{hint}")
+    return 1 if failed else 0
+
+
+def add_run_parser(grid_sub) -> None:
+    """Register `run` on the `timbench grid` subparsers (timbench.grid.cli.add_parser's result)."""
+    from . import BACKENDS
+    p = grid_sub.add_parser("run", help="run every cell of a grid that is not done yet (resumable)")
+    p.add_argument("grid", help="grid spec YAML")
+    p.add_argument("--out", required=True, help="results directory, e.g. results/NAME")
+    p.add_argument("--workers", type=int, help="parallel cells (default: the grid's, else the CPU count)")
+    p.add_argument("--backend", default="local", choices=list(BACKENDS), help="where cells run")
+    p.add_argument("--address", help="with --backend ray: local (default), auto, or a cluster address")
+    p.add_argument("--retry-failed", action="store_true", help="also rerun cells that failed before")
+    p.set_defaults(func=_cmd_run)
