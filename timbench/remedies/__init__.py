@@ -5,8 +5,8 @@
     result = remedy(RemedyBatch(old_logprobs, rollout_logprobs, advantages, mask, group_size))
 """
 
-from .base import (METRIC_NAMES, NoParams, Remedy, RemedyBatch, RemedyResult, check_result, finish, k2, k3, log_rho,
-                   param, per_token, seq_max, seq_mean, seq_sum)
+from ..ratios import k2, k3, per_token, seq_max, seq_mean, seq_sum  # the plug-in API's formula helpers
+from .base import METRIC_NAMES, NoParams, Remedy, RemedyBatch, RemedyResult, check_result, finish, log_rho, param
 from .registry import ENTRY_POINT_GROUP, REMEDIES, describe, list_remedies, load_remedy, resolve
 from .replay import per_sequence, replay_tensor
 

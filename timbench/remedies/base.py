@@ -1,7 +1,7 @@
 """The remedy plug-in API: the batch a remedy sees, what it returns, the base class, the shared metrics.
 
 A remedy turns one step's correction ratios rho_t = pi_old / mu (trainer's recomputed logprob over
-the engine's) into per-token loss weights and a keep-mask, as a pure function of the batch. It may
+the engine's; the quantities and their names are timbench.ratios') into per-token loss weights and a keep-mask, as a pure function of the batch. It may
 also act earlier through declarative hooks: `replay` (MoE routing replay) and spec overrides for
 the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never touches
 the loop.
@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 import torch
 
-CLAMP = 20.0  # verl clamps log-ratios at +-20 before exponentiating (SAFETY_BOUND)
+from .. import ratios
+
 REPLAY_MODES = (None, "engine", "old")
 
 METRIC_NAMES = {
@@ -160,36 +161,8 @@ def describe_params(params_cls: type) -> dict[str, dict]:
 # ---------------------------------------------------------------- formula helpers (pure)
 
 def log_rho(batch: RemedyBatch) -> torch.Tensor:
-    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask."""
-    d = (batch.old_logprobs.detach().double() - batch.rollout_logprobs.detach().double()).clamp(-CLAMP, CLAMP)
-    return torch.where(batch.mask, d, torch.zeros_like(d))
-
-
-def seq_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum(-1)
-
-
-def seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-
-
-def seq_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask, x, torch.full_like(x, -math.inf)).amax(-1)
-
-
-def k2(lr: torch.Tensor) -> torch.Tensor:
-    """k2 = 0.5 (log rho)^2 (Schulman's estimator)."""
-    return 0.5 * lr.square()
-
-
-def k3(lr: torch.Tensor) -> torch.Tensor:
-    """k3 = rho - 1 - log rho (>= 0)."""
-    return lr.exp() - 1 - lr
-
-
-def per_token(seq_values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast a per-sequence [N] tensor over tokens [N, T]."""
-    return seq_values[:, None].expand_as(like)
+    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask (timbench.ratios.log_rho)."""
+    return ratios.log_rho(batch.old_logprobs, batch.rollout_logprobs, batch.mask)
 
 
 # ---------------------------------------------------------------- the shared result + metrics
