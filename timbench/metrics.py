@@ -2,13 +2,15 @@
 
 Pure functions over per-token tensors. Names follow verl's `rollout_corr/*` and
 `training/rollout_probs_diff_*` (see shared/reference/tim-literature.md); the ratio quantities
-(delta, log_rho, rho, k3, the +-20 clamp, masked means) are those of `timbench.ratios`.
+(delta, log_rho, rho, k3, the +-20 clamp, masked means) are those of `timbench.ratios`. Every mean is
+fixed-order (timbench.kernels.reduce), so the logged bits do not depend on the CPU or thread count.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .kernels.reduce import fmean
 from .ratios import k1, k3, log_rho, masked_mean, seq_log_ratio, seq_mean
 
 # Fixed |delta| histogram bins, shared by every run so histograms add across steps and cells.
@@ -49,21 +51,21 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
         "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
         "rollout_corr/k3_kl": float(masked_mean(k3(lr), mask)),
         "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1),
-        "rollout_corr/chi2_seq": float((log_rho_seq[seq_rows] * 2).exp().mean() - 1) if seq_rows.any() else 0.0,
-        "rollout_corr/log_ppl_diff": float(log_ppl_diff.mean()) if len(log_ppl_diff) else 0.0,
-        "rollout_corr/log_ppl_abs_diff": float(log_ppl_diff.abs().mean()) if len(log_ppl_diff) else 0.0,
-        "rollout_corr/ppl_ratio": float(log_ppl_diff.exp().mean()) if len(log_ppl_diff) else 1.0,
-        "rollout_corr/eff_sample_size": float(1.0 / ((w / w.mean()) ** 2).mean()) if n_tok else 1.0,
+        "rollout_corr/chi2_seq": float(fmean((log_rho_seq[seq_rows] * 2).exp()) - 1) if seq_rows.any() else 0.0,
+        "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,
+        "rollout_corr/log_ppl_abs_diff": float(fmean(log_ppl_diff.abs())) if len(log_ppl_diff) else 0.0,
+        "rollout_corr/ppl_ratio": float(fmean(log_ppl_diff.exp())) if len(log_ppl_diff) else 1.0,
+        "rollout_corr/eff_sample_size": float(1.0 / fmean((w / fmean(w)) ** 2)) if n_tok else 1.0,
         "training/rollout_probs_diff_max": float(probs_diff.max()) if n_tok else 0.0,
-        "training/rollout_probs_diff_mean": float(probs_diff.mean()) if n_tok else 0.0,
+        "training/rollout_probs_diff_mean": float(fmean(probs_diff)) if n_tok else 0.0,
         "mismatch/max_abs_delta": float(abs_delta.max()) if n_tok else 0.0,
-        "mismatch/mean_abs_delta": float(abs_delta.mean()) if n_tok else 0.0,
+        "mismatch/mean_abs_delta": float(fmean(abs_delta)) if n_tok else 0.0,
         "mismatch/p99_abs_delta": float(torch.quantile(abs_delta, 0.99)) if n_tok else 0.0,
-        "mismatch/frac_tokens_differ": float((abs_delta != 0).double().mean()) if n_tok else 0.0,
+        "mismatch/frac_tokens_differ": float(fmean((abs_delta != 0).double())) if n_tok else 0.0,
     }
     ext = torch.maximum(rho, 1 / rho)[mask]
     for tau in taus:
-        out[f"mismatch/extreme_frac_{tau:g}"] = float((ext > tau).double().mean()) if n_tok else 0.0
+        out[f"mismatch/extreme_frac_{tau:g}"] = float(fmean((ext > tau).double())) if n_tok else 0.0
     return out
 
 
@@ -98,4 +100,4 @@ def routing_agreement(experts_a: torch.Tensor, experts_b: torch.Tensor) -> float
     a = torch.sort(experts_a, dim=-1).values
     b = torch.sort(experts_b, dim=-1).values
     same = (a == b).all(-1)
-    return float(same.double().mean()) if same.numel() else 1.0
+    return float(fmean(same.double())) if same.numel() else 1.0

@@ -25,8 +25,9 @@ timbench's tensors already use:
                       `seq_sum_k*`, `seq_mean_k*`, `seq_max_k*` forms of verl's rollout_rs criteria
     seq_log_ratio     log prod_t r_t = seq_sum(log r), clamped at +-20 (verl clamps the raw sum)
 
-Reductions whose result reaches training or a logged metric are masked (masked-out entries
-contribute exactly nothing) and empty masks give 0 rather than NaN.
+Every reduction here is fixed-order (timbench.kernels.reduce: float64 left-to-right sums, the same bits
+on every CPU and thread count) and masked by selection, so NaN or -inf in padded positions never
+leaks into a result; an empty mask gives 0 rather than NaN.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .kernels.reduce import masked_mean, masked_sum  # fixed-order: the same bits on every CPU and thread count
 
 LOG_RATIO_BOUND = 20.0
 """|log r| is clamped here before exponentiating (verl's SAFETY_BOUND): exp(20) ~ 4.9e8 stays finite in fp32."""
@@ -63,17 +66,6 @@ def k2(log_r: torch.Tensor) -> torch.Tensor:
 def k3(log_r: torch.Tensor) -> torch.Tensor:
     """k3 = r - 1 - log r (>= 0, unbiased for KL(q || p) under q)."""
     return log_r.exp() - 1 - log_r
-
-
-def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Sum of x where the bool mask is True, over `dim` (all elements when None)."""
-    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """masked_sum / number of True entries (at least 1, so an empty mask gives 0, not NaN)."""
-    count = mask.sum() if dim is None else mask.sum(dim)
-    return masked_sum(x, mask, dim) / count.clamp(min=1)
 
 
 def seq_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from .. import ratios
+from ..kernels.reduce import fmean
 
 REPLAY_MODES = (None, "engine", "old")
 
@@ -190,7 +191,7 @@ def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.
         METRIC_NAMES["remedy/token_masked_frac"]: _ratio(dropped, m),
         METRIC_NAMES["remedy/seq_masked_frac"]: _ratio(dropped.any(-1) & rows, rows),
         METRIC_NAMES["remedy/token_truncated_frac"]: 0.0 if truncated is None else _ratio(truncated & m, m),
-        METRIC_NAMES["remedy/is_weight_mean"]: float(wk.mean()) if wk.numel() else 1.0,
+        METRIC_NAMES["remedy/is_weight_mean"]: float(fmean(wk)) if wk.numel() else 1.0,
         METRIC_NAMES["remedy/is_weight_min"]: float(wk.min()) if wk.numel() else 1.0,
         METRIC_NAMES["remedy/is_weight_max"]: float(wk.max()) if wk.numel() else 1.0,
     }

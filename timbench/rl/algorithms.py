@@ -7,7 +7,8 @@ tokens (a [N, T] advantage works as well). Logprob tensors (`logprobs` pi_theta,
 remedy may have zeroed further; remedy `weights` (e.g. truncated IS weights) multiply the per-token
 loss and are detached. Formulas and defaults follow verl `verl/trainer/ppo/core_algos.py`
 (compute_grpo_outcome_advantage, compute_policy_loss_vanilla, compute_policy_loss_gspo, agg_loss,
-kl_penalty); departures are named in the docstrings.
+kl_penalty); departures are named in the docstrings. Every sum and mean that reaches a loss, an advantage or a
+metric is fixed-order (timbench.kernels.reduce), so gradients and logged values have the same bits on every CPU.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Callable
 
 import torch
 
-from ..ratios import k1, k2, log_ratio, masked_mean, masked_sum, seq_mean
+from ..kernels.reduce import fmean, fstd, fsum
+from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, seq_mean
 
 _GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only (timbench.ratios clamps at +-20)
 
@@ -37,19 +39,19 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 def grpo_advantage(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """GRPO: A_i = (r_i - mean_g) / (std_g + eps), eps = 1e-6.
 
-    std_g is torch.std, i.e. unbiased (divides by G - 1), as verl's compute_grpo_outcome_advantage; a
+    std_g is unbiased (divides by G - 1, torch.std's default, here the fixed-order fstd), as verl's compute_grpo_outcome_advantage; a
     group of one gets mean 0 and std 1, also as verl (so A = r / (1 + eps)). All-equal groups give 0.
     """
     g = _groups(rewards, group_size)
-    mean = g.mean(1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
-    std = g.std(1, keepdim=True) if group_size > 1 else torch.ones_like(g)
+    mean = fmean(g, 1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+    std = fstd(g, 1, keepdim=True) if group_size > 1 else torch.ones_like(g)
     return ((g - mean) / (std + eps)).reshape(-1)
 
 
 def drgrpo_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Dr.GRPO (arXiv 2503.20783): A_i = r_i - mean_g, no std scaling (verl norm_adv_by_std_in_grpo=False)."""
     g = _groups(rewards, group_size)
-    mean = g.mean(1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+    mean = fmean(g, 1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
     return (g - mean).reshape(-1)
 
 
@@ -58,7 +60,7 @@ def rloo_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     g = _groups(rewards, group_size)
     if group_size == 1:
         return g.reshape(-1).clone()
-    return ((g - g.mean(1, keepdim=True)) * group_size / (group_size - 1)).reshape(-1)
+    return ((g - fmean(g, 1, keepdim=True)) * group_size / (group_size - 1)).reshape(-1)
 
 
 def reinforce_advantage(rewards: torch.Tensor, group_size: int = 1) -> torch.Tensor:
@@ -67,7 +69,7 @@ def reinforce_advantage(rewards: torch.Tensor, group_size: int = 1) -> torch.Ten
     group_size is only checked (a uniform signature); the baseline ignores groups.
     """
     r = _groups(rewards, group_size).reshape(-1)
-    return r - r.mean()
+    return r - fmean(r)
 
 
 def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
@@ -81,9 +83,9 @@ def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
     """
     r = _groups(rewards, group_size).reshape(-1)
     w = torch.ones_like(r) if lengths is None else lengths.detach().to(r.dtype)
-    n = w.sum()
-    m = (w * r).sum() / n.clamp(min=1e-12)
-    v = (w * (r - m) ** 2).sum() / (n - 1).clamp(min=1)
+    n = fsum(w)
+    m = fsum(w * r) / n.clamp(min=1e-12)
+    v = fsum(w * (r - m) ** 2) / (n - 1).clamp(min=1)
     return (r - m) * torch.rsqrt(v + 1e-8)
 
 
@@ -155,7 +157,7 @@ def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, lo
             "actor/pg_clipfrac_high": float(masked_mean(clipped * (adv > 0), m)),  # r > 1 + eps_high, A > 0
             "actor/pg_clipfrac_low": float(masked_mean(clipped * (adv < 0), m)),   # r < 1 - eps_low, A < 0
             "actor/ppo_kl": float(masked_mean(k1(log_r), m)),                    # mean(old_logprobs - logprobs)
-            "actor/ratio_mean": float(r.mean()) if r.numel() else 1.0,
+            "actor/ratio_mean": float(fmean(r)) if r.numel() else 1.0,
             "actor/ratio_max": float(r.max()) if r.numel() else 1.0,
             "actor/ratio_min": float(r.min()) if r.numel() else 1.0,
         }
@@ -202,8 +204,7 @@ def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Ten
 # ---------------------------------------------------------------- KL to a reference policy (off by default)
 
 def _k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    kl = log_ratio(ref_logprobs, logprobs)
-    return (kl.exp() - kl - 1).clamp(-10, 10)
+    return k3(log_ratio(ref_logprobs, logprobs)).clamp(-10, 10)  # verl bounds low_var_kl at +-10
 
 
 # Each estimator is ratios' k1 / k2 / k3 of log r = ref_logprobs - logprobs (r = pi_ref / pi_theta).
