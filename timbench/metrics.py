@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .kernels.reduce import fmean
-from .ratios import k1, k3, log_rho, masked_mean, seq_log_ratio, seq_mean
+from .ratios import k1, k3, log_rho, masked_mean, select, seq_log_ratio, seq_mean
 
 # Fixed |delta| histogram bins, shared by every run so histograms add across steps and cells.
 # Bin 0 holds |delta| == 0 exactly (the zero-mismatch signature); bin 1 is (0, 1e-9); bins 2..10
@@ -30,6 +30,8 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
     """All per-token and per-sequence mismatch statistics for a [B, T] (or flat) batch.
 
     old_logprobs: the trainer's logprobs of the sampled tokens (pi_old); rollout_logprobs: the engine's (mu).
+    Masked-out positions are selected away, never multiplied by 0, so NaN or -inf padding cannot leak in;
+    an empty mask gives every metric its zero-mismatch value (0, or 1 for ratios and the sample size).
     """
     old = old_logprobs.detach().double()
     roll = rollout_logprobs.detach().double()
@@ -37,7 +39,7 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
     if old.dim() == 1:
         old, roll, mask = old[None], roll[None], mask[None]
     n_tok = int(mask.sum())
-    delta = torch.where(mask, old - roll, torch.zeros_like(old))
+    delta = select(old - roll, mask)
     lr = log_rho(old, roll, mask)
     rho = lr.exp()
     abs_delta = delta.abs()[mask]
@@ -50,7 +52,7 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
         "tokens": n_tok,
         "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
         "rollout_corr/k3_kl": float(masked_mean(k3(lr), mask)),
-        "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1),
+        "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1) if n_tok else 0.0,
         "rollout_corr/chi2_seq": float(fmean((log_rho_seq[seq_rows] * 2).exp()) - 1) if seq_rows.any() else 0.0,
         "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,
         "rollout_corr/log_ppl_abs_diff": float(fmean(log_ppl_diff.abs())) if len(log_ppl_diff) else 0.0,

@@ -47,10 +47,15 @@ def log_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return (num - den).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
 
 
+def select(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x where the bool mask is True, else 0: selected, not multiplied, so NaN / -inf outside the mask never
+    reach a value or a gradient (0 * NaN is NaN, and so is 0 * the gradient of exp at NaN)."""
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype))
+
+
 def log_rho(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[N, T] float64, detached: log rho = log_ratio(old_logprobs, rollout_logprobs), 0 outside the mask."""
-    d = log_ratio(old_logprobs.detach().double(), rollout_logprobs.detach().double())
-    return torch.where(mask, d, torch.zeros_like(d))
+    return select(log_ratio(old_logprobs.detach().double(), rollout_logprobs.detach().double()), mask)
 
 
 def k1(log_r: torch.Tensor) -> torch.Tensor:
@@ -94,4 +99,4 @@ def per_token(seq_values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["LOG_RATIO_BOUND", "k1", "k2", "k3", "log_ratio", "log_rho", "masked_mean", "masked_sum", "per_token",
-           "seq_log_ratio", "seq_max", "seq_mean", "seq_sum"]
+           "select", "seq_log_ratio", "seq_max", "seq_mean", "seq_sum"]

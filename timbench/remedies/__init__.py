@@ -6,10 +6,11 @@
 """
 
 from ..ratios import k2, k3, per_token, seq_max, seq_mean, seq_sum  # the plug-in API's formula helpers
-from .base import METRIC_NAMES, NoParams, Remedy, RemedyBatch, RemedyResult, check_result, finish, log_rho, param
+from .base import (METRIC_NAMES, NoParams, Remedy, RemedyBatch, RemedyResult, RemedyShapeError, check_result, finish,
+                   log_rho, param)
 from .registry import ENTRY_POINT_GROUP, REMEDIES, describe, list_remedies, load_remedy, resolve
 from .replay import per_sequence, replay_tensor
 
-__all__ = ["ENTRY_POINT_GROUP", "METRIC_NAMES", "NoParams", "REMEDIES", "Remedy", "RemedyBatch", "RemedyResult",
+__all__ = ["ENTRY_POINT_GROUP", "METRIC_NAMES", "NoParams", "REMEDIES", "Remedy", "RemedyBatch", "RemedyResult", "RemedyShapeError",
            "check_result", "describe", "finish", "k2", "k3", "list_remedies", "load_remedy", "log_rho", "param",
            "per_sequence", "per_token", "replay_tensor", "resolve", "seq_max", "seq_mean", "seq_sum"]

@@ -19,6 +19,7 @@ column. The mapping from the generic names:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -101,6 +102,20 @@ class Remedy:
         self.args = coerce_params(self.Params, args, self.name or type(self).__name__)
         self.params = self.Params(**self.args)
 
+    def __init_subclass__(cls, **kwargs):
+        # A shape error raised inside `finish` (a plug-in passing wrongly shaped weights or masks) does not
+        # know which remedy called it; every subclass's __call__ adds the name, so the error is one line.
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None:
+            @functools.wraps(call)
+            def named(self, batch):
+                try:
+                    return call(self, batch)
+                except RemedyShapeError as e:
+                    raise RemedyShapeError(f"remedy {self.name or type(self).__name__}: {e}") from None
+            cls.__call__ = named
+
     def __call__(self, batch: RemedyBatch) -> RemedyResult:
         raise NotImplementedError
 
@@ -172,6 +187,16 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
     return float(num.sum()) / float(den.sum()) if bool(den.any()) else 0.0
 
 
+class RemedyShapeError(ValueError):
+    """A remedy's weights or masks do not have the batch's [N, T] shape."""
+
+
+def _check_shape(what: str, t: torch.Tensor | None, shape: tuple) -> None:
+    got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+    if t is not None and got != shape:
+        raise RemedyShapeError(f"{what} has shape {got}, expected the batch's [N, T] = {shape}")
+
+
 def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.Tensor | None = None,
            truncated: torch.Tensor | None = None, extra: dict[str, float] | None = None) -> RemedyResult:
     """Build a RemedyResult and the metrics every remedy logs.
@@ -179,8 +204,12 @@ def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.
     `keep` [N, T] bool (tokens kept), `truncated` [N, T] bool (weight capped) and `weights` [N, T];
     fractions are over the batch's masked-in tokens / non-empty sequences, as verl's masked_mean over
     response_mask. Weight statistics run over the kept masked-in tokens (a missing weight counts as
-    1.0; no kept token gives 1.0, the neutral weight).
+    1.0; no kept token gives 1.0, the neutral weight). Shapes are checked first: a wrong one is a
+    one-line RemedyShapeError naming the argument, the shape received and the one expected.
     """
+    shape = tuple(batch.mask.shape)
+    for what, t in (("weights", weights), ("keep", keep), ("truncated", truncated)):
+        _check_shape(f"finish({what}=...)", t, shape)
     m = batch.mask
     kept = m if keep is None else (m & keep)
     dropped = m & ~kept
@@ -199,6 +228,10 @@ def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.
     return RemedyResult(out_w, kept, metrics | dict(extra or {}))
 
 
+def _describe(t) -> str:
+    return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
 def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyResult:
     """Validate what a (possibly third-party) remedy returned; one-line ValueError on any defect."""
     where = f"remedy {name}"
@@ -207,11 +240,11 @@ def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyR
     shape = tuple(batch.mask.shape)
     mask = result.mask
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}")
+        raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}, got {_describe(mask)}")
     if result.weights is not None:
         w = result.weights
         if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:
-            raise ValueError(f"{where}: weights must be None or a float tensor of shape {shape}")
+            raise ValueError(f"{where}: weights must be None or a float tensor of shape {shape}, got {_describe(w)}")
         if not bool(torch.isfinite(w[batch.mask & result.mask]).all()):
             raise ValueError(f"{where}: weights are NaN or infinite on kept tokens")
     for k, v in result.metrics.items():

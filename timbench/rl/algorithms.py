@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from ..kernels.reduce import fmean, fstd, fsum
-from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, seq_mean
+from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
 
 _GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only (timbench.ratios clamps at +-20)
 
@@ -145,7 +145,7 @@ def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, lo
     loss2 = -adv * ratio.clamp(1 - eps_low, 1 + eps_high)
     loss_mat = torch.maximum(loss1, loss2)
     if weights is not None:
-        loss_mat = loss_mat * weights.detach().to(loss_mat.dtype)
+        loss_mat = loss_mat * select(weights.detach().to(loss_mat.dtype), mask.bool())
     loss = agg_loss(loss_mat, mask, agg, norm_const)
     with torch.no_grad():
         m = mask.bool()
@@ -177,7 +177,7 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch
     Metrics: actor/pg_clipfrac (+ _high / _low by side), actor/ppo_kl = mean(old_logprobs - logprobs),
     actor/ratio_{mean,max,min}, actor/pg_loss; all over the (remedy-zeroed) mask.
     """
-    log_r = log_ratio(logprobs, old_logprobs)
+    log_r = select(log_ratio(logprobs, old_logprobs), mask.bool())  # padding (even NaN) never reaches a gradient
     return _surrogate(log_r.exp(), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
                       norm_const, log_r.detach())
 
@@ -194,8 +194,9 @@ def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Ten
     same clipped surrogate as PPO with eps 3e-4 / 4e-4 and seq-mean-token-mean aggregation.
     Ratio metrics are token-weighted over the per-token copies of s_i.
     """
-    log_r = logprobs - old_logprobs  # unclamped inside the sequence mean, as verl
-    log_s = seq_mean(log_r, mask.bool())
+    m = mask.bool()
+    logprobs, old_logprobs = select(logprobs, m), select(old_logprobs, m)  # padding (even NaN) never reaches a gradient
+    log_s = seq_mean(logprobs - old_logprobs, m)  # unclamped inside the sequence mean, as verl
     log_sit = (logprobs - logprobs.detach() + log_s.detach()[:, None]).clamp(max=_GSPO_CLAMP)
     return _surrogate(log_sit.exp(), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
                       norm_const, log_ratio(logprobs.detach(), old_logprobs.detach()))
