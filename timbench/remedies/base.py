@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 
 from .. import ratios
+from ..coerce import coerce, field_kind
 from ..kernels.reduce import fmean
 
 REPLAY_MODES = (None, "engine", "old")
@@ -123,34 +124,12 @@ class Remedy:
         return f"{type(self).__name__}({self.params})"
 
 
-_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-
-
 def _coerce(f: dataclasses.Field, value, owner: str):
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    optional = kind.replace(" ", "").endswith("|None") or kind.startswith("Optional")
-    base = kind.split("|")[0].strip().removeprefix("Optional[").rstrip("]")
-    bad = ValueError(f"remedy {owner}: parameter {f.name}={value!r} is not a valid {kind}")
-    if value is None or (optional and value in ("None", "null")):
-        if optional:
-            return None
-        raise bad
+    kind = field_kind(f)
     try:
-        if base == "bool":
-            return value if isinstance(value, bool) else _BOOLS[str(value).lower()]
-        if base == "int":
-            if isinstance(value, bool) or float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value))
-        if base == "float":
-            if isinstance(value, bool) or not math.isfinite(float(value)):
-                raise ValueError
-            return float(value)
-        if base == "str":
-            return str(value)
-    except (ValueError, TypeError, KeyError):
-        raise bad from None
-    return value
+        return coerce(value, kind)
+    except ValueError:
+        raise ValueError(f"remedy {owner}: parameter {f.name}={value!r} is not a valid {kind}") from None
 
 
 def coerce_params(params_cls: type, args: dict, owner: str) -> dict:

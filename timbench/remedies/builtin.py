@@ -136,8 +136,7 @@ class MISToken(Remedy):
     Params = MaskedISParams
 
     def __call__(self, batch):
-        rho = log_rho(batch).exp()
-        return finish(batch, weights=rho, keep=_in_band(rho, self.params.C_min, self.params.C))
+        return _weight_in_band(batch, self.params.C_min, self.params.C)
 
 
 class MISSeq(Remedy):
@@ -158,6 +157,12 @@ def _in_band(x: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
     return keep if low is None else keep & (x >= low)
 
 
+def _weight_in_band(batch: RemedyBatch, low: float | None, high: float) -> RemedyResult:
+    # Token MIS and IcePop: weight rho_t, mask the tokens whose rho_t leaves [low, high].
+    rho = log_rho(batch).exp()
+    return finish(batch, weights=rho, keep=_in_band(rho, low, high))
+
+
 class IcePop(Remedy):
     name = "icepop"
     doc = ("IcePop (Ring-1T report): per-token M(rho_t) = rho_t if rho_t in [alpha, beta] else 0, "
@@ -165,8 +170,7 @@ class IcePop(Remedy):
     Params = BandParams
 
     def __call__(self, batch):
-        rho = log_rho(batch).exp()
-        return finish(batch, weights=rho, keep=_in_band(rho, self.params.low, self.params.high))
+        return _weight_in_band(batch, self.params.low, self.params.high)
 
 
 class GeoRS(Remedy):
