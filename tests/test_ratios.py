@@ -1,6 +1,7 @@
 """timbench.ratios: the one definition of each ratio quantity, checked against plain Python."""
 
 import math
+import os
 
 import torch
 
@@ -42,3 +43,56 @@ def test_sequence_forms_over_masked_in_tokens():
     assert float(masked_mean(x, mask)) == (1 + 2 - 3 + 4) / 4
     big = torch.full((1, 3), 9.0, dtype=D)  # sum 27 -> clamped to 20, as verl clamps the raw sum
     assert seq_log_ratio(big, torch.ones(1, 3, dtype=torch.bool)).tolist() == [20.0]
+
+
+# Everything of the ratio maths that reaches training or a metric, hashed: mismatch metrics, remedy
+# results, PPO/GSPO losses and gradients with a KL term, drift, GRPO advantages. Inputs come from
+# numpy (scalar code), so only timbench's arithmetic can differ between the processes compared.
+PROBE = """
+import hashlib, json, numpy as np, torch
+from timbench.metrics import mismatch_metrics
+from timbench.rl.algorithms import agg_loss, grpo_advantage, gspo_loss, kl_penalty, ppo_clip_loss
+from timbench.rl.drift import objective_drift
+from timbench.remedies import RemedyBatch, load_remedy
+rng = np.random.default_rng(0)
+U = lambda *s: torch.from_numpy(rng.random(s)).float()
+G = lambda *s: torch.from_numpy(rng.standard_normal(s)).float()
+N, T = 256, 301
+old = -U(N, T) * 4
+roll = old + 0.5 * G(N, T)
+mask = U(N, T) > 0.2
+adv = grpo_advantage((U(N) > 0.5).float(), 8)
+h = hashlib.sha256(adv.numpy().tobytes())
+put = lambda d: h.update(json.dumps(d, sort_keys=True).encode())
+put(mismatch_metrics(old, roll, mask))
+for name in ["tis_token", "tis_token+seq_rs", "mis_seq", "trm_max"]:
+    r = load_remedy(name)(RemedyBatch(old, roll, adv, mask, 8))
+    put(r.metrics)
+    h.update(r.mask.numpy().tobytes() + (b"" if r.weights is None else r.weights.numpy().tobytes()))
+for fn, agg in [(ppo_clip_loss, "token-mean"), (gspo_loss, "seq-mean-token-mean")]:
+    lp = (old + 0.05 * G(N, T)).requires_grad_()
+    loss, m = fn(lp, old, adv, mask, agg=agg, weights=U(N, T) + 0.5)
+    (loss + 0.1 * agg_loss(kl_penalty(lp, roll), mask, agg)).backward()
+    put(m)
+    put(objective_drift(lp, old, roll, adv, mask))
+    h.update(lp.grad.numpy().tobytes() + loss.detach().numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def _probe(capability: str, threads: int) -> str:
+    import subprocess
+    import sys
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, OMP_NUM_THREADS=str(threads),
+               NUMBA_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def test_ratio_maths_is_bitwise_identical_across_cpu_dispatch_and_thread_counts():
+    # Scalar ATen code on one thread vs the widest vector code this CPU has on two: torch.sum gave
+    # different bits for 1 vs 2 threads here before the reductions became fixed-order.
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    wide = "avx512" if "avx512f" in flags else "avx2"
+    assert _probe("default", 1) == _probe(wide, 2)
