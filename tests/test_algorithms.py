@@ -243,3 +243,27 @@ def test_every_algorithm_runs(name):
     loss, m = algo.loss(logp, old, adv, torch.ones(8, 5), **algo.loss_kwargs)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and "actor/ppo_kl" in m
+
+
+@pytest.mark.parametrize("loss_fn", [ppo_clip_loss, gspo_loss])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_nan_and_inf_padding_reach_neither_loss_nor_gradient(loss_fn, agg):
+    g = torch.Generator().manual_seed(3)
+    clean_lp = -torch.rand(3, 5, generator=g, dtype=D)
+    old = clean_lp + 0.1 * torch.randn(3, 5, generator=g, dtype=D)
+    adv, weights = t([1.0, -0.5, 2.0]), 1 + torch.rand(3, 5, generator=g, dtype=D)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    pad = lambda x, v: torch.where(mask, x, torch.full_like(x, v))  # noqa: E731
+
+    def run(lp, old_lp, w):
+        lp = lp.clone().requires_grad_()
+        loss, metrics = loss_fn(lp, old_lp, adv, mask, agg=agg, weights=w, eps_low=0.05, eps_high=0.05)
+        loss.backward()
+        return loss.detach(), metrics, lp.grad
+
+    want = run(clean_lp, old, weights)
+    assert torch.isfinite(want[2]).all() and bool((want[2][mask] != 0).any())
+    for v in (math.nan, -math.inf, math.inf):
+        got = run(pad(clean_lp, v), pad(old, -math.inf), pad(weights, math.nan))
+        assert got[0] == want[0] and got[1] == want[1], v
+        assert torch.equal(got[2][mask], want[2][mask]) and not got[2][~mask].any(), v

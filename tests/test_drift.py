@@ -12,17 +12,29 @@ KEYS = ["drift/c_train_mean", "drift/c_rollout_mean", "drift/diff_mean", "drift/
         "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean", "drift/frac_pos_adv"]
 
 
-def test_zero_drift_when_old_logprobs_coincide():
-    g = torch.Generator().manual_seed(0)
-    logp = -torch.rand(6, 7, generator=g)
-    old = logp + 0.3 * torch.randn(6, 7, generator=g)
-    adv = torch.randn(6, generator=g)
-    mask = torch.rand(6, 7, generator=g) > 0.2
-    d = objective_drift(logp, old, old.clone(), adv, mask)
+def test_hand_computed_drift_by_sign_of_advantage_with_poisoned_padding():
+    # Trainer (pi_old) and engine (mu) logprobs differ on every real token; probabilities are powers of 2.
+    ln = lambda p: math.log(p)  # noqa: E731
+    nan, inf = math.nan, math.inf
+    logprobs = torch.tensor([[ln(.5), ln(.25), -inf], [ln(.5), ln(.5), nan]], dtype=D)
+    old = torch.tensor([[ln(.25), ln(.5), nan], [ln(.5), ln(.125), -inf]], dtype=D)
+    roll = torch.tensor([[ln(.5), ln(.125), -inf], [ln(.25), ln(.5), nan]], dtype=D)
+    adv = torch.tensor([2.0, -1.0], dtype=D)
+    mask = torch.tensor([[True, True, False], [True, True, False]])  # column 2 is padding (NaN / -inf)
+    d = objective_drift(logprobs, old, roll, adv, mask)
+    # row 0 (A = +2): r_train = [2, .5] -> C_train = -(r - 1) A = [-2, 1]; r_rollout = [1, 2] -> C_rollout = [0, -2]
+    # row 1 (A = -1): r_train = [1, 4] -> C_train = [0, 3];               r_rollout = [2, 1] -> C_rollout = [1, 0]
+    # diff = C_train - C_rollout = [[-2, 3], [-1, 3]]
+    want = {"drift/c_train_mean": (-2 + 1 + 0 + 3) / 4, "drift/c_rollout_mean": (0 - 2 + 1 + 0) / 4,
+            "drift/diff_mean": (-2 + 3 - 1 + 3) / 4, "drift/diff_abs_mean": (2 + 3 + 1 + 3) / 4,
+            "drift/diff_pos_adv_mean": (-2 + 3) / 2, "drift/diff_neg_adv_mean": (-1 + 3) / 2,
+            "drift/frac_pos_adv": 0.5}
     assert set(d) == set(KEYS)
-    for k in ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean"):
-        assert d[k] == 0.0
-    assert d["drift/c_train_mean"] == d["drift/c_rollout_mean"] != 0.0
+    for k, v in want.items():
+        assert d[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
+    # Tokens where trainer and engine agree contribute exactly 0 to diff: make row 1 agree everywhere.
+    agree = objective_drift(logprobs, old, torch.where(torch.arange(2)[:, None] == 1, old, roll), adv, mask)
+    assert agree["drift/diff_neg_adv_mean"] == 0.0 and agree["drift/diff_pos_adv_mean"] == d["drift/diff_pos_adv_mean"]
 
 
 def test_drift_sign_split_hand_example():

@@ -40,3 +40,31 @@ def test_routing_agreement_ignores_order_within_topk():
     a = torch.tensor([[[0, 1], [2, 3]], [[4, 5], [6, 7]]])
     b = torch.tensor([[[1, 0], [2, 3]], [[4, 6], [6, 7]]])
     assert routing_agreement(a, b) == 0.75
+
+
+def _batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(4, 6, generator=g, dtype=torch.float64) * 3
+    roll = old + 0.3 * torch.randn(4, 6, generator=g, dtype=torch.float64)
+    mask = torch.rand(4, 6, generator=g) > 0.3
+    mask[:, 0] = True
+    return old, roll, mask
+
+
+def test_empty_mask_gives_the_zero_mismatch_value_of_every_metric():
+    old, roll, _ = _batch()
+    empty = mismatch_metrics(old, roll, torch.zeros_like(old, dtype=torch.bool))
+    neutral = mismatch_metrics(old, old.clone())
+    assert empty.pop("tokens") == 0 and neutral.pop("tokens") == old.numel()
+    assert empty == neutral  # chi2_token was -1.0 here while every other metric was neutral
+    assert empty["rollout_corr/chi2_token"] == 0.0 and empty["rollout_corr/eff_sample_size"] == 1.0
+
+
+def test_nan_and_inf_in_padded_positions_never_leak():
+    old, roll, mask = _batch(1)
+    clean = mismatch_metrics(old, roll, mask)
+    assert all(math.isfinite(v) for v in clean.values())
+    for old_pad, roll_pad in [(math.nan, math.nan), (-math.inf, -math.inf), (0.0, -math.inf), (-math.inf, 3.0)]:
+        o = torch.where(mask, old, torch.full_like(old, old_pad))
+        r = torch.where(mask, roll, torch.full_like(roll, roll_pad))
+        assert mismatch_metrics(o, r, mask) == clean, (old_pad, roll_pad)

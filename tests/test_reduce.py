@@ -55,3 +55,21 @@ def test_fsum_independent_of_batch_rows():
 def test_empty_sums_are_zero():
     assert fsum(torch.zeros(0)).item() == 0.0
     assert fsum(torch.zeros(3, 0), -1).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_fstd_is_the_two_pass_unbiased_std():
+    from timbench.kernels.reduce import fstd
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    for i in range(4):
+        row = x[i].tolist()
+        mean = 0.0
+        for v in row:
+            mean += v
+        mean /= len(row)
+        ss = 0.0
+        for v in row:
+            ss += (v - mean) * (v - mean)
+        assert float(fstd(x, 1)[i]) == math.sqrt(ss / (len(row) - 1))
+    assert torch.allclose(fstd(x, 1, keepdim=True), x.std(1, keepdim=True), rtol=1e-14, atol=0)
+    assert math.isnan(float(fstd(torch.ones(1))))  # one element, unbiased: 0 / 0, as torch.std

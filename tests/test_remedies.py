@@ -247,6 +247,40 @@ def test_results_of_plugins_are_validated():
         check_result(RemedyResult(None, b.mask, {"remedy/x": float("inf")}), b, "x")
 
 
+BAD_SHAPE_PLUGIN = '''
+import torch
+from timbench.remedies import Remedy, finish
+
+
+class WideWeights(Remedy):
+    name = "wide_weights"
+    doc = "Returns weights one token too wide (a broken test plug-in)."
+
+    def __call__(self, batch):
+        n, t = batch.mask.shape
+        return finish(batch, weights=torch.ones(n, t + 1, dtype=torch.float64))
+
+
+class WideKeep(WideWeights):
+    name = "wide_keep"
+
+    def __call__(self, batch):
+        return finish(batch, keep=torch.ones(batch.mask.shape[0] + 1, batch.mask.shape[1], dtype=torch.bool))
+'''
+
+
+@pytest.mark.parametrize("cls, what, got", [("WideWeights", "weights", "(8, 4)"), ("WideKeep", "keep", "(9, 3)")])
+def test_wrongly_shaped_plugin_result_is_a_one_line_error_naming_remedy_and_shapes(tmp_path, cls, what, got):
+    f = tmp_path / "bad_shape.py"
+    f.write_text(BAD_SHAPE_PLUGIN)
+    remedy = load_remedy(f"{f}:{cls}")
+    with pytest.raises(ValueError) as e:
+        remedy(_batch())  # before: IndexError / RuntimeError from inside finish
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"remedy {remedy.name}: finish({what}=...)")
+    assert f"has shape {got}" in msg and "(8, 3)" in msg
+
+
 # ---------------------------------------------------------------- plug-ins
 
 PLUGIN = '''

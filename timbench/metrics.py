@@ -1,16 +1,17 @@
-"""Training-inference mismatch metrics between trainer logprobs (pi) and engine logprobs (mu).
+"""Training-inference mismatch metrics between the trainer's old_logprobs (pi_old) and the engine's rollout_logprobs (mu).
 
 Pure functions over per-token tensors. Names follow verl's `rollout_corr/*` and
-`training/rollout_probs_diff_*` (see shared/reference/tim-literature.md), with
-delta = log pi - log mu and rho = pi / mu. Log-ratios are clamped at +-20
-before exponentiating, as verl does.
+`training/rollout_probs_diff_*` (see shared/reference/tim-literature.md); the ratio quantities
+(delta, log_rho, rho, k3, the +-20 clamp, masked means) are those of `timbench.ratios`. Every mean is
+fixed-order (timbench.kernels.reduce), so the logged bits do not depend on the CPU or thread count.
 """
 
 from __future__ import annotations
 
 import torch
 
-_CLAMP = 20.0
+from .kernels.reduce import fmean
+from .ratios import k1, k3, log_rho, masked_mean, select, seq_log_ratio, seq_mean
 
 # Fixed |delta| histogram bins, shared by every run so histograms add across steps and cells.
 # Bin 0 holds |delta| == 0 exactly (the zero-mismatch signature); bin 1 is (0, 1e-9); bins 2..10
@@ -24,60 +25,53 @@ ABS_DELTA_BINS: tuple[tuple[float, float], ...] = (
 )
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
-
-
-def mismatch_metrics(lp_train: torch.Tensor, lp_rollout: torch.Tensor, mask: torch.Tensor | None = None,
+def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor | None = None,
                      taus: tuple[float, ...] = (1.5, 2.0, 5.0)) -> dict[str, float]:
     """All per-token and per-sequence mismatch statistics for a [B, T] (or flat) batch.
 
-    lp_train: trainer logprobs of the sampled tokens (pi); lp_rollout: the engine's (mu).
+    old_logprobs: the trainer's logprobs of the sampled tokens (pi_old); rollout_logprobs: the engine's (mu).
+    Masked-out positions are selected away, never multiplied by 0, so NaN or -inf padding cannot leak in;
+    an empty mask gives every metric its zero-mismatch value (0, or 1 for ratios and the sample size).
     """
-    lp_train = lp_train.detach().double()
-    lp_rollout = lp_rollout.detach().double()
-    if mask is None:
-        mask = torch.ones_like(lp_train, dtype=torch.bool)
-    if lp_train.dim() == 1:
-        lp_train, lp_rollout, mask = lp_train[None], lp_rollout[None], mask[None]
-    m = mask.double()
+    old = old_logprobs.detach().double()
+    roll = rollout_logprobs.detach().double()
+    mask = torch.ones_like(old, dtype=torch.bool) if mask is None else mask.bool()
+    if old.dim() == 1:
+        old, roll, mask = old[None], roll[None], mask[None]
     n_tok = int(mask.sum())
-    delta = torch.where(mask, lp_train - lp_rollout, torch.zeros_like(lp_train))
-    log_rho = delta.clamp(-_CLAMP, _CLAMP)
-    rho = log_rho.exp()
-    absd = delta.abs()[mask]
-    seq_n = m.sum(-1).clamp(min=1)
+    delta = select(old - roll, mask)
+    lr = log_rho(old, roll, mask)
+    rho = lr.exp()
+    abs_delta = delta.abs()[mask]
     seq_rows = mask.any(-1)
-    log_rho_seq = (log_rho * m).sum(-1).clamp(-_CLAMP, _CLAMP)
-    mean_lp_train = (lp_train * m).sum(-1) / seq_n
-    mean_lp_roll = (lp_rollout * m).sum(-1) / seq_n
-    log_ppl_diff = (mean_lp_roll - mean_lp_train)[seq_rows]
+    log_rho_seq = seq_log_ratio(lr, mask)
+    log_ppl_diff = (seq_mean(roll, mask) - seq_mean(old, mask))[seq_rows]
     w = rho[mask]
-    probs_diff = (lp_train.exp() - lp_rollout.exp()).abs()[mask]
+    probs_diff = (old.exp() - roll.exp()).abs()[mask]
     out = {
         "tokens": n_tok,
-        "rollout_corr/kl": float(_masked_mean(lp_rollout - lp_train, m)),
-        "rollout_corr/k3_kl": float(_masked_mean(rho - 1 - log_rho, m)),
-        "rollout_corr/chi2_token": float(_masked_mean(rho ** 2, m) - 1),
-        "rollout_corr/chi2_seq": float((log_rho_seq[seq_rows] * 2).exp().mean() - 1) if seq_rows.any() else 0.0,
-        "rollout_corr/log_ppl_diff": float(log_ppl_diff.mean()) if len(log_ppl_diff) else 0.0,
-        "rollout_corr/log_ppl_abs_diff": float(log_ppl_diff.abs().mean()) if len(log_ppl_diff) else 0.0,
-        "rollout_corr/ppl_ratio": float(log_ppl_diff.exp().mean()) if len(log_ppl_diff) else 1.0,
-        "rollout_corr/eff_sample_size": float(1.0 / ((w / w.mean()) ** 2).mean()) if n_tok else 1.0,
+        "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
+        "rollout_corr/k3_kl": float(masked_mean(k3(lr), mask)),
+        "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1) if n_tok else 0.0,
+        "rollout_corr/chi2_seq": float(fmean((log_rho_seq[seq_rows] * 2).exp()) - 1) if seq_rows.any() else 0.0,
+        "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,
+        "rollout_corr/log_ppl_abs_diff": float(fmean(log_ppl_diff.abs())) if len(log_ppl_diff) else 0.0,
+        "rollout_corr/ppl_ratio": float(fmean(log_ppl_diff.exp())) if len(log_ppl_diff) else 1.0,
+        "rollout_corr/eff_sample_size": float(1.0 / fmean((w / fmean(w)) ** 2)) if n_tok else 1.0,
         "training/rollout_probs_diff_max": float(probs_diff.max()) if n_tok else 0.0,
-        "training/rollout_probs_diff_mean": float(probs_diff.mean()) if n_tok else 0.0,
-        "mismatch/max_abs_delta": float(absd.max()) if n_tok else 0.0,
-        "mismatch/mean_abs_delta": float(absd.mean()) if n_tok else 0.0,
-        "mismatch/p99_abs_delta": float(torch.quantile(absd, 0.99)) if n_tok else 0.0,
-        "mismatch/frac_tokens_differ": float((absd != 0).double().mean()) if n_tok else 0.0,
+        "training/rollout_probs_diff_mean": float(fmean(probs_diff)) if n_tok else 0.0,
+        "mismatch/max_abs_delta": float(abs_delta.max()) if n_tok else 0.0,
+        "mismatch/mean_abs_delta": float(fmean(abs_delta)) if n_tok else 0.0,
+        "mismatch/p99_abs_delta": float(torch.quantile(abs_delta, 0.99)) if n_tok else 0.0,
+        "mismatch/frac_tokens_differ": float(fmean((abs_delta != 0).double())) if n_tok else 0.0,
     }
     ext = torch.maximum(rho, 1 / rho)[mask]
     for tau in taus:
-        out[f"mismatch/extreme_frac_{tau:g}"] = float((ext > tau).double().mean()) if n_tok else 0.0
+        out[f"mismatch/extreme_frac_{tau:g}"] = float(fmean((ext > tau).double())) if n_tok else 0.0
     return out
 
 
-def abs_delta_histogram(lp_train: torch.Tensor, lp_rollout: torch.Tensor,
+def abs_delta_histogram(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
                         mask: torch.Tensor | None = None) -> list[int]:
     """Counts of |log pi - log mu| over unmasked tokens in the fixed bins of `ABS_DELTA_BINS`.
 
@@ -85,17 +79,17 @@ def abs_delta_histogram(lp_train: torch.Tensor, lp_rollout: torch.Tensor,
     in float64 without clamping, so a delta of exactly 0 lands in bin 0 and nothing else does.
     Raises ValueError on NaN deltas (a NaN logprob is a bug upstream, not a large mismatch).
     """
-    delta = lp_train.detach().double() - lp_rollout.detach().double()
+    delta = old_logprobs.detach().double() - rollout_logprobs.detach().double()
     if mask is not None:
         if mask.shape != delta.shape:
             raise ValueError(f"abs_delta_histogram: mask shape {tuple(mask.shape)} != logprob shape "
                              f"{tuple(delta.shape)}")
         delta = delta[mask.bool()]
-    absd = delta.abs().flatten()
-    if torch.isnan(absd).any():
-        raise ValueError("abs_delta_histogram: NaN in lp_train - lp_rollout (a NaN logprob, or -inf on both sides)")
-    counts = [int((absd == 0).sum())]
-    nonzero = absd[absd != 0]
+    abs_delta = delta.abs().flatten()
+    if torch.isnan(abs_delta).any():
+        raise ValueError("abs_delta_histogram: NaN in old_logprobs - rollout_logprobs (a NaN logprob, or -inf on both sides)")
+    counts = [int((abs_delta == 0).sum())]
+    nonzero = abs_delta[abs_delta != 0]
     edges = torch.tensor(ABS_DELTA_EDGES, dtype=torch.float64)
     # right=True: index i means edges[i-1] <= x < edges[i]; 0 means x < 1e-9, len(edges) means x >= 1.
     idx = torch.bucketize(nonzero, edges, right=True)
@@ -108,4 +102,4 @@ def routing_agreement(experts_a: torch.Tensor, experts_b: torch.Tensor) -> float
     a = torch.sort(experts_a, dim=-1).values
     b = torch.sort(experts_b, dim=-1).values
     same = (a == b).all(-1)
-    return float(same.double().mean()) if same.numel() else 1.0
+    return float(fmean(same.double())) if same.numel() else 1.0

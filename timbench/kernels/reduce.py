@@ -69,6 +69,16 @@ def fmean(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> tor
     return fsum(x, dim, keepdim) / max(n, 1)
 
 
+def fstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False, correction: int = 1) -> torch.Tensor:
+    """Fixed-order standard deviation: sqrt(fsum((x - fmean)^2) / (n - correction)), two passes.
+
+    correction=1 is torch.std's default (unbiased, divides by n - 1).
+    """
+    n = x.numel() if dim is None else x.shape[dim]
+    centred = x - fmean(x, dim, keepdim=True)
+    return (fsum(centred * centred, dim, keepdim) / (n - correction)).sqrt()  # a 0 / 0 gives NaN, as torch
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of x where mask is True; masked-out entries are *selected away*, so NaN/inf there never leak."""
     return fsum(torch.where(mask, x, torch.zeros((), dtype=_out_dtype(x))), dim)
@@ -80,4 +90,4 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return masked_sum(x, mask, dim) / count
 
 
-__all__ = ["fmean", "fsum", "masked_mean", "masked_sum"]
+__all__ = ["fmean", "fstd", "fsum", "masked_mean", "masked_sum"]

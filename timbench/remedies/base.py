@@ -1,7 +1,7 @@
 """The remedy plug-in API: the batch a remedy sees, what it returns, the base class, the shared metrics.
 
 A remedy turns one step's correction ratios rho_t = pi_old / mu (trainer's recomputed logprob over
-the engine's) into per-token loss weights and a keep-mask, as a pure function of the batch. It may
+the engine's; the quantities and their names are timbench.ratios') into per-token loss weights and a keep-mask, as a pure function of the batch. It may
 also act earlier through declarative hooks: `replay` (MoE routing replay) and spec overrides for
 the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never touches
 the loop.
@@ -19,13 +19,17 @@ column. The mapping from the generic names:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
-CLAMP = 20.0  # verl clamps log-ratios at +-20 before exponentiating (SAFETY_BOUND)
+from .. import ratios
+from ..coerce import coerce, field_kind
+from ..kernels.reduce import fmean
+
 REPLAY_MODES = (None, "engine", "old")
 
 METRIC_NAMES = {
@@ -99,6 +103,20 @@ class Remedy:
         self.args = coerce_params(self.Params, args, self.name or type(self).__name__)
         self.params = self.Params(**self.args)
 
+    def __init_subclass__(cls, **kwargs):
+        # A shape error raised inside `finish` (a plug-in passing wrongly shaped weights or masks) does not
+        # know which remedy called it; every subclass's __call__ adds the name, so the error is one line.
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None:
+            @functools.wraps(call)
+            def named(self, batch):
+                try:
+                    return call(self, batch)
+                except RemedyShapeError as e:
+                    raise RemedyShapeError(f"remedy {self.name or type(self).__name__}: {e}") from None
+            cls.__call__ = named
+
     def __call__(self, batch: RemedyBatch) -> RemedyResult:
         raise NotImplementedError
 
@@ -106,34 +124,12 @@ class Remedy:
         return f"{type(self).__name__}({self.params})"
 
 
-_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-
-
 def _coerce(f: dataclasses.Field, value, owner: str):
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    optional = kind.replace(" ", "").endswith("|None") or kind.startswith("Optional")
-    base = kind.split("|")[0].strip().removeprefix("Optional[").rstrip("]")
-    bad = ValueError(f"remedy {owner}: parameter {f.name}={value!r} is not a valid {kind}")
-    if value is None or (optional and value in ("None", "null")):
-        if optional:
-            return None
-        raise bad
+    kind = field_kind(f)
     try:
-        if base == "bool":
-            return value if isinstance(value, bool) else _BOOLS[str(value).lower()]
-        if base == "int":
-            if isinstance(value, bool) or float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value))
-        if base == "float":
-            if isinstance(value, bool) or not math.isfinite(float(value)):
-                raise ValueError
-            return float(value)
-        if base == "str":
-            return str(value)
-    except (ValueError, TypeError, KeyError):
-        raise bad from None
-    return value
+        return coerce(value, kind)
+    except ValueError:
+        raise ValueError(f"remedy {owner}: parameter {f.name}={value!r} is not a valid {kind}") from None
 
 
 def coerce_params(params_cls: type, args: dict, owner: str) -> dict:
@@ -160,42 +156,24 @@ def describe_params(params_cls: type) -> dict[str, dict]:
 # ---------------------------------------------------------------- formula helpers (pure)
 
 def log_rho(batch: RemedyBatch) -> torch.Tensor:
-    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask."""
-    d = (batch.old_logprobs.detach().double() - batch.rollout_logprobs.detach().double()).clamp(-CLAMP, CLAMP)
-    return torch.where(batch.mask, d, torch.zeros_like(d))
-
-
-def seq_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum(-1)
-
-
-def seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-
-
-def seq_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask, x, torch.full_like(x, -math.inf)).amax(-1)
-
-
-def k2(lr: torch.Tensor) -> torch.Tensor:
-    """k2 = 0.5 (log rho)^2 (Schulman's estimator)."""
-    return 0.5 * lr.square()
-
-
-def k3(lr: torch.Tensor) -> torch.Tensor:
-    """k3 = rho - 1 - log rho (>= 0)."""
-    return lr.exp() - 1 - lr
-
-
-def per_token(seq_values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast a per-sequence [N] tensor over tokens [N, T]."""
-    return seq_values[:, None].expand_as(like)
+    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask (timbench.ratios.log_rho)."""
+    return ratios.log_rho(batch.old_logprobs, batch.rollout_logprobs, batch.mask)
 
 
 # ---------------------------------------------------------------- the shared result + metrics
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
     return float(num.sum()) / float(den.sum()) if bool(den.any()) else 0.0
+
+
+class RemedyShapeError(ValueError):
+    """A remedy's weights or masks do not have the batch's [N, T] shape."""
+
+
+def _check_shape(what: str, t: torch.Tensor | None, shape: tuple) -> None:
+    got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+    if t is not None and got != shape:
+        raise RemedyShapeError(f"{what} has shape {got}, expected the batch's [N, T] = {shape}")
 
 
 def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.Tensor | None = None,
@@ -205,8 +183,12 @@ def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.
     `keep` [N, T] bool (tokens kept), `truncated` [N, T] bool (weight capped) and `weights` [N, T];
     fractions are over the batch's masked-in tokens / non-empty sequences, as verl's masked_mean over
     response_mask. Weight statistics run over the kept masked-in tokens (a missing weight counts as
-    1.0; no kept token gives 1.0, the neutral weight).
+    1.0; no kept token gives 1.0, the neutral weight). Shapes are checked first: a wrong one is a
+    one-line RemedyShapeError naming the argument, the shape received and the one expected.
     """
+    shape = tuple(batch.mask.shape)
+    for what, t in (("weights", weights), ("keep", keep), ("truncated", truncated)):
+        _check_shape(f"finish({what}=...)", t, shape)
     m = batch.mask
     kept = m if keep is None else (m & keep)
     dropped = m & ~kept
@@ -217,12 +199,16 @@ def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.
         METRIC_NAMES["remedy/token_masked_frac"]: _ratio(dropped, m),
         METRIC_NAMES["remedy/seq_masked_frac"]: _ratio(dropped.any(-1) & rows, rows),
         METRIC_NAMES["remedy/token_truncated_frac"]: 0.0 if truncated is None else _ratio(truncated & m, m),
-        METRIC_NAMES["remedy/is_weight_mean"]: float(wk.mean()) if wk.numel() else 1.0,
+        METRIC_NAMES["remedy/is_weight_mean"]: float(fmean(wk)) if wk.numel() else 1.0,
         METRIC_NAMES["remedy/is_weight_min"]: float(wk.min()) if wk.numel() else 1.0,
         METRIC_NAMES["remedy/is_weight_max"]: float(wk.max()) if wk.numel() else 1.0,
     }
     out_w = None if weights is None else weights.detach().to(batch.old_logprobs.dtype)
     return RemedyResult(out_w, kept, metrics | dict(extra or {}))
+
+
+def _describe(t) -> str:
+    return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
 def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyResult:
@@ -233,11 +219,11 @@ def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyR
     shape = tuple(batch.mask.shape)
     mask = result.mask
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}")
+        raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}, got {_describe(mask)}")
     if result.weights is not None:
         w = result.weights
         if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:
-            raise ValueError(f"{where}: weights must be None or a float tensor of shape {shape}")
+            raise ValueError(f"{where}: weights must be None or a float tensor of shape {shape}, got {_describe(w)}")
         if not bool(torch.isfinite(w[batch.mask & result.mask]).all()):
             raise ValueError(f"{where}: weights are NaN or infinite on kept tokens")
     for k, v in result.metrics.items():

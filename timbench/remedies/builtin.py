@@ -1,7 +1,7 @@
 """The built-in remedies: importance weighting, masking, sequence rejection, routing replay, precision.
 
 Formulas and defaults as restated in shared/reference/tim-literature.md ("Remedies and defaults"),
-with rho_t = exp(clamp(log pi_old - log mu, +-20)) (verl's clamp). Sequence quantities run over a
+with rho_t = exp(clamp(log pi_old - log mu, +-20)) (verl's clamp) and k1/k2/k3 as in timbench.ratios. Sequence quantities run over a
 sequence's masked-in tokens. Thresholds are inclusive on the kept side: a token or sequence exactly
 at a bound is kept.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import (CLAMP, Remedy, RemedyBatch, RemedyResult, finish, k2, k3, log_rho, param, per_token, seq_max,
-                   seq_mean, seq_sum)
+from ..ratios import k1, k2, k3, per_token, seq_log_ratio, seq_max, seq_mean
+from .base import Remedy, RemedyBatch, RemedyResult, finish, log_rho, param
 
 
 def _positive(**values):
@@ -93,7 +93,7 @@ class TISSeqRSParams:
 
 def _seq_rho(batch: RemedyBatch, lr: torch.Tensor) -> torch.Tensor:
     """[N] prod_t rho_t, taken in log space and clamped at +-20 as verl."""
-    return seq_sum(lr, batch.mask).clamp(-CLAMP, CLAMP).exp()
+    return seq_log_ratio(lr, batch.mask).exp()
 
 
 def _reject(batch: RemedyBatch, rejected_seq: torch.Tensor) -> RemedyResult:
@@ -136,8 +136,7 @@ class MISToken(Remedy):
     Params = MaskedISParams
 
     def __call__(self, batch):
-        rho = log_rho(batch).exp()
-        return finish(batch, weights=rho, keep=_in_band(rho, self.params.C_min, self.params.C))
+        return _weight_in_band(batch, self.params.C_min, self.params.C)
 
 
 class MISSeq(Remedy):
@@ -158,6 +157,12 @@ def _in_band(x: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
     return keep if low is None else keep & (x >= low)
 
 
+def _weight_in_band(batch: RemedyBatch, low: float | None, high: float) -> RemedyResult:
+    # Token MIS and IcePop: weight rho_t, mask the tokens whose rho_t leaves [low, high].
+    rho = log_rho(batch).exp()
+    return finish(batch, weights=rho, keep=_in_band(rho, low, high))
+
+
 class IcePop(Remedy):
     name = "icepop"
     doc = ("IcePop (Ring-1T report): per-token M(rho_t) = rho_t if rho_t in [alpha, beta] else 0, "
@@ -165,8 +170,7 @@ class IcePop(Remedy):
     Params = BandParams
 
     def __call__(self, batch):
-        rho = log_rho(batch).exp()
-        return finish(batch, weights=rho, keep=_in_band(rho, self.params.low, self.params.high))
+        return _weight_in_band(batch, self.params.low, self.params.high)
 
 
 class GeoRS(Remedy):
@@ -218,7 +222,7 @@ class TISTokenSeqRS(Remedy):
     def __call__(self, batch):
         lr = log_rho(batch)
         rho = lr.exp()
-        div = seq_mean(k3(lr), batch.mask) if self.params.divergence == "k3" else seq_mean(lr, batch.mask).abs()
+        div = seq_mean(k3(lr), batch.mask) if self.params.divergence == "k3" else seq_mean(k1(lr), batch.mask).abs()
         return finish(batch, weights=rho.clamp(max=self.params.C), truncated=rho > self.params.C,
                       keep=per_token(div <= self.params.threshold, batch.mask))
 

@@ -2,11 +2,13 @@
 
 Pure functions of tensors. Rewards are one scalar per sequence, `rewards[N]` with N = B * G and each
 prompt's G samples contiguous. Advantages come back per sequence, [N]; the losses broadcast them over
-tokens (a [N, T] advantage works as well). Logprob tensors are [N, T] with a response `mask` that a
+tokens (a [N, T] advantage works as well). Logprob tensors (`logprobs` pi_theta, `old_logprobs` pi_old,
+`ref_logprobs` pi_ref; names and the +-20 log-ratio clamp from timbench.ratios) are [N, T] with a response `mask` that a
 remedy may have zeroed further; remedy `weights` (e.g. truncated IS weights) multiply the per-token
 loss and are detached. Formulas and defaults follow verl `verl/trainer/ppo/core_algos.py`
 (compute_grpo_outcome_advantage, compute_policy_loss_vanilla, compute_policy_loss_gspo, agg_loss,
-kl_penalty); departures are named in the docstrings.
+kl_penalty); departures are named in the docstrings. Every sum and mean that reaches a loss, an advantage or a
+metric is fixed-order (timbench.kernels.reduce), so gradients and logged values have the same bits on every CPU.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Callable
 
 import torch
 
-_CLAMP = 20.0       # verl clamps log-ratios at +-20 before exp
-_GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only
+from ..kernels.reduce import fmean, fstd, fsum
+from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
+
+_GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only (timbench.ratios clamps at +-20)
 
 Metrics = dict[str, float]
 
@@ -35,19 +39,19 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 def grpo_advantage(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """GRPO: A_i = (r_i - mean_g) / (std_g + eps), eps = 1e-6.
 
-    std_g is torch.std, i.e. unbiased (divides by G - 1), as verl's compute_grpo_outcome_advantage; a
+    std_g is unbiased (divides by G - 1, torch.std's default, here the fixed-order fstd), as verl's compute_grpo_outcome_advantage; a
     group of one gets mean 0 and std 1, also as verl (so A = r / (1 + eps)). All-equal groups give 0.
     """
     g = _groups(rewards, group_size)
-    mean = g.mean(1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
-    std = g.std(1, keepdim=True) if group_size > 1 else torch.ones_like(g)
+    mean = fmean(g, 1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+    std = fstd(g, 1, keepdim=True) if group_size > 1 else torch.ones_like(g)
     return ((g - mean) / (std + eps)).reshape(-1)
 
 
 def drgrpo_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Dr.GRPO (arXiv 2503.20783): A_i = r_i - mean_g, no std scaling (verl norm_adv_by_std_in_grpo=False)."""
     g = _groups(rewards, group_size)
-    mean = g.mean(1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+    mean = fmean(g, 1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
     return (g - mean).reshape(-1)
 
 
@@ -56,7 +60,7 @@ def rloo_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     g = _groups(rewards, group_size)
     if group_size == 1:
         return g.reshape(-1).clone()
-    return ((g - g.mean(1, keepdim=True)) * group_size / (group_size - 1)).reshape(-1)
+    return ((g - fmean(g, 1, keepdim=True)) * group_size / (group_size - 1)).reshape(-1)
 
 
 def reinforce_advantage(rewards: torch.Tensor, group_size: int = 1) -> torch.Tensor:
@@ -65,7 +69,7 @@ def reinforce_advantage(rewards: torch.Tensor, group_size: int = 1) -> torch.Ten
     group_size is only checked (a uniform signature); the baseline ignores groups.
     """
     r = _groups(rewards, group_size).reshape(-1)
-    return r - r.mean()
+    return r - fmean(r)
 
 
 def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
@@ -79,9 +83,9 @@ def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
     """
     r = _groups(rewards, group_size).reshape(-1)
     w = torch.ones_like(r) if lengths is None else lengths.detach().to(r.dtype)
-    n = w.sum()
-    m = (w * r).sum() / n.clamp(min=1e-12)
-    v = (w * (r - m) ** 2).sum() / (n - 1).clamp(min=1)
+    n = fsum(w)
+    m = fsum(w * r) / n.clamp(min=1e-12)
+    v = fsum(w * (r - m) ** 2) / (n - 1).clamp(min=1)
     return (r - m) * torch.rsqrt(v + 1e-8)
 
 
@@ -95,18 +99,17 @@ def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tenso
 
 # ---------------------------------------------------------------- loss aggregation
 
-def _seq_mean(seq_vals: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+def _over_seqs(seq_vals: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     # Sequences the mask empties entirely (rejected by a remedy, dropped by dynamic sampling) leave the
     # sequence mean just as masked tokens leave token-mean: zeroing a mask row == removing that row.
-    keep = (m.sum(-1) > 0).to(seq_vals.dtype)
-    return (seq_vals * keep).sum() / keep.sum().clamp(min=1)
+    return masked_mean(seq_vals, m.any(-1))
 
 
 AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = {
-    "token-mean": lambda L, m, c: (L * m).sum() / m.sum().clamp(min=1),
-    "seq-mean-token-sum": lambda L, m, c: _seq_mean((L * m).sum(-1), m),
-    "seq-mean-token-mean": lambda L, m, c: _seq_mean((L * m).sum(-1) / m.sum(-1).clamp(min=1), m),
-    "seq-mean-token-sum-norm": lambda L, m, c: _seq_mean((L * m).sum(-1) / c, m),
+    "token-mean": lambda L, m, c: masked_mean(L, m),
+    "seq-mean-token-sum": lambda L, m, c: _over_seqs(masked_sum(L, m, -1), m),
+    "seq-mean-token-mean": lambda L, m, c: _over_seqs(seq_mean(L, m), m),
+    "seq-mean-token-sum-norm": lambda L, m, c: _over_seqs(masked_sum(L, m, -1) / c, m),
 }
 
 
@@ -126,8 +129,7 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean"
         fn = AGGREGATIONS[agg]
     except KeyError:
         raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(AGGREGATIONS)}") from None
-    m = mask.to(loss_mat.dtype)
-    return fn(loss_mat, m, float(norm_const if norm_const is not None else mask.shape[-1]))
+    return fn(loss_mat, mask.bool(), float(norm_const if norm_const is not None else mask.shape[-1]))
 
 
 # ---------------------------------------------------------------- policy losses
@@ -137,104 +139,104 @@ def _per_token(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return adv[:, None] if adv.dim() == 1 else adv
 
 
-def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, log_ratio):
+def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, log_r):
     """max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), times remedy weights, aggregated; plus metrics."""
     loss1 = -adv * ratio
     loss2 = -adv * ratio.clamp(1 - eps_low, 1 + eps_high)
     loss_mat = torch.maximum(loss1, loss2)
     if weights is not None:
-        loss_mat = loss_mat * weights.detach().to(loss_mat.dtype)
+        loss_mat = loss_mat * select(weights.detach().to(loss_mat.dtype), mask.bool())
     loss = agg_loss(loss_mat, mask, agg, norm_const)
     with torch.no_grad():
-        m = mask.to(ratio.dtype)
-        n = m.sum().clamp(min=1)
-        clipped = (loss2 > loss1).to(ratio.dtype) * m
-        r = ratio[mask.bool()]
+        m = mask.bool()
+        clipped = (loss2 > loss1).to(ratio.dtype)
+        r = ratio[m]
         metrics = {
             "actor/pg_loss": float(loss),
-            "actor/pg_clipfrac": float(clipped.sum() / n),
-            "actor/pg_clipfrac_high": float((clipped * (adv > 0)).sum() / n),  # r > 1 + eps_high, A > 0
-            "actor/pg_clipfrac_low": float((clipped * (adv < 0)).sum() / n),   # r < 1 - eps_low, A < 0
-            "actor/ppo_kl": float((-log_ratio * m).sum() / n),                 # mean(old_logp - logp)
-            "actor/ratio_mean": float(r.mean()) if r.numel() else 1.0,
+            "actor/pg_clipfrac": float(masked_mean(clipped, m)),
+            "actor/pg_clipfrac_high": float(masked_mean(clipped * (adv > 0), m)),  # r > 1 + eps_high, A > 0
+            "actor/pg_clipfrac_low": float(masked_mean(clipped * (adv < 0), m)),   # r < 1 - eps_low, A < 0
+            "actor/ppo_kl": float(masked_mean(k1(log_r), m)),                    # mean(old_logprobs - logprobs)
+            "actor/ratio_mean": float(fmean(r)) if r.numel() else 1.0,
             "actor/ratio_max": float(r.max()) if r.numel() else 1.0,
             "actor/ratio_min": float(r.min()) if r.numel() else 1.0,
         }
     return loss, metrics
 
 
-def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
                   eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token-mean",
                   weights: torch.Tensor | None = None,
                   norm_const: float | None = None) -> tuple[torch.Tensor, Metrics]:
     """PPO clipped surrogate (verl compute_policy_loss_vanilla, without dual-clip).
 
-    r_t = exp(clamp(logp - old_logp, -20, 20));
+    r_t = exp(log_ratio(logprobs, old_logprobs)) (clamped at +-20);
     L_t = w_t * max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)); loss = agg(L, mask).
     Defaults eps 0.2 / 0.2, token-mean; DAPO clip-higher uses eps_high 0.28. `weights` [N, T] are
     detached remedy multipliers (verl multiplies pg_losses by rollout_is_weights the same way).
-    Metrics: actor/pg_clipfrac (+ _high / _low by side), actor/ppo_kl = mean(old_logp - logp),
+    Metrics: actor/pg_clipfrac (+ _high / _low by side), actor/ppo_kl = mean(old_logprobs - logprobs),
     actor/ratio_{mean,max,min}, actor/pg_loss; all over the (remedy-zeroed) mask.
     """
-    log_ratio = (logp - old_logp).clamp(-_CLAMP, _CLAMP)
-    return _surrogate(log_ratio.exp(), _per_token(adv, logp), mask, eps_low, eps_high, agg, weights,
-                      norm_const, log_ratio.detach())
+    log_r = select(log_ratio(logprobs, old_logprobs), mask.bool())  # padding (even NaN) never reaches a gradient
+    return _surrogate(log_r.exp(), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
+                      norm_const, log_r.detach())
 
 
-def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
               eps_low: float = 3e-4, eps_high: float = 4e-4, agg: str = "seq-mean-token-mean",
               weights: torch.Tensor | None = None,
               norm_const: float | None = None) -> tuple[torch.Tensor, Metrics]:
     """GSPO (arXiv 2507.18071), token-level form as verl compute_policy_loss_gspo.
 
-    s_i = exp(mean_t (logp - old_logp)) over the sequence's unmasked tokens;
-    s_{i,t} = sg[s_i] * pi_theta(y_t) / sg[pi_theta(y_t)], i.e. log s_{i,t} = sg[log s_i] + logp - sg[logp],
+    s_i = exp(mean_t (logprobs - old_logprobs)) over the sequence's unmasked tokens;
+    s_{i,t} = sg[s_i] * pi_theta(y_t) / sg[pi_theta(y_t)], i.e. log s_{i,t} = sg[log s_i] + logprobs - sg[logprobs],
     clamped at +10 (verl). Forward value s_{i,t} = s_i; the gradient is s_i * grad logp_t. Then the
     same clipped surrogate as PPO with eps 3e-4 / 4e-4 and seq-mean-token-mean aggregation.
     Ratio metrics are token-weighted over the per-token copies of s_i.
     """
-    m = mask.to(logp.dtype)
-    delta = logp - old_logp
-    log_s = (delta * m).sum(-1) / m.sum(-1).clamp(min=1)
-    log_sit = (logp - logp.detach() + log_s.detach()[:, None]).clamp(max=_GSPO_CLAMP)
-    return _surrogate(log_sit.exp(), _per_token(adv, logp), mask, eps_low, eps_high, agg, weights,
-                      norm_const, delta.detach().clamp(-_CLAMP, _CLAMP))
+    m = mask.bool()
+    logprobs, old_logprobs = select(logprobs, m), select(old_logprobs, m)  # padding (even NaN) never reaches a gradient
+    log_s = seq_mean(logprobs - old_logprobs, m)  # unclamped inside the sequence mean, as verl
+    log_sit = (logprobs - logprobs.detach() + log_s.detach()[:, None]).clamp(max=_GSPO_CLAMP)
+    return _surrogate(log_sit.exp(), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
+                      norm_const, log_ratio(logprobs.detach(), old_logprobs.detach()))
 
 
 # ---------------------------------------------------------------- KL to a reference policy (off by default)
 
-def _k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    kl = (ref_logp - logp).clamp(-_CLAMP, _CLAMP)
-    return (kl.exp() - kl - 1).clamp(-10, 10)
+def _k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    return k3(log_ratio(ref_logprobs, logprobs)).clamp(-10, 10)  # verl bounds low_var_kl at +-10
 
 
+# Each estimator is ratios' k1 / k2 / k3 of log r = ref_logprobs - logprobs (r = pi_ref / pi_theta).
 KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "k1": lambda lp, ref: lp - ref,
-    "abs": lambda lp, ref: (lp - ref).abs(),
-    "k2": lambda lp, ref: 0.5 * (lp - ref).square(),
+    "k1": lambda lp, ref: k1(ref - lp),
+    "abs": lambda lp, ref: k1(ref - lp).abs(),
+    "k2": lambda lp, ref: k2(ref - lp),
     "k3": _k3,
 }
 _KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
     """Per-token KL(pi_theta || pi_ref) estimate (Schulman 2020; verl kl_penalty), [N, T]; aggregate with agg_loss.
 
-    k1 = logp - ref_logp; abs = |k1|; k2 (mse) = 0.5 k1^2;
-    k3 (low_var_kl) = exp(ref_logp - logp) - (ref_logp - logp) - 1, log-ratio clamped +-20, result +-10.
+    k1 = logprobs - ref_logprobs; abs = |k1|; k2 (mse) = 0.5 k1^2;
+    k3 (low_var_kl) = exp(ref_logprobs - logprobs) - (ref_logprobs - logprobs) - 1, log-ratio clamped +-20,
+    result +-10.
     """
     key = _KL_ALIASES.get(kind, kind)
     if key not in KL_ESTIMATORS:
         valid = ", ".join([*KL_ESTIMATORS, *_KL_ALIASES])
         raise ValueError(f"unknown KL estimator {kind!r}; valid: {valid}")
-    return KL_ESTIMATORS[key](logp, ref_logp)
+    return KL_ESTIMATORS[key](logprobs, ref_logprobs)
 
 
 # ---------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One RL algorithm: advantage(rewards, group_size) -> adv[N]; loss(logp, old_logp, adv, mask, **loss_kwargs)."""
+    """One RL algorithm: advantage(rewards, group_size) -> adv[N]; loss(logprobs, old_logprobs, adv, mask, **loss_kwargs)."""
 
     name: str
     advantage: Callable[..., torch.Tensor]

@@ -11,45 +11,41 @@ from __future__ import annotations
 
 import torch
 
-_CLAMP = 20.0  # log-ratio clamp before exp, as verl and timbench.rl.algorithms
+from ..ratios import log_ratio, masked_mean
 
 
-def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
-    n = m.sum()
-    return float((x * m).sum() / n) if n > 0 else 0.0
-
-
-def objective_drift(logp: torch.Tensor, old_logp_train: torch.Tensor, old_logp_rollout: torch.Tensor,
+def objective_drift(logprobs: torch.Tensor, old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
                     adv: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, float]:
     """Token statistics of C(r_train) - C(r_rollout), C(r) = -(r - 1) * A.
 
-    logp, old_logp_train, old_logp_rollout: [N, T]; adv: [N] (broadcast over tokens) or [N, T];
-    mask: [N, T] (default all ones). r = exp(clamp(logp - old_logp, -20, 20)); computed in float64,
-    detached. Means run over unmasked tokens:
+    logprobs (pi_theta), old_logprobs (the trainer's pi_old), rollout_logprobs (the engine's mu): [N, T];
+    adv: [N] (broadcast over tokens) or [N, T]; mask: [N, T] bool (default all ones).
+    r_train = exp(log_ratio(logprobs, old_logprobs)), r_rollout = exp(log_ratio(logprobs, rollout_logprobs))
+    (timbench.ratios: clamped at +-20); computed in float64, detached. Means run over unmasked tokens:
       drift/c_train_mean, drift/c_rollout_mean, drift/diff_mean, drift/diff_abs_mean,
       drift/diff_pos_adv_mean, drift/diff_neg_adv_mean (tokens with A > 0 / A < 0; 0.0 if none),
       drift/frac_pos_adv (fraction of tokens with A > 0).
-    diff = -A * (r_train - r_rollout) = -A * pi_theta * (1/pi_old^train - 1/pi_old^rollout): the
-    "-1" of C cancels, and diff is exactly 0.0 wherever old_logp_train == old_logp_rollout.
+    diff = -A * (r_train - r_rollout) = -A * pi_theta * (1/pi_old - 1/mu): the "-1" of C cancels, and
+    diff is exactly 0.0 wherever old_logprobs == rollout_logprobs.
     """
-    lp = logp.detach().double()
+    lp = logprobs.detach().double()
     a = adv.detach().double()
     a = (a[:, None] if a.dim() == 1 else a).expand_as(lp)
-    m = torch.ones_like(lp) if mask is None else mask.detach().to(torch.float64)
+    m = torch.ones_like(lp, dtype=torch.bool) if mask is None else mask.detach().bool()
 
     def contribution(old: torch.Tensor) -> torch.Tensor:
-        r = (lp - old.detach().double()).clamp(-_CLAMP, _CLAMP).exp()
-        return -(r - 1) * a
+        return -(log_ratio(lp, old.detach().double()).exp() - 1) * a
 
-    c_train, c_rollout = contribution(old_logp_train), contribution(old_logp_rollout)
+    c_train, c_rollout = contribution(old_logprobs), contribution(rollout_logprobs)
     diff = c_train - c_rollout
-    pos, neg = m * (a > 0), m * (a < 0)
+    pos, neg = m & (a > 0), m & (a < 0)
+    stat = lambda x, where: float(masked_mean(x, where))  # noqa: E731
     return {
-        "drift/c_train_mean": _masked_mean(c_train, m),
-        "drift/c_rollout_mean": _masked_mean(c_rollout, m),
-        "drift/diff_mean": _masked_mean(diff, m),
-        "drift/diff_abs_mean": _masked_mean(diff.abs(), m),
-        "drift/diff_pos_adv_mean": _masked_mean(diff, pos),
-        "drift/diff_neg_adv_mean": _masked_mean(diff, neg),
-        "drift/frac_pos_adv": _masked_mean(pos, m),
+        "drift/c_train_mean": stat(c_train, m),
+        "drift/c_rollout_mean": stat(c_rollout, m),
+        "drift/diff_mean": stat(diff, m),
+        "drift/diff_abs_mean": stat(diff.abs(), m),
+        "drift/diff_pos_adv_mean": stat(diff, pos),
+        "drift/diff_neg_adv_mean": stat(diff, neg),
+        "drift/frac_pos_adv": stat(pos.double(), m),
     }
