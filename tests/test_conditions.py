@@ -13,7 +13,8 @@ import torch
 
 from timbench.align import align
 from timbench.engine import Engine, Request, SamplingParams, make_engine
-from timbench.engine.sampler import perturb_logits, token_logprobs_all
+from timbench.engine.sampler import perturb_logits
+from timbench.kernels.logprobs import token_logprobs_all
 from timbench.kernels import get_kernels
 from timbench.kernels.noise_ops import row_keyed_normal
 from timbench.kernels.split_kv import attend_split, split_decode_attention_torch

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from ..engine.sampler import token_logprobs_all
+from ..kernels.logprobs import token_logprobs_all
 from ..model import Compute, Qwen3ForCausalLM
 
 
