@@ -1,5 +1,6 @@
 """The RL loop end to end on a tiny budget: determinism, resume, exact baseline, mismatch, twin, errors."""
 
+import dataclasses
 import json
 
 import pytest
@@ -7,7 +8,8 @@ import pytest
 from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.rl import loop as loop_mod
-from timbench.rl.config import Loaded, RunConfig, apply_overrides, load_config, parse_config
+from timbench.rl.config import Loaded, RunConfig, apply_overrides, load, load_config, parse_config
+from timbench.spec import parse_spec
 from timbench.rl.loop import NonFiniteError, run
 from timbench.rl.rundir import read_status
 from timbench.tasks.base import Task
@@ -216,6 +218,22 @@ def test_eval_n_above_a_task_s_eval_set_is_a_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="'eval_n': 11 is more than task add-4d-v1's eval set holds"):
         load_config("bench/runs/baseline.yaml", ["eval_n=11"])
     assert len(load_config("bench/runs/baseline.yaml", ["eval_n=10"]).eval_problems) == 10
+
+
+def test_building_a_config_loads_nothing_and_load_runs_a_plugin_once(tmp_path):
+    marker = tmp_path / "imported"
+    plugin = tmp_path / "plug.py"
+    plugin.write_text(f"from pathlib import Path\nfrom timbench.remedies import Remedy, builtin\n"
+                      f"p = Path({str(marker)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
+                      "class Plug(builtin.NoRemedy):\n    name = 'plug'\n")
+    raw = apply_overrides({}, [f"remedy={plugin}:Plug", "engine.kernels=torch"])
+    cfg = parse_config(raw)
+    assert not marker.exists() and cfg.engine == parse_spec("kernels=torch,dtype=fp32")
+    loaded = load(cfg)
+    assert marker.read_text() == "x" and load(loaded) is loaded  # a Loaded is not loaded again
+    assert loaded.remedy_impl.name == "plug" and loaded.task == "add-4d-v1" and loaded.task_impl.name == "add-4d-v1"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.lr = 1.0
 
 
 def test_unknown_key_in_yaml(tmp_path):

@@ -54,13 +54,21 @@ def _in_band(acc: float, band) -> bool:
     return band[0] <= acc <= band[1]
 
 
+def sft_batch(problems) -> list[tuple[tuple[int, ...], list[int]]]:
+    """(prompt ids, solution + EOS ids) per problem: what the warm start imitates."""
+    from .data import encode_prompt, encode_response
+    return [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
+
+
+def sft_objective(out, rows=None) -> tuple[torch.Tensor, dict]:
+    """Mean cross-entropy over response tokens (solution + EOS) given the prompt, from a trainer forward."""
+    return -(out.logprobs.sum() / out.mask.sum()), {}
+
+
 def sft_loss(model, compute, problems) -> torch.Tensor:
     """Mean cross-entropy over response tokens (solution + EOS) given the prompt."""
-    from .data import encode_prompt, encode_response
     from .trainer import sequence_logprobs
-    seqs = [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
-    out = sequence_logprobs(model, compute, seqs, temperature=1.0)
-    return -(out.logprobs.sum() / out.mask.sum())
+    return sft_objective(sequence_logprobs(model, compute, sft_batch(problems), temperature=1.0))[0]
 
 
 def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = None, seed: int = 0,
@@ -79,6 +87,7 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     from .model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
     from .spec import parse_spec
     from .tasks import get_task
+    from .trainer import MiniBatch, update_policy
 
     t_obj = get_task(task)
     if model not in PRESETS:
@@ -111,12 +120,9 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     try:
         for step in range(1, max_steps + 1):
             net.train()
-            loss = sft_loss(net, compute, t_obj.train_batch(seed, step, batch_size))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            loss_v = float(loss.detach())
+            seqs = sft_batch(t_obj.train_batch(seed, step, batch_size))
+            loss_v = update_policy(net, opt, compute, [MiniBatch(slice(0, len(seqs)), seqs)], sft_objective,
+                                   epochs=1, grad_clip=1.0, temperature=1.0)[0]["actor/loss"]
             bar.update(1)
             if step % eval_every and step != max_steps:
                 bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc, refresh=False)
