@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine import make_engine
+from ..kernels.reduce import fmean, fsum, masked_mean
 from ..evaluate import evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
@@ -170,14 +171,22 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
                              "are kept") from None
 
 
+def _std(x: torch.Tensor) -> float:
+    """Sample standard deviation (n - 1, as torch.std) from fixed-order sums; NaN for fewer than 2 values."""
+    if x.numel() < 2:
+        return math.nan
+    return math.sqrt(float(fsum((x.double() - float(fmean(x.double()))) ** 2)) / (x.numel() - 1))
+
+
 def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
+    # Every float reduction here is fixed-order (kernels.reduce): torch's sum order varies by CPU.
     exp, mask, old_train = batch.exp, batch.mask, batch.old_logprobs
-    lens = exp.mask.sum(1).float()
+    lens = fsum(exp.mask, 1)
     metrics = {
-        "critic/rewards/mean": float(exp.rewards.mean()), "critic/rewards/std": float(exp.rewards.std()),
-        "response_length/mean": float(lens.mean()), "response_length/max": float(lens.max()),
-        "actor/entropy": float(batch.entropy[:, : mask.shape[1]][exp.mask].mean()),
-        "batch/kept_frac": float(mask.any(1).float().mean()),
+        "critic/rewards/mean": float(fmean(exp.rewards)), "critic/rewards/std": _std(exp.rewards),
+        "response_length/mean": float(fmean(lens)), "response_length/max": float(lens.max()),
+        "actor/entropy": float(masked_mean(batch.entropy[:, : mask.shape[1]], exp.mask)),
+        "batch/kept_frac": float(fmean(mask.any(1).float())),
         **_mean(batch.updates),
         **{k: v for k, v in mismatch_metrics(old_train, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
         # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
@@ -229,7 +238,7 @@ def _token_diff(a: Experience, b: Experience) -> float:
 
 def _param_distance(a: torch.nn.Module, b: torch.nn.Module) -> float:
     with torch.no_grad():
-        return math.sqrt(sum(float(((p - q).double() ** 2).sum()) for p, q in zip(a.parameters(), b.parameters())))
+        return math.sqrt(sum(float(fsum((p - q).double() ** 2)) for p, q in zip(a.parameters(), b.parameters())))
 
 
 class _Session:
