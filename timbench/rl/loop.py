@@ -314,7 +314,7 @@ def run(cfg: RunConfig | Loaded, out, progress: bool = True) -> dict:
     torch.use_deterministic_algorithms(True)
     base = load_checkpoint(resolve_checkpoint(loaded.model, loaded.task, loaded.preset))
     rd = RunDir(out, loaded.to_dict())
-    rd.write_status("running")
+    rd.begin()
     try:
         session = _Session(loaded, rd, base)
     except BaseException as e:

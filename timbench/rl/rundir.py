@@ -94,6 +94,11 @@ class RunDir:
     def write_summary(self, summary: dict) -> None:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
+    def begin(self) -> None:
+        """Mark the run running; a summary.json of an earlier attempt no longer describes it."""
+        (self.path / "summary.json").unlink(missing_ok=True)
+        self.write_status("running")
+
     def write_status(self, status: str, error: str | None = None) -> None:
         if status not in STATUSES:
             raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
