@@ -13,28 +13,30 @@ import itertools
 import pytest
 
 from timbench.model import load_checkpoint
+from timbench.rl.algorithms import get_algorithm
 from timbench.rl.config import load_config
-from timbench.rl.loop import make_lane, train_step
-from timbench.shipped import resolve_checkpoint
-from timbench.spec import parse_spec
+from timbench.rl.loop import _lane, resolve_checkpoint
+from timbench.tasks import get_task
 
 from conftest import ROUNDS, thread_info
 
-SPECS = {"exact": parse_spec("kernels=exact,dtype=fp32"), "torch": parse_spec("kernels=torch,dtype=fp32")}
+SPECS = {"exact": {"kernels": "exact", "dtype": "fp32"}, "torch": {"kernels": "torch", "dtype": "fp32"}}
 
 
 @pytest.mark.parametrize("kernels", list(SPECS))
 def test_rl_step_seconds(benchmark, kernels):
     cfg = load_config("bench/runs/baseline.yaml")
-    base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
+    base = load_checkpoint(resolve_checkpoint(cfg))
     n = cfg.prompts_per_step * cfg.group_size
-    lane = make_lane("main", base, cfg, SPECS[kernels], SPECS[kernels], n, cfg.remedy_impl)
+    lane = _lane("main", base, cfg, SPECS[kernels], SPECS[kernels], n)
+    task, algo = get_task(cfg.task), get_algorithm(cfg.algorithm)
+    from timbench.rl.loop import train_step
     steps = itertools.count()
     timings = []
 
     def one():
-        _, batch = train_step(lane, cfg, next(steps))
-        timings.append(batch.timing)
+        _, _, t = train_step(lane, cfg, task, algo, next(steps))
+        timings.append(t)
 
     one()  # warm-up: numba compile / MKL init
     benchmark.pedantic(one, rounds=ROUNDS, iterations=1)

@@ -120,7 +120,7 @@ _FLOAT_RANGES = {
     "eps_low": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
     "eps_high": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
     "kl_coef": (lambda x: 0 <= x < math.inf, "a finite number >= 0"),
-    "temperature": (lambda x: 0 < x < math.inf, "a finite number > 0"),
+    "temperature": (lambda x: 0 <= x < math.inf, "a finite number >= 0 (0 = greedy)"),
 }
 
 
