@@ -1,4 +1,4 @@
-"""Name -> task class registry; the only module-level mutable state in the package.
+"""Name -> task class registry (module-level state, filled once as the task modules are imported).
 
 Task modules register their fixed-difficulty classes with `@register`; importing
 `timbench.tasks` imports them all, so the registry is complete after import.

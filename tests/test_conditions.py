@@ -13,7 +13,8 @@ import torch
 
 from timbench.align import align
 from timbench.engine import Engine, Request, SamplingParams, make_engine
-from timbench.engine.sampler import perturb_logits, token_logprobs_all
+from timbench.engine.sampler import perturb_logits
+from timbench.kernels.logprobs import token_logprobs_all
 from timbench.kernels import get_kernels
 from timbench.kernels.noise_ops import row_keyed_normal
 from timbench.kernels.split_kv import attend_split, split_decode_attention_torch
@@ -57,6 +58,34 @@ def test_engine_refuses_a_vllm_spec_and_make_engine_picks_the_backend(dense):
     with pytest.raises(ValueError, match="make_engine"):
         Engine(dense.config, "engine=vllm")
     assert isinstance(make_engine(dense.config, "kernels=exact", max_num_seqs=4), Engine)
+
+
+def test_a_spec_is_parsed_once_and_passes_through(dense):
+    s = parse_spec("kernels=torch,dtype=bf16,noise=gaussian:1", side="engine")
+    assert parse_spec(s, side="engine") is s  # no second parse
+    with pytest.raises(SpecError, match="noise is an engine-only key"):
+        parse_spec(s, "trainer spec", side="trainer")  # a Spec still meets the side check
+    assert s.override({"dtype": "fp16"}) == parse_spec("kernels=torch,dtype=fp16,noise=gaussian:1")
+    assert s.override({}) is s
+    with pytest.raises(SpecError, match="invalid value 'fp8' for dtype"):
+        s.override({"dtype": "fp8"}, "remedy override")
+    e = make_engine(dense.config, s, max_num_seqs=2)
+    assert e.spec is s
+
+
+@pytest.mark.parametrize("kernels", ["exact", "torch"])
+def test_make_engine_with_weights_generates_like_a_later_load(dense, kernels):
+    """The factory's optional weights equal load_weights afterwards; every kernel set has the cache protocol."""
+    spec = parse_spec(f"kernels={kernels}", side="engine")
+    reqs = [Request((1, 5, 6, 7), 6, i) for i in range(3)]
+    a = make_engine(dense.config, spec, max_num_seqs=2, weights=dense).generate(reqs, SamplingParams(seed=3))
+    later = make_engine(dense.config, spec, max_num_seqs=2)
+    later.load_weights(dense)
+    b = later.generate(reqs, SamplingParams(seed=3))
+    assert [(c.token_ids, c.logprobs.tolist()) for c in a] == [(c.token_ids, c.logprobs.tolist()) for c in b]
+    kernels_obj = get_kernels(kernels)
+    kernels_obj.cache_weights(True)
+    kernels_obj.invalidate_weights()
 
 
 # ---------------------------------------------------------------- tensor parallelism

@@ -12,6 +12,7 @@ from timbench.data import (BOS_ID, EOS_ID, decode_response, encode_prompt, encod
 from timbench.evaluate import evaluate, evaluate_both
 from timbench.kernels import get_kernels
 from timbench.model import Compute, ModelConfig, Qwen3ForCausalLM, load_model
+from timbench.spec import parse_spec
 from timbench.tasks import get_task
 from timbench.warmstart import sft_loss
 
@@ -118,3 +119,17 @@ def test_batch_composition_invariance(memorized, temperature):
 def test_empty_problems_is_an_error():
     with pytest.raises(ValueError, match="no problems"):
         evaluate(Qwen3ForCausalLM(SMALL), TASK, [])
+
+
+def test_evaluate_builds_its_engine_with_the_one_factory(monkeypatch):
+    """Any backend a spec names is reachable from evaluate (engine=vllm used to fail inside Engine)."""
+    import timbench.engine.backends as backends
+    model = Qwen3ForCausalLM(SMALL, seed=1)
+    probs = TASK.eval_set(3)
+    seen = []
+    real = backends.BACKENDS["timbench"]
+    monkeypatch.setitem(backends.BACKENDS, "vllm", lambda config, spec, n, max_len: seen.append(spec) or
+                        real(config, parse_spec("kernels=exact"), n, max_len))
+    via_vllm = evaluate(model, TASK, probs, engine_spec="engine=vllm,dtype=fp32", seed=1)
+    assert [str(s) for s in seen] == ["engine=vllm,dtype=fp32"]
+    assert via_vllm == evaluate(model, TASK, probs, engine_spec="kernels=exact", seed=1)

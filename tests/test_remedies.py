@@ -12,6 +12,7 @@ from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.remedies import (METRIC_NAMES, REMEDIES, Remedy, RemedyBatch, RemedyResult, check_result,
                                list_remedies, load_remedy, replay_tensor)
 from timbench.rl import loop as loop_mod
+from timbench.trainer import update as update_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.tasks.base import Task
@@ -377,8 +378,8 @@ def test_plugin_file_runs_in_training_and_logs_its_metric(ckpt, none_run, tmp_pa
 def test_zero_mismatch_training_is_byte_identical_to_none(name, ckpt, none_run, tmp_path, parity_reward,
                                                           monkeypatch):
     specs = []
-    real_lane = loop_mod._lane
-    monkeypatch.setattr(loop_mod, "_lane", lambda *a: specs.append((a[3], a[4])) or real_lane(*a))
+    real_lane = loop_mod.make_lane
+    monkeypatch.setattr(loop_mod, "make_lane", lambda *a: specs.append((a[3].to_dict(), a[4].to_dict())) or real_lane(*a))
     run(_cfg(ckpt, f"remedy={name}"), tmp_path / "r", progress=False)
     same = (tmp_path / "r" / "metrics.jsonl").read_bytes() == (none_run / "metrics.jsonl").read_bytes()
     if name == "fp16":  # changes the numerics (both sides fp16) but keeps exact/exact bitwise aligned
@@ -409,7 +410,8 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
         calls.append((torch.is_grad_enabled(), seqs, replay, out.routing))
         return out
 
-    monkeypatch.setattr(loop_mod, "sequence_logprobs", spy)
+    monkeypatch.setattr(loop_mod, "sequence_logprobs", spy)  # the recompute
+    monkeypatch.setattr(update_mod, "sequence_logprobs", spy)  # the update passes
     mismatch = ["engine.dtype=bf16", "steps=1", "mini_batches=1"]
     run(_cfg(moe_ckpt, *mismatch), tmp_path / "base", progress=False)
     assert _rows(tmp_path / "base")[0]["mismatch/routing_agreement"] < 1.0  # the condition really disagrees

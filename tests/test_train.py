@@ -1,13 +1,17 @@
 """The RL loop end to end on a tiny budget: determinism, resume, exact baseline, mismatch, twin, errors."""
 
+import dataclasses
 import json
 
 import pytest
 
+from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.rl import loop as loop_mod
-from timbench.rl.config import load_config
+from timbench.rl.config import Loaded, RunConfig, apply_overrides, load, load_config, parse_config
+from timbench.spec import parse_spec
 from timbench.rl.loop import NonFiniteError, run
+from timbench.rl.rundir import read_status
 from timbench.tasks.base import Task
 
 
@@ -15,6 +19,13 @@ from timbench.tasks.base import Task
 def ckpt(tmp_path_factory):
     d = tmp_path_factory.mktemp("ckpt")
     save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def moe_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("moe")
+    save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-moe"], seed=3), d)
     return d
 
 
@@ -52,26 +63,102 @@ def test_same_config_same_seed_gives_identical_metrics(ckpt, tmp_path, parity_re
     assert (tmp_path / "c" / "metrics.jsonl").read_bytes() != a and other["seed"] == 1
 
 
-def test_crash_then_resume_writes_each_step_once(ckpt, tmp_path, parity_reward, monkeypatch):
-    run(_cfg(ckpt), tmp_path / "ref", progress=False)
+def _crash_at(monkeypatch, at_step):
     real = loop_mod.train_step
 
-    def crash_at_2(lane, cfg, task, algo, step):
-        if step == 2:
+    def crash(lane, loaded, step):
+        if step == at_step:
             raise KeyboardInterrupt("simulated kill")
-        return real(lane, cfg, task, algo, step)
+        return real(lane, loaded, step)
 
-    monkeypatch.setattr(loop_mod, "train_step", crash_at_2)
+    monkeypatch.setattr(loop_mod, "train_step", crash)
+    return real
+
+
+def test_crash_then_resume_writes_each_step_once(ckpt, tmp_path, parity_reward, monkeypatch):
+    run(_cfg(ckpt), tmp_path / "ref", progress=False)
+    real = _crash_at(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(ckpt), tmp_path / "x", progress=False)
+    assert read_status(tmp_path / "x") == {"status": "failed", "error": "KeyboardInterrupt: simulated kill"}
+    assert not (tmp_path / "x" / "summary.json").exists()
     with open(tmp_path / "x" / "metrics.jsonl", "a") as f:
         f.write('{"step": 2, "torn')  # a line cut by the kill
     monkeypatch.setattr(loop_mod, "train_step", real)
     run(_cfg(ckpt), tmp_path / "x", progress=False)
+    assert read_status(tmp_path / "x") == {"status": "finished", "error": None}
     assert (tmp_path / "x" / "metrics.jsonl").read_bytes() == (tmp_path / "ref" / "metrics.jsonl").read_bytes()
     assert (tmp_path / "x" / "eval.jsonl").read_bytes() == (tmp_path / "ref" / "eval.jsonl").read_bytes()
     with pytest.raises(ValueError, match="different config"):
         run(_cfg(ckpt, "lr=2e-3"), tmp_path / "x", progress=False)
+    assert read_status(tmp_path / "x")["status"] == "finished"  # a refused rerun leaves the run's state alone
+
+
+# Every phase and hook at once: a real mismatch, a remedy with spec overrides and weights, bypass,
+# a twin, KL to the reference, DAPO's dynamic sampling, two epochs.
+MISMATCH = ["engine=kernels=torch,dtype=bf16", "remedy=tis_token+seq_rs", "mode=bypass", "twin=true",
+            "kl_coef=0.1", "algorithm=dapo", "epochs=2", "steps=2", "eval_every=1"]
+
+
+def test_entry_points_agree_byte_for_byte(ckpt, tmp_path, parity_reward):
+    """The CLI (YAML + --set), load_config and a RunConfig built in Python run the same bytes."""
+    overrides = [f"model={ckpt}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
+                 "eval_every=1", "eval_n=16", "lr=1e-3", *MISMATCH[:-2]]
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("task: add-4d-v1\nengine: {kernels: torch, dtype: bf16}\n")
+    args = ["train", str(cfg_file), "--out", str(tmp_path / "cli"), "--quiet"]
+    assert main(args + [a for o in overrides if not o.startswith("engine=") for a in ("--set", o)]) == 0
+    loaded = load_config(None, overrides)
+    assert isinstance(loaded, Loaded)
+    run(loaded, tmp_path / "api", progress=False)
+    plain = parse_config(apply_overrides({}, overrides))
+    assert isinstance(plain, RunConfig) and not isinstance(plain, Loaded)
+    run(plain, tmp_path / "plain", progress=False)
+    for name in ("metrics.jsonl", "eval.jsonl", "config.yaml"):
+        want = (tmp_path / "api" / name).read_bytes()
+        assert (tmp_path / "cli" / name).read_bytes() == want and (tmp_path / "plain" / name).read_bytes() == want
+    rows = _lines(tmp_path / "api", "metrics")
+    assert rows[0]["training/rollout_probs_diff_max"] > 0 and "actor/kl_loss" in rows[0]
+
+
+@pytest.mark.parametrize("kind", ["mismatch", "moe_r3"])
+def test_resume_matches_an_uninterrupted_run_through_every_phase(ckpt, moe_ckpt, tmp_path, parity_reward,
+                                                                 monkeypatch, kind):
+    extra = MISMATCH if kind == "mismatch" else [
+        f"model={moe_ckpt}", "preset=tiny-moe", "remedy=routing_replay_r3", "engine=dtype=bf16,router_dtype=bf16",
+        "trainer=dtype=bf16,router_dtype=fp32", "twin=true", "steps=3"]
+    run(_cfg(ckpt, *extra), tmp_path / "ref", progress=False)
+    real = _crash_at(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        run(_cfg(ckpt, *extra), tmp_path / "x", progress=False)
+    monkeypatch.setattr(loop_mod, "train_step", real)
+    run(_cfg(ckpt, *extra), tmp_path / "x", progress=False)
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        assert (tmp_path / "x" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+    if kind == "moe_r3":
+        assert all("mismatch/routing_agreement" in r for r in _lines(tmp_path / "x", "metrics"))
+
+
+def test_a_failed_start_leaves_a_failed_status_and_a_rerun_finishes(ckpt, tmp_path, parity_reward, monkeypatch):
+    real = loop_mod.make_lane
+
+    def broken(*a, **k):
+        raise RuntimeError("engine could not start\nsecond line")
+
+    monkeypatch.setattr(loop_mod, "make_lane", broken)
+    with pytest.raises(RuntimeError):
+        run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False)
+    assert read_status(tmp_path / "r") == {"status": "failed",
+                                            "error": "RuntimeError: engine could not start second line"}
+    assert (tmp_path / "r" / "config.yaml").is_file() and not (tmp_path / "r" / "summary.json").exists()
+    monkeypatch.setattr(loop_mod, "make_lane", real)
+    s = run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False)
+    assert s["status"] == "finished" and read_status(tmp_path / "r") == {"status": "finished", "error": None}
+    # A finished run that is started again and fails keeps no stale summary.json.
+    monkeypatch.setattr(loop_mod, "make_lane", broken)
+    with pytest.raises(RuntimeError):
+        run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False)
+    assert read_status(tmp_path / "r")["status"] == "failed" and not (tmp_path / "r" / "summary.json").exists()
 
 
 def test_torch_engine_logs_mismatch_from_step_one_and_twin_tracks_it(ckpt, tmp_path, parity_reward):
@@ -82,7 +169,12 @@ def test_torch_engine_logs_mismatch_from_step_one_and_twin_tracks_it(ckpt, tmp_p
     assert rows[0]["mismatch/frac_tokens_differ"] > 0.5
     assert all("twin/frac_tokens_differ" in r for r in rows)
     assert s["twin/param_distance"] > 0
-    assert s["first_divergence_step"] in (None, 0, 1)
+    first = next((r["step"] for r in rows if r["twin/frac_tokens_differ"] > 0), None)
+    assert first is not None and s["first_divergence_step"] == first
+    # A zero-mismatch run's twin never diverges: same tokens at every step, same weights at the end.
+    s0 = run(_cfg(ckpt, "twin=true", "steps=2"), tmp_path / "z", progress=False)
+    assert all(r["twin/frac_tokens_differ"] == 0.0 for r in _lines(tmp_path / "z", "metrics"))
+    assert s0["first_divergence_step"] is None and s0["twin/param_distance"] == 0.0
 
 
 def test_kl_penalty_to_the_warm_start_is_logged(ckpt, tmp_path, parity_reward):
@@ -106,10 +198,48 @@ def test_non_finite_training_is_a_clear_failure_that_keeps_metrics(ckpt, tmp_pat
     ("algorithm=ppo2", "grpo"),
     ("task=add-9d-v9", "add-4d-v1"),
     ("steps.x=1", "no sub-keys"),
+    # values that would train silently wrong: each rejected naming the key and its valid range
+    ("grad_clip=-1", "'grad_clip': -1.0 is out of range; valid: a number > 0"),
+    ("grad_clip=0", "'grad_clip': 0.0 is out of range; valid: a number > 0"),
+    ("eps_low=-0.1", "'eps_low': -0.1 is out of range; valid: None or a finite number >= 0"),
+    ("eps_high=-0.2", "'eps_high': -0.2 is out of range"),
+    ("kl_coef=-0.5", "'kl_coef': -0.5 is out of range; valid: a finite number >= 0"),
+    ("lr=-1e-4", "'lr': -0.0001 is out of range; valid: a finite number >= 0"),
+    ("weight_decay=-0.1", "'weight_decay': -0.1 is out of range"),
+    ("temperature=-1", "'temperature': -1.0 is out of range; valid: a finite number >= 0"),
+    ("betas=0.9", "'betas': 0.9 is invalid; valid: a list of two numbers in \\[0, 1\\)"),
+    ("betas=[0.9]", "'betas'"),
+    ("betas=[0.9, 1.5]", "'betas'"),
+    ("eval_n=1000000000", "'eval_n': 1000000000 is out of range; valid: 1..4096"),
 ])
 def test_bad_config_is_a_one_line_error(override, message):
-    with pytest.raises((ValueError, KeyError), match=message):
+    with pytest.raises((ValueError, KeyError), match=message) as e:
         load_config("bench/runs/baseline.yaml", [override])
+    assert "\n" not in str(e.value)
+
+
+def test_eval_n_above_a_task_s_eval_set_is_a_clear_error(monkeypatch):
+    from timbench.tasks.addition import AdditionTask
+    monkeypatch.setattr(AdditionTask, "eval_set", lambda self, n=512: [object()] * min(n, 10))  # a 10-problem set
+    with pytest.raises(ValueError, match="'eval_n': 11 is more than task add-4d-v1's eval set holds"):
+        load_config("bench/runs/baseline.yaml", ["eval_n=11"])
+    assert len(load_config("bench/runs/baseline.yaml", ["eval_n=10"]).eval_problems) == 10
+
+
+def test_building_a_config_loads_nothing_and_load_runs_a_plugin_once(tmp_path):
+    marker = tmp_path / "imported"
+    plugin = tmp_path / "plug.py"
+    plugin.write_text(f"from pathlib import Path\nfrom timbench.remedies import Remedy, builtin\n"
+                      f"p = Path({str(marker)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
+                      "class Plug(builtin.NoRemedy):\n    name = 'plug'\n")
+    raw = apply_overrides({}, [f"remedy={plugin}:Plug", "engine.kernels=torch"])
+    cfg = parse_config(raw)
+    assert not marker.exists() and cfg.engine == parse_spec("kernels=torch,dtype=fp32")
+    loaded = load(cfg)
+    assert marker.read_text() == "x" and load(loaded) is loaded  # a Loaded is not loaded again
+    assert loaded.remedy_impl.name == "plug" and loaded.task == "add-4d-v1" and loaded.task_impl.name == "add-4d-v1"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.lr = 1.0
 
 
 def test_unknown_key_in_yaml(tmp_path):

@@ -14,7 +14,8 @@ from timbench.evaluate import evaluate
 from timbench.kernels import get_kernels
 from timbench.model import Compute, load_checkpoint
 from timbench.tasks import get_task
-from timbench.warmstart import available_checkpoints, default_checkpoint, parse_band, WarmstartError
+from timbench.shipped import available_checkpoints, default_checkpoint
+from timbench.warmstart import WarmstartError, parse_band
 
 SHIPPED = [("add-4d-v1", "tiny-dense"), ("add-4d-v1", "tiny-moe")]
 CARD_KEYS = {"task", "task_version", "model", "seed", "steps", "wall_time_s", "accuracy_t1",

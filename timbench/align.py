@@ -1,7 +1,7 @@
 """Alignment probe: how far apart are engine and trainer logprobs on a mixed workload?
 
 The workload is built to expose every way a kernel can depend on its batch:
-engine calls with batch sizes 1..64, prompts of different lengths, sequences
+engine calls with batch sizes 1..96 (`ENGINE_BATCHES`), prompts of different lengths, sequences
 that finish at different steps (random token limits, EOS), more requests than
 cache slots so new ones join mid-decode; the trainer then scores the same
 sequences shuffled into mini-batches of other sizes. An `exact/exact` pair must
@@ -45,8 +45,7 @@ def align(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, tem
     es = parse_spec(engine_spec, "engine spec", side="engine")
     ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
     cfg = model.config
-    engine = make_engine(cfg, es, max_num_seqs=max_num_seqs)
-    engine.load_weights(model)
+    engine = make_engine(cfg, es, max_num_seqs=max_num_seqs, weights=model)
     params = SamplingParams(temperature=temperature, seed=seed)
     completions = []
     for call in workload(seed, cfg.vocab_size, cfg.max_position_embeddings, batches):

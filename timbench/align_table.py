@@ -28,14 +28,16 @@ def read_table(path: str | Path) -> dict:
     unknown = set(t) - _KEYS
     if unknown:
         raise ValueError(f"{p}: unknown key(s) {sorted(unknown)}; valid: {sorted(_KEYS)}")
+    conditions = []
     for c in t.get("conditions", []):
         bad = set(c) - _COND_KEYS
         if bad or "name" not in c:
             raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer, optional models "
                              f"(unknown: {sorted(bad)})")
-        parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine")
-        parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer")
-    return t
+        # Parsed once here; the probe gets Spec objects.
+        conditions.append({**c, "engine": parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine"),
+                           "trainer": parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer")})
+    return {**t, "conditions": conditions}
 
 
 def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
@@ -52,7 +54,7 @@ def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
         for c in t["conditions"]:
             if (model_name, c["name"]) in done or model_name not in c.get("models", [model_name]):
                 continue
-            r = align(model, c.get("engine"), c.get("trainer"), seed=seed, batches=batches)
+            r = align(model, c["engine"], c["trainer"], seed=seed, batches=batches)
             rows.append({"model_name": model_name, "condition": c["name"], **r})
             atomic_write(res_path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
             progress(f"{model_name:11s} {c['name']:55s} max|d|={r['max_abs_diff']:.3g} k3={r['k3_kl']:.3g}")

@@ -19,10 +19,10 @@ def _cmd_align(args) -> int:
     from .align import align
     from .model import load_model
     from .spec import parse_spec
-    parse_spec(args.engine, "engine spec", side="engine")
-    parse_spec(args.trainer, "trainer spec", side="trainer")
+    engine = parse_spec(args.engine, "engine spec", side="engine")
+    trainer = parse_spec(args.trainer, "trainer spec", side="trainer")
     model = load_model(args.model, seed=args.seed)
-    report = align(model, args.engine, args.trainer, seed=args.seed, temperature=args.temperature)
+    report = align(model, engine, trainer, seed=args.seed, temperature=args.temperature)
     if args.json:
         print(json.dumps(report, sort_keys=True))
     else:

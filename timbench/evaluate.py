@@ -13,29 +13,25 @@ from statistics import mean
 from typing import Sequence
 
 from .data import decode_response, max_new_tokens, requests_for
-from .engine import Engine, SamplingParams
+from .engine import SamplingParams, make_engine
+from .spec import Spec
 
 
-def make_engine(model, engine_spec="kernels=exact", max_num_seqs: int = 256) -> Engine:
-    """An engine holding `model`'s weights (call `engine.load_weights(model)` again after an update)."""
-    engine = Engine(model.config, engine_spec, max_num_seqs=max_num_seqs)
-    engine.load_weights(model)
-    return engine
-
-
-def evaluate(model, task, problems: Sequence, engine_spec="kernels=exact", temperature: float = 1.0,
-             seed: int = 0, max_num_seqs: int = 256, engine: Engine | None = None) -> dict:
+def evaluate(model, task, problems: Sequence, engine_spec: Spec | str = "kernels=exact", temperature: float = 1.0,
+             seed: int = 0, max_num_seqs: int = 256, engine=None) -> dict:
     """Mean reward of `model` on `problems` at `temperature` (0 = greedy).
 
     Returns {"accuracy", "n", "mean_response_tokens" (incl. EOS), "truncated" (fraction
-    cut at the token limit), "temperature", "seed"}. Pass `engine` to reuse one whose
-    weights are already `model`'s (`model` is then not read).
+    cut at the token limit), "temperature", "seed"}. `engine_spec` may name any backend
+    (`engine=vllm` too). Pass `engine` to reuse one whose weights are already `model`'s
+    (`model` is then not read).
     """
     problems = list(problems)
     if not problems:
         raise ValueError("evaluate: no problems")
     if engine is None:
-        engine = make_engine(model, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)))
+        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)),
+                             weights=model)
     reqs = requests_for(problems, range(len(problems)), max_new_tokens(task, engine.max_len))
     outs = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
     rewards = [task.reward(decode_response(o.token_ids), p) for o, p in zip(outs, problems)]
@@ -49,13 +45,14 @@ def evaluate(model, task, problems: Sequence, engine_spec="kernels=exact", tempe
     }
 
 
-def evaluate_both(model, task, problems: Sequence, engine_spec="kernels=exact", seed: int = 0,
-                  max_num_seqs: int = 256, engine: Engine | None = None) -> dict:
+def evaluate_both(model, task, problems: Sequence, engine_spec: Spec | str = "kernels=exact", seed: int = 0,
+                  max_num_seqs: int = 256, engine=None) -> dict:
     """Accuracy at T=1 (seeded) and greedy, from one engine:
     {"accuracy_t1", "accuracy_greedy", "n", "mean_response_tokens_t1", "mean_response_tokens_greedy"}."""
     problems = list(problems)
     if engine is None and problems:
-        engine = make_engine(model, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)))
+        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)),
+                             weights=model)
     t1 = evaluate(model, task, problems, temperature=1.0, seed=seed, engine=engine)
     gr = evaluate(model, task, problems, temperature=0.0, seed=seed, engine=engine)
     return {"accuracy_t1": t1["accuracy"], "accuracy_greedy": gr["accuracy"], "n": t1["n"],

@@ -172,15 +172,36 @@ class Spec:
     def __str__(self) -> str:
         return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.to_dict().items())
 
+    def override(self, changes: dict | None, what: str = "spec", side: str | None = None) -> "Spec":
+        """This spec with some keys replaced (raw `key: value` pairs, parsed like a spec string)."""
+        if not changes:
+            return self
+        return parse_spec({**{k: str(v) for k, v in self.to_dict().items()}, **changes}, what, side)
+
+
+ZERO_MISMATCH = Spec()
+"""The reference both sides of a zero-mismatch run use: exact kernels, fp32, no TP, no noise."""
+
+
+def _check_side(spec: Spec, what: str, side: str | None) -> Spec:
+    if side is not None:
+        for f in dataclasses.fields(spec):
+            sk = SPEC_KEYS[f.name]
+            if side not in sk.sides and getattr(spec, f.name) != f.default:
+                raise SpecError(f"{what}: {f.name} is an {'/'.join(sk.sides)}-only key ({sk.doc})")
+    return spec
+
 
 def parse_spec(text: str | dict | Spec | None, what: str = "spec", side: str | None = None) -> Spec:
     """Parse `kernels=torch,dtype=bf16` (or a dict of the same) into a Spec; raise SpecError on any bad part.
 
     `side` ("engine" or "trainer") rejects keys that make no sense there (noise on the trainer, say).
+    A Spec is returned as it is (after the side check): specs are parsed once, at the edge
+    (config file, CLI, condition table), and travel as Spec objects from there on.
     """
-    if isinstance(text, Spec):
-        items = {k: str(v) for k, v in text.to_dict().items()}
-    elif text is None:
+    if isinstance(text, Spec):  # already parsed (and valid): only the side can still be wrong
+        return _check_side(text, what, side)
+    if text is None:
         items = {}
     elif isinstance(text, dict):
         items = {str(k): str(v) for k, v in text.items()}

@@ -21,12 +21,12 @@ import argparse
 import shlex
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 import torch
 
-ASSET_DIR = "assets/checkpoints"
+from .threads import set_threads
+
 DEFAULT_MODEL = "tiny-dense"
 TRAINER_SPEC = "kernels=torch,dtype=fp32"
 ENGINE_SPEC = "kernels=exact,dtype=fp32"
@@ -54,25 +54,21 @@ def _in_band(acc: float, band) -> bool:
     return band[0] <= acc <= band[1]
 
 
-def set_threads(n: int) -> None:
-    """Pin torch intra-op and numba (exact kernels) threads."""
-    if n < 1:
-        raise WarmstartError(f"threads must be >= 1, got {n}")
-    torch.set_num_threads(n)
-    try:
-        import numba
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:  # pragma: no cover - numba is a hard dependency
-        pass
+def sft_batch(problems) -> list[tuple[tuple[int, ...], list[int]]]:
+    """(prompt ids, solution + EOS ids) per problem: what the warm start imitates."""
+    from .data import encode_prompt, encode_response
+    return [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
+
+
+def sft_objective(out, rows=None) -> tuple[torch.Tensor, dict]:
+    """Mean cross-entropy over response tokens (solution + EOS) given the prompt, from a trainer forward."""
+    return -(out.logprobs.sum() / out.mask.sum()), {}
 
 
 def sft_loss(model, compute, problems) -> torch.Tensor:
     """Mean cross-entropy over response tokens (solution + EOS) given the prompt."""
-    from .data import encode_prompt, encode_response
     from .trainer import sequence_logprobs
-    seqs = [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
-    out = sequence_logprobs(model, compute, seqs, temperature=1.0)
-    return -(out.logprobs.sum() / out.mask.sum())
+    return sft_objective(sequence_logprobs(model, compute, sft_batch(problems), temperature=1.0))[0]
 
 
 def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = None, seed: int = 0,
@@ -86,10 +82,12 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     """
     from tqdm import tqdm
 
-    from .evaluate import evaluate, evaluate_both, make_engine
+    from .engine import make_engine
+    from .evaluate import evaluate, evaluate_both
     from .model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
     from .spec import parse_spec
     from .tasks import get_task
+    from .trainer import MiniBatch, update_policy
 
     t_obj = get_task(task)
     if model not in PRESETS:
@@ -98,19 +96,19 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     if len(band) != 2 or not (0.0 <= band[0] <= band[1] <= 1.0):
         raise WarmstartError(f"band {band} needs 0 <= LO <= HI <= 1")
     for name, v in (("eval_n", eval_n), ("max_steps", max_steps), ("batch_size", batch_size),
-                    ("eval_every", eval_every), ("probe_n", probe_n)):
+                    ("eval_every", eval_every), ("probe_n", probe_n), ("threads", threads)):
         if int(v) < 1:
             raise WarmstartError(f"{name} must be >= 1, got {v}")
     set_threads(threads)
 
     t0 = time.perf_counter()
     net = Qwen3ForCausalLM(PRESETS[model], seed=seed)
-    spec = parse_spec(TRAINER_SPEC)
-    compute = Compute.from_spec(spec)
+    compute = Compute.from_spec(parse_spec(TRAINER_SPEC, "trainer spec", side="trainer"))
     opt = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     eval_set = t_obj.eval_set(eval_n)
     probe = eval_set[:min(probe_n, eval_n)]
-    engine = make_engine(net, ENGINE_SPEC, max_num_seqs=min(256, eval_n))
+    engine = make_engine(net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"),
+                         max_num_seqs=min(256, eval_n), weights=net)
 
     history: list[list] = []  # [step, probe accuracy at T=1]
     final = None
@@ -122,12 +120,9 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     try:
         for step in range(1, max_steps + 1):
             net.train()
-            loss = sft_loss(net, compute, t_obj.train_batch(seed, step, batch_size))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            loss_v = float(loss.detach())
+            seqs = sft_batch(t_obj.train_batch(seed, step, batch_size))
+            loss_v = update_policy(net, opt, compute, [MiniBatch(slice(0, len(seqs)), seqs)], sft_objective,
+                                   epochs=1, grad_clip=1.0, temperature=1.0)[0]["actor/loss"]
             bar.update(1)
             if step % eval_every and step != max_steps:
                 bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc, refresh=False)
@@ -190,29 +185,6 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     if out is not None:
         save_checkpoint(net, out, card=card)
     return card
-
-
-# ---- shipped checkpoints -----------------------------------------------------------------------
-
-def _asset_root() -> Path:
-    return Path(str(resources.files("timbench"))) / ASSET_DIR
-
-
-def available_checkpoints() -> list[str]:
-    root = _asset_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
-
-
-def default_checkpoint(task: str = "add-4d-v1", model: str = DEFAULT_MODEL) -> Path:
-    """Directory of the shipped warm-start checkpoint `<task>-<model>`."""
-    d = _asset_root() / f"{task}-{model}"
-    if not (d / "config.json").is_file():
-        have = available_checkpoints()
-        raise FileNotFoundError(f"no shipped warm-start checkpoint for task {task!r} and model {model!r}; "
-                                f"available: {', '.join(have) if have else 'none'}")
-    return d
 
 
 # ---- CLI ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from .backends import BACKENDS, make_engine
 from .engine import Engine
-from .sampler import SamplingParams, sample, token_logprobs_all
+from ..kernels.logprobs import token_logprobs_all
+from .sampler import SamplingParams, sample
 from .sequence import Completion, Request
 
 __all__ = ["BACKENDS", "make_engine", "Engine", "SamplingParams", "Completion", "Request", "sample", "token_logprobs_all"]

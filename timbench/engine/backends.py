@@ -1,11 +1,14 @@
-"""Engine backends by name: the one place that turns an engine spec into a rollout engine.
+"""The engine factory: the one place that turns an engine spec (and optionally weights) into a rollout engine.
 
 `engine=timbench` (default) is timbench's own engine with the spec's kernels and
 conditions; `engine=vllm` is a real vLLM (the optional `vllm` extra), imported
-only when asked for so that timbench never needs it installed.
+only when asked for so that timbench never needs it installed. RL lanes, the
+evaluator, the warm start and the alignment probe all build engines here.
 """
 
 from __future__ import annotations
+
+import torch
 
 from ..model import ModelConfig
 from ..spec import Spec, parse_spec
@@ -28,7 +31,15 @@ BACKENDS = {"timbench": _timbench, "vllm": _vllm}
 
 
 def make_engine(config: ModelConfig, spec: Spec | str | dict | None = None, max_num_seqs: int = 256,
-                max_len: int | None = None):
-    """A rollout engine for `spec`: `generate(requests, params) -> [Completion]`, `load_weights(model)`."""
+                max_len: int | None = None, weights: torch.nn.Module | None = None):
+    """A rollout engine for `spec`: `generate(requests, params) -> [Completion]`, `load_weights(model)`.
+
+    With `weights` (a model), the engine starts with that model's weights; otherwise call
+    `engine.load_weights(model)` before generating. A spec string is parsed here (the edge
+    for library callers); a Spec passes through.
+    """
     s = parse_spec(spec, "engine spec", side="engine")
-    return BACKENDS[s.engine](config, s, max_num_seqs, max_len)
+    engine = BACKENDS[s.engine](config, s, max_num_seqs, max_len)
+    if weights is not None:
+        engine.load_weights(weights)
+    return engine

@@ -34,8 +34,7 @@ class Engine:
         self.model = Qwen3ForCausalLM(config).to(self.compute.dtype).eval().requires_grad_(False)
         # Engine weights change only in load_weights, so a kernel set may keep per-weight
         # layouts (exact: transposed fp32 copies) until then; load_weights invalidates them.
-        if hasattr(self.compute.kernels, "cache_weights"):
-            self.compute.kernels.cache_weights(True)
+        self.compute.kernels.cache_weights(True)
         self.max_num_seqs = max_num_seqs
         self.max_len = min(max_len or config.max_position_embeddings, config.max_position_embeddings)
         shape = (max_num_seqs, self.max_len, config.num_key_value_heads, config.head_dim)
@@ -57,8 +56,7 @@ class Engine:
             for k, p in own.items():
                 if k in state:
                     p.copy_(state[k].detach().to(p.dtype))
-        if hasattr(self.compute.kernels, "invalidate_weights"):
-            self.compute.kernels.invalidate_weights()
+        self.compute.kernels.invalidate_weights()
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:

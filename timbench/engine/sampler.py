@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import KernelSet
+from ..kernels.logprobs import token_logprobs_all
 from ..kernels.noise_ops import keyed_normal, keyed_student_t, one_minus_prob
 from ..kernels.numba_ops import keyed_gumbel, top_p_logprobs
 from ..spec import Noise
@@ -80,12 +81,6 @@ def perturb_logits(logits: torch.Tensor, noise: Noise, params: "SamplingParams",
 def gumbel(seed: int, req: torch.Tensor, pos: torch.Tensor, width: int, stream: int = NOISE_STREAM_SAMPLING):
     """Standard Gumbel noise [len(req), width] in float64, keyed by (seed, stream, request, position)."""
     return torch.from_numpy(keyed_gumbel(seed, stream, _ids(req), _ids(pos), width))
-
-
-def token_logprobs_all(logits: torch.Tensor, temperature: float, kernels: KernelSet) -> torch.Tensor:
-    """fp32 log-probabilities [..., V] of the tempered distribution; shared by engine and trainer."""
-    t = 1.0 if temperature == 0 else temperature
-    return kernels.log_softmax(logits.float() / t)
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,

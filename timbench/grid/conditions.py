@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from ..spec import parse_spec
+from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
 KINDS = ("reference", "precision", "kernels", "tp", "moe", "noise", "vllm")
@@ -39,12 +39,16 @@ class Condition:
     """Trainer spec string."""
     doc: str = ""
     """One paragraph: what it models and which real system it stands for."""
+    engine_spec: Spec = dataclasses.field(default=Spec(), compare=False, repr=False)
+    """`engine` parsed (what a cell's RunConfig gets)."""
+    trainer_spec: Spec = dataclasses.field(default=Spec(), compare=False, repr=False)
+    """`trainer` parsed."""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("engine_spec", "trainer_spec")}
 
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Condition) if f.name != "name")
+_FIELDS = ("kind", "engine", "trainer", "doc")
 _REQUIRED = ("kind", "engine", "trainer")
 
 
@@ -75,7 +79,7 @@ def make_condition(name, entry, source: str = "conditions") -> Condition:
         raise ValueError(f"{where}: a reference condition needs identical engine and trainer specs "
                          f"with kernels=exact (got engine {engine}, trainer {trainer})")
     doc = " ".join(str(entry.get("doc") or "").split())
-    return Condition(name, kind, entry["engine"].strip(), entry["trainer"].strip(), doc)
+    return Condition(name, kind, entry["engine"].strip(), entry["trainer"].strip(), doc, engine, trainer)
 
 
 def parse_conditions(data, source: str = "conditions") -> dict[str, Condition]:

@@ -229,7 +229,7 @@ def _excluded(axes: dict, exclude: list[dict]) -> bool:
 def _checkpoint_problem(cfg: RunConfig) -> str | None:
     """Plan-time check that the warm start exists (a missing one would fail every step of the run)."""
     from ..model import PRESETS
-    from ..warmstart import default_checkpoint
+    from ..shipped import default_checkpoint
     if cfg.preset not in PRESETS:
         return f"unknown model preset {cfg.preset!r}; valid: {', '.join(PRESETS)}"
     if cfg.model == "default":
@@ -257,7 +257,7 @@ def expand(grid: GridSpec) -> list[Cell]:
         seen[cid] = axes
         cond = grid.conditions[axes["condition"]]
         raw = {"threads": 1, **grid.base, "task": axes["task"], "preset": axes["model"],
-               "engine": cond.engine, "trainer": cond.trainer, "remedy": axes["remedy"],
+               "engine": cond.engine_spec, "trainer": cond.trainer_spec, "remedy": axes["remedy"],
                "mode": axes["mode"], "algorithm": axes["algorithm"], "seed": axes["seed"]}
         try:
             cfg = from_dict(raw, f"cell {cid}")

@@ -48,3 +48,12 @@ class KernelSet(Protocol):
         Given `experts` (routing replay), those are used instead of the top-k choice;
         the weights are still this router's probabilities, so gradients reach it.
         """
+
+    def cache_weights(self, enabled: bool = True) -> None:
+        """Keep per-weight layouts between calls until `invalidate_weights` (no-op where nothing is cached).
+
+        The engine enables this: its weights change only in `load_weights`.
+        """
+
+    def invalidate_weights(self) -> None:
+        """Drop cached per-weight layouts because the weights changed (no-op where nothing is cached)."""

@@ -18,6 +18,12 @@ from .split_kv import split_decode_attention_torch
 class TorchKernels:
     name = "torch"
 
+    def cache_weights(self, enabled: bool = True) -> None:  # nothing to cache: PyTorch reads weights as they are
+        pass
+
+    def invalidate_weights(self) -> None:
+        pass
+
     def linear(self, x, w):
         return F.linear(x, w.to(x.dtype))
 

@@ -1,25 +1,36 @@
-"""Run configuration: one dataclass, loaded from YAML, overridden with dotted `--set key=value`.
+"""Run configuration: one frozen dataclass, loaded from YAML, overridden with dotted `--set key=value`.
 
-Every field is documented; unknown keys and bad values are one-line errors
-naming the key and what is valid. The resolved config is written beside the
-results, so a run directory says exactly what produced it.
+Two steps, each done once. Building a `RunConfig` parses every value at the edge
+(types, ranges, the engine and trainer specs into `Spec` objects) and touches
+nothing outside the config. `load` (what `load_config` and `from_dict` end
+with) is the one step that loads what the config names: the task and its eval
+set, the algorithm, the remedy (which may execute a user's plug-in file) and the
+main lane's specs with the remedy's overrides applied. Unknown keys and bad
+values are one-line errors naming the key and what is valid. The resolved
+config is written beside the results, so a run directory says exactly what
+produced it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from ..spec import parse_spec
+from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
 MODES = ("recompute", "bypass")
+MAX_EVAL_N = 4096
+"""Largest eval_n: every eval samples each problem twice (T=1 and greedy) per lane, and a generated
+task builds its eval set problem by problem, so a typo like 10**6 would run for hours instead of failing."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     """One RL run: task + warm start + algorithm + engine/trainer specs + handling mode + seed + budget."""
 
@@ -33,9 +44,9 @@ class RunConfig:
     """RL algorithm (grpo, dapo, drgrpo, rloo, reinforce, reinforce_pp, gspo)."""
     mode: str = "recompute"
     """recompute: pi_old = trainer's recomputed logprobs; bypass: pi_old = engine's logprobs (paper Eq. 4)."""
-    engine: dict = field(default_factory=lambda: {"kernels": "exact", "dtype": "fp32"})
-    """Engine spec (keys as in `timbench align --engine`)."""
-    trainer: dict = field(default_factory=lambda: {"kernels": "exact", "dtype": "fp32"})
+    engine: Spec = Spec()
+    """Engine spec (keys as in `timbench align --engine`); YAML: a mapping or a `key=value,...` string."""
+    trainer: Spec = Spec()
     """Trainer spec."""
     remedy: str = "none"
     """Mismatch remedy: a registered name (`timbench remedies list`), `path/to/file.py:Class` or `pkg.module:Class`."""
@@ -54,27 +65,27 @@ class RunConfig:
     epochs: int = 1
     """Passes over the batch per step."""
     lr: float = 1e-4
-    """AdamW learning rate."""
+    """AdamW learning rate (>= 0)."""
     betas: tuple = (0.9, 0.99)
-    """AdamW betas."""
+    """AdamW betas: a list of two numbers in [0, 1)."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """AdamW weight decay (>= 0)."""
     grad_clip: float = 1.0
-    """Max global grad norm (the logged norm is taken before clipping)."""
+    """Max global grad norm, > 0 (the logged norm is taken before clipping)."""
     temperature: float = 1.0
     """Sampling temperature of rollouts (the trainer scores the same tempered distribution)."""
     eps_low: float | None = None
-    """PPO lower clip; None = the algorithm's default."""
+    """PPO lower clip (>= 0); None = the algorithm's default."""
     eps_high: float | None = None
-    """PPO upper clip; None = the algorithm's default."""
+    """PPO upper clip (>= 0); None = the algorithm's default."""
     kl_coef: float = 0.0
-    """Weight of a KL(pi_theta || pi_ref) penalty to the warm start (0 = off, the GRPO/DAPO default here)."""
+    """Weight (>= 0) of a KL(pi_theta || pi_ref) penalty to the warm start (0 = off, the GRPO/DAPO default here)."""
     kl_kind: str = "low_var_kl"
     """KL estimator for the penalty: k1, abs, mse (k2) or low_var_kl (k3)."""
     eval_every: int = 10
     """Evaluate every k steps (and at step 0 and the end)."""
     eval_n: int = 256
-    """Eval problems (from the task's fixed eval set)."""
+    """Eval problems (from the task's fixed eval set; at most its size and MAX_EVAL_N)."""
     checkpoint_every: int = 25
     """Save a resumable checkpoint every k steps."""
     twin: bool = False
@@ -83,36 +94,128 @@ class RunConfig:
     """Torch and numba threads for this run (two runs in parallel use both cores)."""
 
     def __post_init__(self):
+        # Frozen: the parsed values are set once, here, and never change afterwards.
         for f in dataclasses.fields(self):
-            setattr(self, f.name, _typed(f, getattr(self, f.name)))
-        from ..tasks import get_task
-        from .algorithms import get_algorithm
-        get_task(self.task)
-        get_algorithm(self.algorithm)
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is invalid; valid: {', '.join(MODES)}")
-        self.engine = _spec_dict(self.engine, "engine")
-        self.trainer = _spec_dict(self.trainer, "trainer")
-        from ..remedies import load_remedy
-        if self.remedy_args is None:
-            self.remedy_args = {}
-        # Loading the remedy here makes a bad name, file or parameter fail before any work; the
-        # coerced overrides are kept so config.yaml (and the resume check) sees one canonical form.
-        self.remedy_args = load_remedy(self.remedy, self.remedy_args).args
-        self.betas = tuple(float(b) for b in self.betas)
-        for name in ("steps", "prompts_per_step", "group_size", "mini_batches", "epochs", "eval_every",
-                     "eval_n", "checkpoint_every", "threads"):
-            minimum = 0 if name == "steps" else 1
-            if getattr(self, name) < minimum:
-                raise ValueError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
-        if (self.prompts_per_step * self.group_size) % self.mini_batches:
-            raise ValueError(f"prompts_per_step*group_size={self.prompts_per_step * self.group_size} "
-                             f"is not divisible by mini_batches={self.mini_batches}")
+            object.__setattr__(self, f.name, _typed(f, getattr(self, f.name)))
+        for side in ("engine", "trainer"):
+            object.__setattr__(self, side, parse_spec(getattr(self, side), f"{side} spec", side=side))
+        object.__setattr__(self, "remedy_args", dict(self.remedy_args or {}))
+        object.__setattr__(self, "betas", _betas(self.betas))
+        _check_ranges(self)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
+        """Plain YAML-ready values: what config.yaml holds (specs in their short dict form)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d.update(engine=self.engine.to_dict(), trainer=self.trainer.to_dict(), betas=list(self.betas),
+                 remedy_args=dict(self.remedy_args))
         return d
+
+
+# key -> (check, valid range) for the float keys whose bad values would train silently wrong
+# (grad_clip <= 0 flips or zeroes every gradient, negative eps inverts the PPO clip range).
+_FLOAT_RANGES = {
+    "lr": (lambda x: 0 <= x < math.inf, "a finite number >= 0"),
+    "weight_decay": (lambda x: 0 <= x < math.inf, "a finite number >= 0"),
+    "grad_clip": (lambda x: x > 0, "a number > 0 (inf = no clipping)"),
+    "eps_low": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
+    "eps_high": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
+    "kl_coef": (lambda x: 0 <= x < math.inf, "a finite number >= 0"),
+    "temperature": (lambda x: 0 <= x < math.inf, "a finite number >= 0 (0 = greedy)"),
+}
+
+
+def _check_ranges(cfg: RunConfig) -> None:
+    if cfg.mode not in MODES:
+        raise ValueError(f"mode {cfg.mode!r} is invalid; valid: {', '.join(MODES)}")
+    for name, (ok, valid) in _FLOAT_RANGES.items():
+        if not ok(getattr(cfg, name)):
+            raise ValueError(f"config key {name!r}: {getattr(cfg, name)!r} is out of range; valid: {valid}")
+    if cfg.eval_n > MAX_EVAL_N:
+        raise ValueError(f"config key 'eval_n': {cfg.eval_n} is out of range; valid: 1..{MAX_EVAL_N} "
+                         "(and at most the task's eval set size)")
+    for name in ("steps", "prompts_per_step", "group_size", "mini_batches", "epochs", "eval_every",
+                 "eval_n", "checkpoint_every", "threads"):
+        minimum = 0 if name == "steps" else 1
+        if getattr(cfg, name) < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {getattr(cfg, name)}")
+    if (cfg.prompts_per_step * cfg.group_size) % cfg.mini_batches:
+        raise ValueError(f"prompts_per_step*group_size={cfg.prompts_per_step * cfg.group_size} "
+                         f"is not divisible by mini_batches={cfg.mini_batches}")
+
+
+def _betas(value) -> tuple[float, float]:
+    bad = ValueError(f"config key 'betas': {value!r} is invalid; valid: a list of two numbers in [0, 1), "
+                     "e.g. [0.9, 0.99]")
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise bad
+    try:
+        betas = tuple(float(b) for b in value if not isinstance(b, bool))
+    except (TypeError, ValueError):
+        raise bad from None
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise bad
+    return betas
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A RunConfig with everything it names loaded and checked: what `run` consumes.
+
+    Its own fields have names no config key has, and every other attribute read falls
+    through to `config`, so a Loaded reads like the RunConfig it was loaded from
+    (`loaded.steps`, `loaded.task`, `loaded.to_dict()`).
+    """
+
+    config: RunConfig
+    task_impl: Any
+    """The task object (`timbench.tasks.Task`) named by config.task."""
+    algo: Any
+    """The `timbench.rl.algorithms.Algorithm` named by config.algorithm."""
+    remedy_impl: Any
+    """The `timbench.remedies.Remedy` instance named by config.remedy (loaded once per run)."""
+    main_engine: Spec
+    """The main lane's engine spec: config.engine with the remedy's engine_override applied."""
+    main_trainer: Spec
+    """The main lane's trainer spec: config.trainer with the remedy's trainer_override applied."""
+    eval_problems: list
+    """The first eval_n problems of the task's eval set."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.config, name)
+
+    def to_dict(self) -> dict:
+        return self.config.to_dict()
+
+
+def load(cfg: RunConfig | Loaded) -> Loaded:
+    """The one step that loads the task, algorithm and remedy a config names (a Loaded passes through)."""
+    if isinstance(cfg, Loaded):
+        return cfg
+    from ..remedies import load_remedy
+    from ..tasks import get_task
+    from .algorithms import get_algorithm
+    task = get_task(cfg.task)
+    algorithm = get_algorithm(cfg.algorithm)
+    remedy = load_remedy(cfg.remedy, cfg.remedy_args)
+    # The coerced remedy overrides are kept so config.yaml (and the resume check) sees one canonical form.
+    cfg = dataclasses.replace(cfg, remedy_args=remedy.args)
+    engine = cfg.engine.override(remedy.engine_override, f"remedy {cfg.remedy!r} engine_override", "engine")
+    trainer = cfg.trainer.override(remedy.trainer_override, f"remedy {cfg.remedy!r} trainer_override", "trainer")
+    return Loaded(cfg, task, algorithm, remedy, engine, trainer, _eval_problems(task, cfg.eval_n))
+
+
+def _eval_problems(task, n: int) -> list:
+    try:
+        problems = task.eval_set(n)
+    except ValueError:  # a generator that ran out of distinct problems
+        problems = []
+    if len(problems) < n:
+        have = f"{len(problems)} problems" if problems else "fewer problems"
+        raise ValueError(f"config key 'eval_n': {n} is more than task {task.name}'s eval set holds ({have}); "
+                         "valid: 1 up to that size")
+    return problems
 
 
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -137,10 +240,6 @@ def _typed(f: dataclasses.Field, value):
     return value
 
 
-def _spec_dict(value, what: str) -> dict:
-    return parse_spec(value, f"{what} spec", side=what).to_dict()
-
-
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
@@ -162,14 +261,15 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
         if sub:
             if top not in ("engine", "trainer", "remedy_args"):
                 raise ValueError(f"--set: {top!r} has no sub-keys (only engine.*, trainer.* and remedy_args.* do)")
-            base = d.get(top) or _FIELDS[top].default_factory()
+            base = d.get(top) or {}
             if top == "remedy_args":
                 if not isinstance(base, dict):
                     raise ValueError(f"remedy_args must be a mapping of parameter names to values, got {base!r}")
                 base = dict(base)
                 base[sub] = _coerce(raw)
             else:
-                base = _spec_dict(base, top) if not isinstance(base, dict) else dict(base)
+                base = (dict(base) if isinstance(base, dict)
+                        else parse_spec(base, f"{top} spec", side=top).to_dict())
                 base[sub] = raw
             d[top] = base
         else:
@@ -178,7 +278,8 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
     return d
 
 
-def from_dict(d: dict, source: str = "config") -> RunConfig:
+def parse_config(d: dict, source: str = "config") -> RunConfig:
+    """A raw config mapping -> RunConfig (values parsed, nothing loaded)."""
     unknown = sorted(set(d) - set(_FIELDS))
     if unknown:
         raise ValueError(f"{source}: unknown config key(s) {unknown}; valid: {', '.join(_FIELDS)}")
@@ -188,7 +289,13 @@ def from_dict(d: dict, source: str = "config") -> RunConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+def from_dict(d: dict, source: str = "config") -> Loaded:
+    """A raw config mapping (a grid cell's, say) parsed and loaded: ready for `run`."""
+    return load(parse_config(d, source))
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Loaded:
+    """Read a YAML config, apply `--set` overrides, parse and load it: the whole edge, once."""
     d = {}
     if path is not None:
         p = Path(path)

@@ -1,39 +1,44 @@
-"""The RL training loop: rollout -> score -> advantages -> trainer logprobs -> updates -> weight sync.
+"""The RL training loop: each step runs named phases over one `StepBatch`, then the run logs it.
 
-A `Lane` is one RL system (policy, optimizer, engine, trainer spec). A run has
-one lane, or two when it names a zero-mismatch twin: both see the same
+    collect    engine rollouts of B prompts x G responses, rewards, advantages, the loss mask
+    recompute  the trainer's no-grad logprobs pi_old (and MoE routing) of the sampled tokens
+    correct    the remedy's per-token weights and keep-mask from rho = pi_old / mu
+    update     the trainer's policy update (`timbench.trainer.update_policy`), then weight sync
+    metrics    one row of step metrics from the filled batch
+
+A `Lane` is one RL system (policy, optimizer, engine, trainer compute). A run
+has one lane, or two when it names a zero-mismatch twin: both see the same
 problems and the same sampling noise, so the twin isolates what the mismatch
 alone changed. Everything logged to metrics.jsonl is a deterministic function
-of (config, seed); wall times go to timing.jsonl.
+of (config, seed); wall times go to timing.jsonl. The run directory's
+status.json says whether the run is running, finished or failed (and why).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ..engine import Engine, make_engine
+from ..engine import make_engine
+from ..kernels.reduce import fmean, fsum, masked_mean
 from ..evaluate import evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
-from ..remedies import Remedy, RemedyBatch, check_result, load_remedy, per_sequence, replay_tensor
-from ..spec import parse_spec
-from ..tasks import get_task
-from ..trainer import sequence_logprobs
-from .algorithms import agg_loss, dynamic_sampling_mask, get_algorithm, kl_penalty
-from .config import RunConfig
+from ..remedies import Remedy, RemedyBatch, check_result, per_sequence, replay_tensor
+from ..shipped import resolve_checkpoint
+from ..spec import ZERO_MISMATCH, Spec
+from ..threads import set_threads
+from ..trainer import MiniBatch, NonFiniteError, sequence_logprobs, update_policy
+from .algorithms import agg_loss, dynamic_sampling_mask, kl_penalty
+from .config import Loaded, RunConfig, load
 from .drift import objective_drift
 from .rollout import Experience, collect
-from .rundir import RunDir
+from .rundir import RunDir, one_line
 
-ZERO_MISMATCH = {"kernels": "exact", "dtype": "fp32"}
-
-
-class NonFiniteError(RuntimeError):
-    """Loss or gradient became NaN/inf."""
+__all__ = ["Lane", "NonFiniteError", "StepBatch", "run", "summarize", "train_step"]
 
 
 @dataclass
@@ -42,21 +47,159 @@ class Lane:
     model: Qwen3ForCausalLM
     opt: torch.optim.Optimizer
     ref: Qwen3ForCausalLM | None
-    engine: Engine
+    """The frozen warm start, for a KL penalty (None when kl_coef is 0)."""
+    engine: object
+    """A rollout engine (`timbench.engine.make_engine`)."""
     compute: Compute
+    """The trainer's arithmetic."""
     remedy: Remedy
 
 
-def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spec, max_seqs, remedy) -> Lane:
+def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Spec, trainer_spec: Spec,
+              max_seqs: int, remedy: Remedy) -> Lane:
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    es = parse_spec(engine_spec, "engine spec", side="engine")
-    ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
-    engine = make_engine(base.config, es, max_num_seqs=max_seqs)
-    engine.load_weights(model)
+    engine = make_engine(base.config, engine_spec, max_num_seqs=max_seqs, weights=model)
     ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
-    return Lane(name, model, opt, ref, engine, Compute.from_spec(ts), remedy)
+    return Lane(name, model, opt, ref, engine, Compute.from_spec(trainer_spec), remedy)
+
+
+@dataclass
+class StepBatch:
+    """One lane's step, filled phase by phase (each field names the phase that sets it)."""
+
+    step: int
+    exp: Experience
+    """collect: sequences, rewards, engine logprobs mu (`exp.rollout_logprobs`), response mask, routing."""
+    advantages: torch.Tensor
+    """collect: [N] per-sequence advantages."""
+    mask: torch.Tensor
+    """collect: [N, R] tokens in the loss (response & dynamic sampling); correct: & the remedy's keep-mask."""
+    mini_batch: int
+    """Rows per optimizer step (N / mini_batches); also the recompute's chunk size."""
+    old_logprobs: torch.Tensor | None = None
+    """recompute: [N, R] the trainer's pi_old of the sampled tokens."""
+    entropy: torch.Tensor | None = None
+    """recompute: [N, R] entropy of the trainer's tempered distribution."""
+    trainer_routing: list | None = None
+    """recompute: per-sequence MoE routing of the trainer (None: dense)."""
+    weights: torch.Tensor | None = None
+    """correct: [N, R] the remedy's per-token loss weights (None: all 1)."""
+    remedy_metrics: dict = field(default_factory=dict)
+    """correct: what the remedy logs."""
+    updates: list[dict] = field(default_factory=list)
+    """update: one metrics row per optimizer step."""
+    timing: dict = field(default_factory=dict)
+    """Wall seconds of each phase (timing.jsonl, never metrics.jsonl)."""
+
+
+# ---- phases -------------------------------------------------------------------------------------
+
+def collect_phase(lane: Lane, run: Loaded, step: int) -> StepBatch:
+    cfg, task = run.config, run.task_impl
+    exp = collect(lane.engine, task, task.train_batch(cfg.seed, step, cfg.prompts_per_step), cfg.group_size,
+                  step, cfg.seed, cfg.temperature)
+    adv = run.algo.advantage(exp.rewards, cfg.group_size)
+    mask = exp.mask
+    if run.algo.dynamic_sampling:
+        mask = mask & dynamic_sampling_mask(exp.rewards, cfg.group_size)[:, None]
+    n = cfg.prompts_per_step * cfg.group_size
+    return StepBatch(step, exp, adv, mask, n // cfg.mini_batches)
+
+
+def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
+    """Chunked no-grad trainer forward; R3 replays the engine's routing here already."""
+    exp, chunk = batch.exp, batch.mini_batch
+    replay = exp.routing if lane.remedy.replay == "engine" else None
+    lps, ents, routes = [], [], []
+    with torch.no_grad():
+        for i in range(0, len(exp.seqs), chunk):
+            rp = replay_tensor(exp.seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
+            out = sequence_logprobs(lane.model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp)
+            lps.append(out.logprobs)
+            ents.append(out.entropy)
+            routes.append(out.routing)
+    width = max(x.shape[1] for x in lps)
+    pad = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in xs])
+    batch.old_logprobs = pad(lps)[:, : batch.mask.shape[1]]
+    batch.entropy = pad(ents)
+    lengths = [len(p) + len(r) for p, r in exp.seqs]
+    batch.trainer_routing = per_sequence(routes, lengths, chunk)
+
+
+def correct_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
+    rb = RemedyBatch(batch.old_logprobs.detach(), batch.exp.rollout_logprobs, batch.advantages, batch.mask,
+                     run.group_size)
+    result = check_result(lane.remedy(rb), rb, lane.remedy.name)
+    batch.mask, batch.weights, batch.remedy_metrics = batch.mask & result.mask, result.weights, result.metrics
+
+
+def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
+    """The policy update on this batch; pi_old is the recompute's (recompute mode) or mu (bypass)."""
+    cfg, algo, exp = run.config, run.algo, batch.exp
+    adv, mask, weights, old_train = batch.advantages, batch.mask, batch.weights, batch.old_logprobs
+    old = old_train if cfg.mode == "recompute" else exp.rollout_logprobs
+    loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high))
+                                  if v is not None}
+    # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute.
+    replay = {"engine": exp.routing, "old": batch.trainer_routing}.get(lane.remedy.replay)
+    n, mb = len(exp.seqs), batch.mini_batch
+    minis = [MiniBatch(slice(i, i + mb), exp.seqs[i:i + mb],
+                       replay_tensor(exp.seqs[i:i + mb], None if replay is None else replay[i:i + mb]))
+             for i in range(0, n, mb)]
+
+    def objective(out, sl):
+        w = out.logprobs.shape[1]
+        loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], mask[sl, :w],
+                            weights=None if weights is None else weights[sl, :w], **loss_kw)
+        if lane.ref is not None:
+            with torch.no_grad():
+                ref_lp = sequence_logprobs(lane.ref, lane.compute, exp.seqs[sl], cfg.temperature).logprobs
+            kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), mask[sl, :w], algo.agg)
+            loss = loss + cfg.kl_coef * kl
+            m = m | {"actor/kl_loss": float(kl.detach())}
+        drift = objective_drift(out.logprobs.detach(), old_train[sl, :w], exp.rollout_logprobs[sl, :w],
+                                adv[sl], mask[sl, :w])
+        return loss, m | drift
+
+    try:
+        batch.updates = update_policy(lane.model, lane.opt, lane.compute, minis, objective, epochs=cfg.epochs,
+                                      grad_clip=cfg.grad_clip, temperature=cfg.temperature)
+    except NonFiniteError as e:
+        raise NonFiniteError(f"step {batch.step}: {e} (lane {lane.name}); metrics up to step {batch.step - 1} "
+                             "are kept") from None
+
+
+def _std(x: torch.Tensor) -> float:
+    """Sample standard deviation (n - 1, as torch.std) from fixed-order sums; NaN for fewer than 2 values."""
+    if x.numel() < 2:
+        return math.nan
+    return math.sqrt(float(fsum((x.double() - float(fmean(x.double()))) ** 2)) / (x.numel() - 1))
+
+
+def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
+    # Every float reduction here is fixed-order (kernels.reduce): torch's sum order varies by CPU.
+    exp, mask, old_train = batch.exp, batch.mask, batch.old_logprobs
+    lens = fsum(exp.mask, 1)
+    metrics = {
+        "critic/rewards/mean": float(fmean(exp.rewards)), "critic/rewards/std": _std(exp.rewards),
+        "response_length/mean": float(fmean(lens)), "response_length/max": float(lens.max()),
+        "actor/entropy": float(masked_mean(batch.entropy[:, : mask.shape[1]], exp.mask)),
+        "batch/kept_frac": float(fmean(mask.any(1).float())),
+        **_mean(batch.updates),
+        **{k: v for k, v in mismatch_metrics(old_train, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
+        # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
+        "mismatch/abs_delta_hist": abs_delta_histogram(old_train, exp.rollout_logprobs, exp.mask),
+    }
+    clash = sorted(metrics.keys() & batch.remedy_metrics.keys())
+    if clash:
+        raise ValueError(f"remedy {lane.remedy.name}: metric name(s) {clash} clash with the loop's metrics")
+    metrics.update(batch.remedy_metrics)
+    if exp.routing[0] is not None:
+        metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat(batch.trainer_routing),
+                                                                  torch.cat(exp.routing))
+    return metrics
 
 
 def _mean(rows: list[dict]) -> dict:
@@ -64,95 +207,24 @@ def _mean(rows: list[dict]) -> dict:
     return {k: sum(float(r[k]) for r in rows) / len(rows) for k in keys}
 
 
-def _trainer_logprobs(lane: Lane, seqs, temperature, chunk: int, replay=None):
-    """Chunked no-grad forward; `replay` is per-sequence routing to replay (R3), or None."""
-    lps, ents, routes = [], [], []
-    for i in range(0, len(seqs), chunk):
-        rp = replay_tensor(seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
-        out = sequence_logprobs(lane.model, lane.compute, seqs[i:i + chunk], temperature, replay=rp)
-        lps.append(out.logprobs)
-        ents.append(out.entropy)
-        routes.append(out.routing)
-    width = max(x.shape[1] for x in lps)
-    pad = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in xs])
-    return pad(lps), pad(ents), routes
-
-
-def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict, Experience, dict]:
-    """One RL step on one lane; returns (metrics, experience, timings)."""
+def train_step(lane: Lane, run: Loaded, step: int) -> tuple[dict, StepBatch]:
+    """One RL step on one lane: the phases in order; returns (metrics, the filled batch)."""
     t0 = time.perf_counter()
-    n = cfg.prompts_per_step * cfg.group_size
-    exp = collect(lane.engine, task, task.train_batch(cfg.seed, step, cfg.prompts_per_step), cfg.group_size,
-                  step, cfg.seed, cfg.temperature)
+    batch = collect_phase(lane, run, step)
     t1 = time.perf_counter()
-    adv = algo.advantage(exp.rewards, cfg.group_size)
-    mask = exp.mask
-    if algo.dynamic_sampling:
-        mask = mask & dynamic_sampling_mask(exp.rewards, cfg.group_size)[:, None]
-    mb = n // cfg.mini_batches
-    lengths = [len(p) + len(r) for p, r in exp.seqs]
-    with torch.no_grad():
-        old_train, entropy, routes = _trainer_logprobs(
-            lane, exp.seqs, cfg.temperature, mb, exp.routing if lane.remedy.replay == "engine" else None)
-    old_train = old_train[:, : mask.shape[1]]
-    trainer_routing = per_sequence(routes, lengths, mb)
-    # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute above.
-    replay = {"engine": exp.routing, "old": trainer_routing}.get(lane.remedy.replay)
-    rb = RemedyBatch(old_train.detach(), exp.rollout_logprobs, adv, mask, cfg.group_size)
-    remedy = check_result(lane.remedy(rb), rb, lane.remedy.name)
-    mask, weights = mask & remedy.mask, remedy.weights
+    recompute_phase(lane, run, batch)
+    correct_phase(lane, run, batch)
     t2 = time.perf_counter()
-    old = old_train if cfg.mode == "recompute" else exp.rollout_logprobs
-    loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high)) if v is not None}
-    upd = []
-    params = list(lane.model.parameters())
-    for _ in range(cfg.epochs):
-        for i in range(0, n, mb):
-            sl = slice(i, i + mb)
-            rp = replay_tensor(exp.seqs[sl], None if replay is None else replay[sl])
-            out = sequence_logprobs(lane.model, lane.compute, exp.seqs[sl], cfg.temperature, replay=rp)
-            w = out.logprobs.shape[1]
-            loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], mask[sl, :w],
-                                weights=None if weights is None else weights[sl, :w], **loss_kw)
-            if lane.ref is not None:
-                with torch.no_grad():
-                    ref_lp = sequence_logprobs(lane.ref, lane.compute, exp.seqs[sl], cfg.temperature).logprobs
-                kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), mask[sl, :w], algo.agg)
-                loss = loss + cfg.kl_coef * kl
-                m = m | {"actor/kl_loss": float(kl.detach())}
-            lane.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-            if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
-                raise NonFiniteError(f"step {step}: non-finite loss={float(loss.detach())} or grad_norm={gn} "
-                                     f"(lane {lane.name}); metrics up to step {step - 1} are kept")
-            lane.opt.step()
-            d = objective_drift(out.logprobs.detach(), old_train[sl, :w], exp.rollout_logprobs[sl, :w],
-                                adv[sl], mask[sl, :w])
-            upd.append({"actor/loss": float(loss.detach()), "actor/grad_norm": gn, **m, **d})
+    update_phase(lane, run, batch)
     t3 = time.perf_counter()
-    lane.engine.load_weights(lane.model)
+    lane.engine.load_weights(lane.model)  # weight sync: the next step samples from the updated policy
     t4 = time.perf_counter()
-    lens = exp.mask.sum(1).float()
-    metrics = {
-        "critic/rewards/mean": float(exp.rewards.mean()), "critic/rewards/std": float(exp.rewards.std()),
-        "response_length/mean": float(lens.mean()), "response_length/max": float(lens.max()),
-        "actor/entropy": float(entropy[:, : mask.shape[1]][exp.mask].mean()),
-        "batch/kept_frac": float(mask.any(1).float().mean()),
-        **_mean(upd),
-        **{k: v for k, v in mismatch_metrics(old_train, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
-        # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
-        "mismatch/abs_delta_hist": abs_delta_histogram(old_train, exp.rollout_logprobs, exp.mask),
-    }
-    clash = sorted(metrics.keys() & remedy.metrics.keys())
-    if clash:
-        raise ValueError(f"remedy {lane.remedy.name}: metric name(s) {clash} clash with the loop's metrics")
-    metrics.update(remedy.metrics)
-    if exp.routing[0] is not None:
-        metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat(trainer_routing), torch.cat(exp.routing))
-    timing = {"time/rollout": t1 - t0, "time/recompute": t2 - t1, "time/update": t3 - t2, "time/sync": t4 - t3}
-    return metrics, exp, timing
+    batch.timing = {"time/rollout": t1 - t0, "time/recompute": t2 - t1, "time/update": t3 - t2,
+                    "time/sync": t4 - t3}
+    return metrics_phase(lane, batch), batch
 
+
+# ---- the run ------------------------------------------------------------------------------------
 
 def _token_diff(a: Experience, b: Experience) -> float:
     """Fraction of sampled token positions where two lanes' responses differ (length differences count)."""
@@ -166,103 +238,128 @@ def _token_diff(a: Experience, b: Experience) -> float:
 
 def _param_distance(a: torch.nn.Module, b: torch.nn.Module) -> float:
     with torch.no_grad():
-        return math.sqrt(sum(float(((p - q).double() ** 2).sum()) for p, q in zip(a.parameters(), b.parameters())))
+        return math.sqrt(sum(float(fsum((p - q).double() ** 2)) for p, q in zip(a.parameters(), b.parameters())))
 
 
-def resolve_checkpoint(cfg: RunConfig):
-    from ..warmstart import default_checkpoint
-    return default_checkpoint(cfg.task, cfg.preset) if cfg.model == "default" else cfg.model
+class _Session:
+    """A run's lanes, evaluator and logs, restored from the run directory's checkpoint if it has one."""
+
+    def __init__(self, run: Loaded, rd: RunDir, base: Qwen3ForCausalLM):
+        cfg = run.config
+        self.run, self.rd = run, rd
+        n = cfg.prompts_per_step * cfg.group_size
+        # The remedy's spec overrides (e.g. fp16) apply to the main lane only: the twin is the zero-mismatch
+        # reference by definition, and its other hooks are no-ops there (rho == 1, routings agree).
+        self.lanes = [make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl)]
+        if cfg.twin:
+            self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl))
+        self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n))
+        self.start, self.extra = 0, {"first_divergence_step": None}
+        state = rd.load_state()
+        if state is not None:
+            for lane, s in zip(self.lanes, state["lanes"]):
+                lane.model.load_state_dict(s["model"])
+                lane.opt.load_state_dict(s["opt"])
+                lane.engine.load_weights(lane.model)
+            self.start, self.extra = state["step"], state["extra"]
+        self.logs = rd.logs(self.start)
+
+    def evaluate(self, step: int) -> None:
+        row = {"step": step}
+        for lane in self.lanes:
+            self.eval_engine.load_weights(lane.model)
+            r = evaluate_both(lane.model, self.run.task_impl, self.run.eval_problems, seed=self.run.seed,
+                              engine=self.eval_engine)
+            prefix = "" if lane.name == "main" else "twin/"
+            row.update({prefix + "accuracy_t1": r["accuracy_t1"], prefix + "accuracy_greedy": r["accuracy_greedy"]})
+        self.logs["eval"].write(row)
+
+    def step(self, step: int) -> dict:
+        """Train every lane one step and log it; returns the main lane's metrics."""
+        results = [train_step(lane, self.run, step) for lane in self.lanes]
+        metrics, batch = results[0]
+        row, timing = {"step": step, **metrics}, batch.timing
+        if self.run.twin:
+            twin_m, twin_batch = results[1]
+            row["twin/critic/rewards/mean"] = twin_m["critic/rewards/mean"]
+            row["twin/frac_tokens_differ"] = _token_diff(batch.exp, twin_batch.exp)
+            if self.extra["first_divergence_step"] is None and row["twin/frac_tokens_differ"] > 0:
+                self.extra["first_divergence_step"] = step
+            timing = timing | {"twin/" + k: v for k, v in twin_batch.timing.items()}
+        self.logs["metrics"].write(row)
+        self.logs["timing"].write({"step": step, **timing})
+        return metrics
+
+    def save(self, done: int) -> None:
+        self.rd.save_state({"step": done, "extra": self.extra,
+                            "lanes": [{"model": l.model.state_dict(), "opt": l.opt.state_dict()}
+                                      for l in self.lanes]})
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
 
 
-def run(cfg: RunConfig, out, progress: bool = True) -> dict:
-    """Run (or resume) a training run into directory `out`; returns the summary."""
-    from ..warmstart import set_threads
+def run(cfg: RunConfig | Loaded, out, progress: bool = True) -> dict:
+    """Run (or resume) a training run into directory `out`; returns the summary.
+
+    `cfg` is loaded here if it is a plain RunConfig (`load_config` already returns a Loaded).
+    """
     from tqdm import tqdm
 
-    set_threads(cfg.threads)
+    loaded = load(cfg)
+    set_threads(loaded.threads)
     # Some CPU backward kernels (index_put_/scatter with accumulate) otherwise add in a
     # run-dependent order: measured, two identical runs drifted by 1e-8 in step 0's update.
     torch.use_deterministic_algorithms(True)
-    task, algo = get_task(cfg.task), get_algorithm(cfg.algorithm)
-    rd = RunDir(out, cfg.to_dict())
-    base = load_checkpoint(resolve_checkpoint(cfg))
-    n = cfg.prompts_per_step * cfg.group_size
-    # The remedy's spec overrides (e.g. fp16) apply to the main lane only: the twin is the zero-mismatch
-    # reference by definition, and its other hooks are no-ops there (rho == 1, routings agree).
-    remedy = load_remedy(cfg.remedy, cfg.remedy_args)
-    lanes = [_lane("main", base, cfg, cfg.engine | remedy.engine_override, cfg.trainer | remedy.trainer_override, n,
-                   remedy)]
-    if cfg.twin:
-        lanes.append(_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, remedy))
-    eval_problems = task.eval_set(cfg.eval_n)
-    eval_engine = Engine(base.config, "kernels=exact", max_num_seqs=min(256, cfg.eval_n))
-    state = rd.load_state()
-    start, extra = 0, {"first_divergence_step": None}
-    if state is not None:
-        for lane, s in zip(lanes, state["lanes"]):
-            lane.model.load_state_dict(s["model"])
-            lane.opt.load_state_dict(s["opt"])
-            lane.engine.load_weights(lane.model)
-        start, extra = state["step"], state["extra"]
-    logs = rd.logs(start)
-
-    def evaluate(step):
-        row = {"step": step}
-        for lane in lanes:
-            eval_engine.load_weights(lane.model)
-            r = evaluate_both(lane.model, task, eval_problems, seed=cfg.seed, engine=eval_engine)
-            prefix = "" if lane.name == "main" else "twin/"
-            row.update({prefix + "accuracy_t1": r["accuracy_t1"], prefix + "accuracy_greedy": r["accuracy_greedy"]})
-        logs["eval"].write(row)
-        return row
-
-    status, error = "finished", None
-    if start == 0:
-        evaluate(0)
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress, desc="train",
-               dynamic_ncols=True)
+    base = load_checkpoint(resolve_checkpoint(loaded.model, loaded.task, loaded.preset))
+    rd = RunDir(out, loaded.to_dict())
+    rd.begin()
     try:
+        session = _Session(loaded, rd, base)
+    except BaseException as e:
+        rd.write_status("failed", one_line(e))
+        raise
+    status, error = "finished", None
+    try:
+        if session.start == 0:
+            session.evaluate(0)
+        bar = tqdm(range(session.start, loaded.steps), initial=session.start, total=loaded.steps,
+                   disable=not progress, desc="train", dynamic_ncols=True)
         for step in bar:
-            results = [train_step(lane, cfg, task, algo, step) for lane in lanes]
-            metrics, exp, timing = results[0]
-            row = {"step": step, **metrics}
-            if cfg.twin:
-                twin_m, twin_exp, twin_t = results[1]
-                row["twin/critic/rewards/mean"] = twin_m["critic/rewards/mean"]
-                row["twin/frac_tokens_differ"] = _token_diff(exp, twin_exp)
-                if extra["first_divergence_step"] is None and row["twin/frac_tokens_differ"] > 0:
-                    extra["first_divergence_step"] = step
-                timing = timing | {"twin/" + k: v for k, v in twin_t.items()}
-            logs["metrics"].write(row)
-            logs["timing"].write({"step": step, **timing})
+            metrics = session.step(step)
             done = step + 1
-            if done % cfg.eval_every == 0 or done == cfg.steps:
-                evaluate(done)
-            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                rd.save_state({"step": done, "extra": extra,
-                               "lanes": [{"model": l.model.state_dict(), "opt": l.opt.state_dict()} for l in lanes]})
+            if done % loaded.eval_every == 0 or done == loaded.steps:
+                session.evaluate(done)
+            if done % loaded.checkpoint_every == 0 or done == loaded.steps:
+                session.save(done)
             bar.set_postfix(reward=f"{metrics['critic/rewards/mean']:.3f}", k3=f"{metrics['rollout_corr/k3_kl']:.1e}")
     except NonFiniteError as e:
         status, error = "failed", str(e)
-    finally:
-        for log in logs.values():
-            log.close()
-    summary = summarize(rd.path, cfg, status, error, extra)
-    if cfg.twin:
-        summary["twin/param_distance"] = _param_distance(lanes[0].model, lanes[1].model)
+    except BaseException as e:  # a crash or a kill: the status says so; rerunning resumes from the checkpoint
+        session.close()
+        rd.write_status("failed", one_line(e))
+        raise
+    session.close()
+    summary = summarize(rd.path, loaded, status, error, session.extra)
+    if loaded.twin:
+        summary["twin/param_distance"] = _param_distance(session.lanes[0].model, session.lanes[1].model)
     rd.write_summary(summary)
+    rd.write_status(status, error)
     if status == "failed":
         raise NonFiniteError(error)
     return summary
 
 
-def summarize(path, cfg: RunConfig, status: str, error, extra: dict) -> dict:
+def summarize(path, cfg: RunConfig | Loaded, status: str, error, extra: dict) -> dict:
     import json
+    loaded = load(cfg)
     rows = [json.loads(l) for l in (path / "metrics.jsonl").read_text().splitlines()]
     evals = [json.loads(l) for l in (path / "eval.jsonl").read_text().splitlines()]
-    s = {"status": status, "error": error, "steps_done": len(rows), "task": cfg.task,
-         "task_version": get_task(cfg.task).version, "algorithm": cfg.algorithm, "mode": cfg.mode,
-         "engine": cfg.engine, "trainer": cfg.trainer, "seed": cfg.seed, **extra}
+    s = {"status": status, "error": error, "steps_done": len(rows), "task": loaded.task,
+         "task_version": loaded.task_impl.version, "algorithm": loaded.algorithm, "mode": loaded.mode,
+         "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
+         **extra}
     if evals:
         s.update(initial_accuracy_t1=evals[0]["accuracy_t1"], final_accuracy_t1=evals[-1]["accuracy_t1"],
                  final_accuracy_greedy=evals[-1]["accuracy_greedy"],

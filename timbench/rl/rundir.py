@@ -1,8 +1,13 @@
-"""A run directory: resolved config, append-only JSONL logs, atomic summaries and checkpoints.
+"""A run directory: resolved config, append-only JSONL logs, atomic status, summary and checkpoints.
 
-Logs are appended line by line; after a crash, `open_log` drops a torn last
+Logs are appended line by line; after a crash, `JsonlLog` drops a torn last
 line and every line at or past the step being resumed, so a resumed run writes
-each step exactly once.
+each step exactly once. `status.json` is the run's state for the user and the
+grid: `{"status": running|finished|failed, "error": one line or null}`. It is
+written `running` when the run starts, and `finished` or `failed` as it ends; a
+run killed too hard to write it stays `running` with no summary.json. Rerunning
+the same command is always safe: it resumes from the last checkpoint (or starts
+over when there is none) and rewrites the status.
 """
 
 from __future__ import annotations
@@ -15,6 +20,16 @@ import torch
 import yaml
 
 from ..atomic import atomic_write
+
+
+STATUSES = ("running", "finished", "failed")
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: message` on one line, at most 500 characters."""
+    msg = " ".join(str(exc).split()) or repr(exc)
+    line = f"{type(exc).__name__}: {msg}"
+    return line if len(line) <= 500 else line[:497] + "..."
 
 
 def dumps(d: dict) -> str:
@@ -78,3 +93,19 @@ class RunDir:
 
     def write_summary(self, summary: dict) -> None:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+    def begin(self) -> None:
+        """Mark the run running; a summary.json of an earlier attempt no longer describes it."""
+        (self.path / "summary.json").unlink(missing_ok=True)
+        self.write_status("running")
+
+    def write_status(self, status: str, error: str | None = None) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
+        atomic_write(self.path / "status.json", json.dumps({"status": status, "error": error}, sort_keys=True) + "\n")
+
+
+def read_status(path: str | os.PathLike) -> dict | None:
+    """A run directory's status.json ({"status", "error"}), or None where there is none."""
+    p = Path(path) / "status.json"
+    return json.loads(p.read_text()) if p.is_file() else None

@@ -12,7 +12,8 @@ from typing import Sequence
 
 import torch
 
-from ..engine.sampler import token_logprobs_all
+from ..kernels.logprobs import token_logprobs_all
+from ..kernels.reduce import fsum
 from ..model import Compute, Qwen3ForCausalLM
 
 
@@ -58,6 +59,6 @@ def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperatu
     lp_all = token_logprobs_all(logits[rows, src], temperature, compute.kernels)
     lp = lp_all.gather(-1, tgt[..., None])[..., 0]
     with torch.no_grad():
-        ent = -(lp_all.exp() * lp_all).nan_to_num().sum(-1)
+        ent = -fsum((lp_all.exp() * lp_all).nan_to_num(), -1)  # fixed order: a logged metric
     zero = torch.zeros((), dtype=lp.dtype)
     return TrainerOutput(torch.where(mask, lp, zero), mask, torch.where(mask, ent, zero), routing)

@@ -1,0 +1,61 @@
+"""The policy update: epochs over mini-batches of forward, loss, backward, clip and optimizer step.
+
+The caller says what to minimise (`objective`, a function of one mini-batch's
+forward output) and which rows form each mini-batch; this loop owns the order
+of the optimizer's work, so every RL algorithm updates the same way. The loss
+and grad norm are checked after every backward: a non-finite value stops the
+run before the optimizer applies it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from ..model import Compute, Qwen3ForCausalLM
+from .forward import TrainerOutput, sequence_logprobs
+
+
+class NonFiniteError(RuntimeError):
+    """Loss or gradient became NaN/inf."""
+
+
+@dataclass(frozen=True)
+class MiniBatch:
+    rows: slice
+    """Rows of the step batch (contiguous, in batch order)."""
+    seqs: Sequence[tuple[Sequence[int], Sequence[int]]]
+    """(prompt_ids, response_ids) of those rows."""
+    replay: torch.Tensor | None = None
+    """MoE experts to replay in the forward (`timbench.remedies.replay_tensor`), or None."""
+
+
+Objective = Callable[[TrainerOutput, slice], tuple[torch.Tensor, dict]]
+"""(forward output of a mini-batch, its rows) -> (scalar loss, metrics of that mini-batch)."""
+
+
+def update_policy(model: Qwen3ForCausalLM, opt: torch.optim.Optimizer, compute: Compute,
+                  mini_batches: Sequence[MiniBatch], objective: Objective, *, epochs: int, grad_clip: float,
+                  temperature: float) -> list[dict]:
+    """`epochs` passes over `mini_batches`, one optimizer step each; returns one metrics row per step.
+
+    Each row holds actor/loss, actor/grad_norm (before clipping) and the objective's metrics.
+    Raises NonFiniteError (nothing applied) when the loss or the grad norm is NaN/inf.
+    """
+    params = list(model.parameters())
+    rows = []
+    for _ in range(epochs):
+        for mb in mini_batches:
+            out = sequence_logprobs(model, compute, mb.seqs, temperature, replay=mb.replay)
+            loss, metrics = objective(out, mb.rows)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gn = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+            if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
+                raise NonFiniteError(f"non-finite loss={float(loss.detach())} or grad_norm={gn}")
+            opt.step()
+            rows.append({"actor/loss": float(loss.detach()), "actor/grad_norm": gn, **metrics})
+    return rows
