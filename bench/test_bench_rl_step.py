@@ -34,24 +34,20 @@ def rl_stepper(cfg):
     """`step(i) -> (metrics, timings)`: RL step `i` of run config `cfg`, set up as `timbench train` sets it up.
 
     The one place this benchmark reaches into the loop's internals (it mirrors the setup in
-    `timbench.rl.loop.run`: warm start, remedy, main lane, then `train_step`). When the loop's step
+    `timbench.rl.loop.run`: warm start, main lane, then `train_step`). When the loop's step
     API changes, adapt this function only.
     """
     from timbench.model import load_checkpoint
-    from timbench.remedies import load_remedy
-    from timbench.rl.algorithms import get_algorithm
-    from timbench.rl.loop import _lane, resolve_checkpoint, train_step
-    from timbench.tasks import get_task
+    from timbench.rl.loop import make_lane, train_step
+    from timbench.shipped import resolve_checkpoint
 
-    task, algo = get_task(cfg.task), get_algorithm(cfg.algorithm)
-    base = load_checkpoint(resolve_checkpoint(cfg))
-    remedy = load_remedy(cfg.remedy, cfg.remedy_args)
-    lane = _lane("main", base, cfg, cfg.engine | remedy.engine_override, cfg.trainer | remedy.trainer_override,
-                 cfg.prompts_per_step * cfg.group_size, remedy)
+    base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
+    lane = make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer, cfg.prompts_per_step * cfg.group_size,
+                     cfg.remedy_impl)
 
     def step(i: int):
-        metrics, _, timings = train_step(lane, cfg, task, algo, i)
-        return metrics, timings
+        metrics, batch = train_step(lane, cfg, i)
+        return metrics, batch.timing
 
     return step
 
@@ -68,7 +64,7 @@ def deterministic():
 @pytest.mark.parametrize("kernels", list(KERNELS))
 def test_rl_step_seconds(benchmark, smoke, deterministic, kernels):
     cfg = load_config(BASELINE, KERNELS[kernels])
-    assert cfg.engine["kernels"] == cfg.trainer["kernels"] == kernels
+    assert cfg.engine.kernels == cfg.trainer.kernels == kernels
     step = rl_stepper(cfg)
     steps = itertools.count()
     results = []
@@ -91,6 +87,6 @@ def test_rl_step_seconds(benchmark, smoke, deterministic, kernels):
     split = {k: sum(t[k] for _, t in timed) / len(timed) for k in timed[0][1]}
     tokens = round(sum(m["response_length/mean"] for m, _ in timed) / len(timed)
                    * cfg.prompts_per_step * cfg.group_size)
-    benchmark.extra_info.update(bench="rl_step", model=cfg.preset, kernels=kernels, dtype=cfg.engine["dtype"],
+    benchmark.extra_info.update(bench="rl_step", model=cfg.preset, kernels=kernels, dtype=cfg.engine.dtype,
                                 batch=f"{cfg.prompts_per_step}x{cfg.group_size}", config=BASELINE.name,
                                 tokens=tokens, rounds=ROUNDS, **split, **thread_info())
