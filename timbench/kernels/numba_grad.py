@@ -1,0 +1,221 @@
+"""Fixed-order backward kernels (numba) for the `exact` kernel set: gradients whose bits no CPU can change.
+
+Each kernel mirrors a forward in `numba_ops` and obeys the same rules: every
+output element is one loop nest in an order fixed by the tensor widths and its
+own data (reductions over rows run in ascending row order, over columns in
+ascending column order), rows or columns are split across threads with
+`prange` (which changes who computes an element, not how), no fastmath (so no
+FMA contraction and no reassociation), and transcendentals are scalar libm
+calls. PyTorch/MKL/oneDNN instead pick SIMD widths and blockings per CPU, which
+is why the trainer's update used to differ by ~1e-7 between machines.
+
+Inputs are fp32 (the caller widens bf16/fp16 exactly). Matmul gradients
+accumulate in fp32 like the forward (`numba_ops.matmul`); the row reductions of
+the normalisations and softmaxes accumulate in float64 and round once to fp32.
+The caller rounds each fp32 gradient once to its input's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+_JIT = dict(parallel=True, cache=True, fastmath=False, error_model="numpy", nogil=True)
+_CHUNK = 16  # columns per task in column-parallel reductions: one 64-byte cache line of fp32
+
+
+@njit(**_JIT)
+def rmsnorm_bwd(x, w, dy, eps, need_dx, need_dw):
+    """Gradients of y = (x * r) * w, r = 1 / sqrt(mean(x^2) + eps) (r exactly as `numba_ops.rmsnorm`).
+
+    dx_k = r w_k dy_k - x_k r^3 / d * sum_j dy_j w_j x_j (float64 per row, j ascending);
+    dw_j = sum_i dy_ij * fp32(x_ij * r_i) (float64, rows ascending). Returns (dx, dw), fp32.
+    """
+    m, d = x.shape
+    r = np.empty(m, dtype=np.float32)
+    dx = np.empty((m, d) if need_dx else (0, d), dtype=np.float32)
+    for i in prange(m):
+        ss = np.float32(0.0)
+        for j in range(d):
+            ss += x[i, j] * x[i, j]
+        ri = np.float32(1.0) / np.float32(math.sqrt(ss / np.float32(d) + eps))
+        r[i] = ri
+        if need_dx:
+            dot = 0.0
+            for j in range(d):
+                dot += np.float64(dy[i, j]) * np.float64(w[j]) * np.float64(x[i, j])
+            r64 = np.float64(ri)
+            coef = r64 * r64 * r64 / d * dot
+            for j in range(d):
+                dx[i, j] = np.float32(r64 * (np.float64(w[j]) * np.float64(dy[i, j])) - np.float64(x[i, j]) * coef)
+    dw = np.zeros(d if need_dw else 0, dtype=np.float32)
+    if need_dw:
+        for c in prange((d + _CHUNK - 1) // _CHUNK):
+            j0 = c * _CHUNK
+            j1 = min(j0 + _CHUNK, d)
+            acc = np.zeros(j1 - j0, dtype=np.float64)
+            for i in range(m):
+                ri = r[i]
+                for j in range(j0, j1):
+                    acc[j - j0] += np.float64(dy[i, j]) * np.float64(x[i, j] * ri)
+            for j in range(j0, j1):
+                dw[j] = np.float32(acc[j - j0])
+    return dx, dw
+
+
+@njit(**_JIT)
+def silu_mul_bwd(g, u, dy):
+    """Gradients of out = silu(g) * u with the forward's sigmoid s = 1 / (1 + exp(-g)), fp32 elementwise.
+
+    dg = dy * u * (s * (1 + g * (1 - s))), du = dy * (g * s).
+    """
+    m, n = g.shape
+    dg = np.empty((m, n), dtype=np.float32)
+    du = np.empty((m, n), dtype=np.float32)
+    one = np.float32(1.0)
+    for i in prange(m):
+        for j in range(n):
+            a = g[i, j]
+            s = one / (one + np.float32(math.exp(-a)))
+            dg[i, j] = (dy[i, j] * u[i, j]) * (s * (one + a * (one - s)))
+            du[i, j] = dy[i, j] * (a * s)
+    return dg, du
+
+
+@njit(**_JIT)
+def log_softmax_bwd(out, dy):
+    """dx_j = dy_j - exp(out_j) * sum_k dy_k, from the saved output; float64 per row, k ascending."""
+    m, v = out.shape
+    dx = np.empty((m, v), dtype=np.float32)
+    for i in prange(m):
+        s = 0.0
+        for j in range(v):
+            s += np.float64(dy[i, j])
+        for j in range(v):
+            dx[i, j] = np.float32(np.float64(dy[i, j]) - math.exp(np.float64(out[i, j])) * s)
+    return dx
+
+
+@njit(**_JIT)
+def softmax_bwd(p, dy):
+    """dx_j = p_j * (dy_j - sum_k p_k dy_k), from the saved probabilities; float64 per row, k ascending."""
+    m, v = p.shape
+    dx = np.empty((m, v), dtype=np.float32)
+    for i in prange(m):
+        s = 0.0
+        for j in range(v):
+            s += np.float64(p[i, j]) * np.float64(dy[i, j])
+        for j in range(v):
+            dx[i, j] = np.float32(np.float64(p[i, j]) * (np.float64(dy[i, j]) - s))
+    return dx
+
+
+@njit(**_JIT)
+def rowdot(a, b):
+    """out[i] = sum_j a[i, j] * b[i, j], float64, j ascending, rounded once to fp32 (a broadcast's gradient)."""
+    m, n = a.shape
+    out = np.empty(m, dtype=np.float32)
+    for i in prange(m):
+        s = 0.0
+        for j in range(n):
+            s += np.float64(a[i, j]) * np.float64(b[i, j])
+        out[i] = np.float32(s)
+    return out
+
+
+@njit(**_JIT)
+def embedding_bwd(ids, dy, vocab):
+    """dW[v] = sum of dy[p] over positions p with ids[p] == v, p ascending (fp32, as an index_put accumulate).
+
+    Columns are split across threads; within a column the positions run in order.
+    """
+    n, d = dy.shape
+    dw = np.zeros((vocab, d), dtype=np.float32)
+    for c in prange((d + _CHUNK - 1) // _CHUNK):
+        j0 = c * _CHUNK
+        j1 = min(j0 + _CHUNK, d)
+        for p in range(n):
+            row = ids[p]
+            for j in range(j0, j1):
+                dw[row, j] += dy[p, j]
+    return dw
+
+
+@njit(**_JIT)
+def attend_causal_bwd(q, k, v, dout, scale):
+    """Gradients of causal GQA attention (`numba_ops.attend` with query i of row b against keys 0..i of row b).
+
+    q, dout: [B, T, H, D]; k, v: [B, T, Hkv, D]. Pass 1 (one task per query row and kv head)
+    recomputes each head's probabilities in the forward's order (fp32 scores j ascending, the
+    float64 max over `acc * scale`, fp32 exp and total), then dp_t = dout . v_t, c = sum_t p_t dp_t,
+    ds_t = p_t (dp_t - c) (float64, t ascending) and dq = scale * sum_t ds_t k_t. Pass 2 (one task
+    per key) sums dk_t = scale * sum ds_it q_i and dv_t = sum p_it dout_i over queries i >= t
+    ascending, and within a query over the group's heads ascending, in float64, rounded once.
+    """
+    nb, nt, nh, d = q.shape
+    n_kv = k.shape[2]
+    group = nh // n_kv
+    P = np.zeros((nb, nh, nt, nt), dtype=np.float32)
+    S = np.zeros((nb, nh, nt, nt), dtype=np.float32)
+    dq = np.empty((nb, nt, nh, d), dtype=np.float32)
+    for idx in prange(nb * nt * n_kv):
+        b = idx // (nt * n_kv)
+        i = (idx // n_kv) % nt
+        g = idx % n_kv
+        t_len = i + 1
+        sc = np.empty(t_len, dtype=np.float32)
+        dp = np.empty(t_len, dtype=np.float64)
+        for hh in range(group):
+            h = g * group + hh
+            mx = -np.inf
+            for t in range(t_len):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += q[b, i, h, j] * k[b, t, g, j]
+                a = acc * scale
+                sc[t] = a
+                if a > mx:
+                    mx = a
+            tot = np.float32(0.0)
+            for t in range(t_len):
+                e = np.float32(math.exp(sc[t] - mx))
+                sc[t] = e
+                tot += e
+            c = 0.0
+            for t in range(t_len):
+                p = sc[t] / tot
+                P[b, h, i, t] = p
+                acc64 = 0.0
+                for j in range(d):
+                    acc64 += np.float64(dout[b, i, h, j]) * np.float64(v[b, t, g, j])
+                dp[t] = acc64
+                c += np.float64(p) * acc64
+            for t in range(t_len):
+                S[b, h, i, t] = np.float32(np.float64(P[b, h, i, t]) * (dp[t] - c))
+            for j in range(d):
+                acc64 = 0.0
+                for t in range(t_len):
+                    acc64 += np.float64(S[b, h, i, t]) * np.float64(k[b, t, g, j])
+                dq[b, i, h, j] = np.float32(acc64 * scale)
+    dk = np.empty((nb, nt, n_kv, d), dtype=np.float32)
+    dv = np.empty((nb, nt, n_kv, d), dtype=np.float32)
+    for idx in prange(nb * nt * n_kv):
+        b = idx // (nt * n_kv)
+        t = (idx // n_kv) % nt
+        g = idx % n_kv
+        ak = np.zeros(d, dtype=np.float64)
+        av = np.zeros(d, dtype=np.float64)
+        for i in range(t, nt):
+            for hh in range(group):
+                h = g * group + hh
+                s = np.float64(S[b, h, i, t])
+                p = np.float64(P[b, h, i, t])
+                for j in range(d):
+                    ak[j] += s * np.float64(q[b, i, h, j])
+                    av[j] += p * np.float64(dout[b, i, h, j])
+        for j in range(d):
+            dk[b, t, g, j] = np.float32(ak[j] * scale)
+            dv[b, t, g, j] = np.float32(av[j])
+    return dq, dk, dv
