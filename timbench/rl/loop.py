@@ -23,6 +23,7 @@ from ..remedies import Remedy, RemedyBatch, check_result, load_remedy, per_seque
 from ..spec import parse_spec
 from ..tasks import get_task
 from ..trainer import sequence_logprobs
+from ..trainer.optim import AdamW, clip_grad_norm
 from .algorithms import agg_loss, dynamic_sampling_mask, get_algorithm, kl_penalty
 from .config import RunConfig
 from .drift import objective_drift
@@ -50,7 +51,7 @@ class Lane:
 def _lane(name, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec, trainer_spec, max_seqs, remedy) -> Lane:
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    opt = AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     es = parse_spec(engine_spec, "engine spec", side="engine")
     ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
     engine = make_engine(base.config, es, max_num_seqs=max_seqs)
@@ -122,7 +123,7 @@ def train_step(lane: Lane, cfg: RunConfig, task, algo, step: int) -> tuple[dict,
                 m = m | {"actor/kl_loss": float(kl.detach())}
             lane.opt.zero_grad(set_to_none=True)
             loss.backward()
-            gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+            gn = float(clip_grad_norm(params, cfg.grad_clip))
             if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
                 raise NonFiniteError(f"step {step}: non-finite loss={float(loss.detach())} or grad_norm={gn} "
                                      f"(lane {lane.name}); metrics up to step {step - 1} are kept")
