@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from . import numba_grad as ng
@@ -114,7 +113,7 @@ class ExactKernels:
             # dX = dY W (sum over outputs ascending); dW = dY^T X (sum over rows ascending): both the
             # forward's matmul, so the same fixed per-element order and the same speed.
             dx = _back(nb.matmul(g, _np32(w)), xd).reshape(xs) if needs[0] else None
-            dw = _back(nb.matmul(np.ascontiguousarray(g.T), x2), wd) if needs[1] else None
+            dw = _back(ng.matmul_tn(g, x2), wd) if needs[1] else None
             return dx, dw
         return _exact(fwd, bwd, x, w)
 

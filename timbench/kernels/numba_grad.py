@@ -27,6 +27,46 @@ _CHUNK = 16  # columns per task in column-parallel reductions: one 64-byte cache
 
 
 @njit(**_JIT)
+def matmul_tn(a, b):
+    """out[i, j] = sum_m a[m, i] * b[m, j], m ascending, fp32 (acc += a * b): dW = dY^T X without a transpose.
+
+    a: [M, N], b: [M, K] -> [N, K]. The same per-element sequence and row blocking as
+    `numba_ops.matmul` applied to a.T, reading a's columns in place.
+    """
+    mdim, n = a.shape
+    k = b.shape[1]
+    out = np.zeros((n, k), dtype=np.float32)
+    for blk in prange((n + 3) // 4):
+        i0 = blk * 4
+        if i0 + 4 <= n:
+            r0 = out[i0]
+            r1 = out[i0 + 1]
+            r2 = out[i0 + 2]
+            r3 = out[i0 + 3]
+            for m in range(mdim):
+                a0 = a[m, i0]
+                a1 = a[m, i0 + 1]
+                a2 = a[m, i0 + 2]
+                a3 = a[m, i0 + 3]
+                bm = b[m]
+                for j in range(k):
+                    w = bm[j]
+                    r0[j] += a0 * w
+                    r1[j] += a1 * w
+                    r2[j] += a2 * w
+                    r3[j] += a3 * w
+        else:
+            for i in range(i0, n):
+                row = out[i]
+                for m in range(mdim):
+                    am = a[m, i]
+                    bm = b[m]
+                    for j in range(k):
+                        row[j] += am * bm[j]
+    return out
+
+
+@njit(**_JIT)
 def rmsnorm_bwd(x, w, dy, eps, need_dx, need_dw):
     """Gradients of y = (x * r) * w, r = 1 / sqrt(mean(x^2) + eps) (r exactly as `numba_ops.rmsnorm`).
 
