@@ -28,14 +28,15 @@ _CHUNK = 16  # columns per task in column-parallel reductions: one 64-byte cache
 
 @njit(**_JIT)
 def matmul_tn(a, b):
-    """out[i, j] = sum_m a[m, i] * b[m, j], m ascending, fp32 (acc += a * b): dW = dY^T X without a transpose.
+    """out[i, j] = sum_m a[m, i] * b[m, j], m ascending, fp32 (acc = acc + a * b): dW = dY^T X, no transpose.
 
-    a: [M, N], b: [M, K] -> [N, K]. The same per-element sequence and row blocking as
-    `numba_ops.matmul` applied to a.T, reading a's columns in place.
+    a: [M, N], b: [M, K] -> [N, K]. The same per-element sequence, row blocking and
+    four-step unrolling as `numba_ops.matmul` applied to a.T, reading a's columns in place.
     """
     mdim, n = a.shape
     k = b.shape[1]
     out = np.zeros((n, k), dtype=np.float32)
+    m4 = mdim - mdim % 4
     for blk in prange((n + 3) // 4):
         i0 = blk * 4
         if i0 + 4 <= n:
@@ -43,7 +44,22 @@ def matmul_tn(a, b):
             r1 = out[i0 + 1]
             r2 = out[i0 + 2]
             r3 = out[i0 + 3]
-            for m in range(mdim):
+            for m in range(0, m4, 4):
+                a00, a01, a02, a03 = a[m, i0], a[m + 1, i0], a[m + 2, i0], a[m + 3, i0]
+                a10, a11, a12, a13 = a[m, i0 + 1], a[m + 1, i0 + 1], a[m + 2, i0 + 1], a[m + 3, i0 + 1]
+                a20, a21, a22, a23 = a[m, i0 + 2], a[m + 1, i0 + 2], a[m + 2, i0 + 2], a[m + 3, i0 + 2]
+                a30, a31, a32, a33 = a[m, i0 + 3], a[m + 1, i0 + 3], a[m + 2, i0 + 3], a[m + 3, i0 + 3]
+                b0 = b[m]
+                b1 = b[m + 1]
+                b2 = b[m + 2]
+                b3 = b[m + 3]
+                for j in range(k):
+                    v0, v1, v2, v3 = b0[j], b1[j], b2[j], b3[j]
+                    r0[j] = (((r0[j] + a00 * v0) + a01 * v1) + a02 * v2) + a03 * v3
+                    r1[j] = (((r1[j] + a10 * v0) + a11 * v1) + a12 * v2) + a13 * v3
+                    r2[j] = (((r2[j] + a20 * v0) + a21 * v1) + a22 * v2) + a23 * v3
+                    r3[j] = (((r3[j] + a30 * v0) + a31 * v1) + a32 * v2) + a33 * v3
+            for m in range(m4, mdim):
                 a0 = a[m, i0]
                 a1 = a[m, i0 + 1]
                 a2 = a[m, i0 + 2]
