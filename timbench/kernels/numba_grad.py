@@ -203,12 +203,12 @@ def embedding_bwd(ids, dy, vocab):
 def attend_causal_bwd(q, k, v, dout, scale):
     """Gradients of causal GQA attention (`numba_ops.attend` with query i of row b against keys 0..i of row b).
 
-    q, dout: [B, T, H, D]; k, v: [B, T, Hkv, D]. Pass 1 (one task per query row and kv head)
+    q, dout: [B, T, H, D]; k, v: [B, T, Hkv, D]. Pass 1 (one task per row and kv head, queries in turn)
     recomputes each head's probabilities in the forward's order (fp32 scores j ascending, the
     float64 max over `acc * scale`, fp32 exp and total), then dp_t = dout . v_t, c = sum_t p_t dp_t,
     ds_t = p_t (dp_t - c) (float64, t ascending) and dq = scale * sum_t ds_t k_t. Pass 2 (one task
-    per key) sums dk_t = scale * sum ds_it q_i and dv_t = sum p_it dout_i over queries i >= t
-    ascending, and within a query over the group's heads ascending, in float64, rounded once.
+    per row and kv head, keys in turn) sums dk_t = scale * sum ds_it q_i and dv_t = sum p_it dout_i
+    over queries i >= t ascending, and within a query over the group's heads ascending, in float64, rounded once.
     """
     nb, nt, nh, d = q.shape
     n_kv = k.shape[2]
@@ -216,62 +216,65 @@ def attend_causal_bwd(q, k, v, dout, scale):
     P = np.zeros((nb, nh, nt, nt), dtype=np.float32)
     S = np.zeros((nb, nh, nt, nt), dtype=np.float32)
     dq = np.empty((nb, nt, nh, d), dtype=np.float32)
-    for idx in prange(nb * nt * n_kv):
-        b = idx // (nt * n_kv)
-        i = (idx // n_kv) % nt
+    for idx in prange(nb * n_kv):  # one task per (row, kv head): scratch allocated once per task
+        b = idx // n_kv
         g = idx % n_kv
-        t_len = i + 1
-        sc = np.empty(t_len, dtype=np.float32)
-        dp = np.empty(t_len, dtype=np.float64)
-        for hh in range(group):
-            h = g * group + hh
-            mx = -np.inf
-            for t in range(t_len):
-                acc = np.float32(0.0)
-                for j in range(d):
-                    acc += q[b, i, h, j] * k[b, t, g, j]
-                a = acc * scale
-                sc[t] = a
-                if a > mx:
-                    mx = a
-            tot = np.float32(0.0)
-            for t in range(t_len):
-                e = np.float32(math.exp(sc[t] - mx))
-                sc[t] = e
-                tot += e
-            c = 0.0
-            for t in range(t_len):
-                p = sc[t] / tot
-                P[b, h, i, t] = p
-                acc64 = 0.0
-                for j in range(d):
-                    acc64 += np.float64(dout[b, i, h, j]) * np.float64(v[b, t, g, j])
-                dp[t] = acc64
-                c += np.float64(p) * acc64
-            for t in range(t_len):
-                S[b, h, i, t] = np.float32(np.float64(P[b, h, i, t]) * (dp[t] - c))
-            for j in range(d):
-                acc64 = 0.0
-                for t in range(t_len):
-                    acc64 += np.float64(S[b, h, i, t]) * np.float64(k[b, t, g, j])
-                dq[b, i, h, j] = np.float32(acc64 * scale)
-    dk = np.empty((nb, nt, n_kv, d), dtype=np.float32)
-    dv = np.empty((nb, nt, n_kv, d), dtype=np.float32)
-    for idx in prange(nb * nt * n_kv):
-        b = idx // (nt * n_kv)
-        t = (idx // n_kv) % nt
-        g = idx % n_kv
-        ak = np.zeros(d, dtype=np.float64)
-        av = np.zeros(d, dtype=np.float64)
-        for i in range(t, nt):
+        sc = np.empty(nt, dtype=np.float32)
+        dp = np.empty(nt, dtype=np.float64)
+        for i in range(nt):
+            t_len = i + 1
             for hh in range(group):
                 h = g * group + hh
-                s = np.float64(S[b, h, i, t])
-                p = np.float64(P[b, h, i, t])
+                mx = -np.inf
+                for t in range(t_len):
+                    acc = np.float32(0.0)
+                    for j in range(d):
+                        acc += q[b, i, h, j] * k[b, t, g, j]
+                    a = acc * scale
+                    sc[t] = a
+                    if a > mx:
+                        mx = a
+                tot = np.float32(0.0)
+                for t in range(t_len):
+                    e = np.float32(math.exp(sc[t] - mx))
+                    sc[t] = e
+                    tot += e
+                c = 0.0
+                for t in range(t_len):
+                    p = sc[t] / tot
+                    P[b, h, i, t] = p
+                    acc64 = 0.0
+                    for j in range(d):
+                        acc64 += np.float64(dout[b, i, h, j]) * np.float64(v[b, t, g, j])
+                    dp[t] = acc64
+                    c += np.float64(p) * acc64
+                for t in range(t_len):
+                    S[b, h, i, t] = np.float32(np.float64(P[b, h, i, t]) * (dp[t] - c))
                 for j in range(d):
-                    ak[j] += s * np.float64(q[b, i, h, j])
-                    av[j] += p * np.float64(dout[b, i, h, j])
-        for j in range(d):
-            dk[b, t, g, j] = np.float32(ak[j] * scale)
-            dv[b, t, g, j] = np.float32(av[j])
+                    acc64 = 0.0
+                    for t in range(t_len):
+                        acc64 += np.float64(S[b, h, i, t]) * np.float64(k[b, t, g, j])
+                    dq[b, i, h, j] = np.float32(acc64 * scale)
+    dk = np.empty((nb, nt, n_kv, d), dtype=np.float32)
+    dv = np.empty((nb, nt, n_kv, d), dtype=np.float32)
+    for idx in prange(nb * n_kv):
+        b = idx // n_kv
+        g = idx % n_kv
+        ak = np.empty(d, dtype=np.float64)
+        av = np.empty(d, dtype=np.float64)
+        for t in range(nt):
+            for j in range(d):
+                ak[j] = 0.0
+                av[j] = 0.0
+            for i in range(t, nt):
+                for hh in range(group):
+                    h = g * group + hh
+                    s = np.float64(S[b, h, i, t])
+                    p = np.float64(P[b, h, i, t])
+                    for j in range(d):
+                        ak[j] += s * np.float64(q[b, i, h, j])
+                        av[j] += p * np.float64(dout[b, i, h, j])
+            for j in range(d):
+                dk[b, t, g, j] = np.float32(ak[j] * scale)
+                dv[b, t, g, j] = np.float32(av[j])
     return dq, dk, dv
