@@ -110,9 +110,9 @@ class ExactKernels:
 
         def bwd(x2, grad, needs):
             g = _np32(grad.reshape(-1, n))
-            # dX = dY W (sum over outputs ascending); dW = dY^T X (sum over rows ascending): both the
-            # forward's matmul, so the same fixed per-element order and the same speed.
-            dx = _back(nb.matmul(g, _np32(w)), xd).reshape(xs) if needs[0] else None
+            # dX = dY W (sum over outputs ascending); dW = dY^T X (sum over rows ascending): the
+            # forward's loop with fused steps (numba_grad.matmul_fma / matmul_tn).
+            dx = _back(ng.matmul_fma(g, _np32(w)), xd).reshape(xs) if needs[0] else None
             dw = _back(ng.matmul_tn(g, x2), wd) if needs[1] else None
             return dx, dw
         return _exact(fwd, bwd, x, w)

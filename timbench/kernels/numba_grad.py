@@ -5,12 +5,14 @@ output element is one loop nest in an order fixed by the tensor widths and its
 own data (reductions over rows run in ascending row order, over columns in
 ascending column order), rows or columns are split across threads with
 `prange` (which changes who computes an element, not how), no fastmath (so no
-FMA contraction and no reassociation), and transcendentals are scalar libm
-calls. PyTorch/MKL/oneDNN instead pick SIMD widths and blockings per CPU, which
+implicit FMA contraction and no reassociation: FMA only where written), and
+transcendentals are scalar libm calls. PyTorch/MKL/oneDNN instead pick SIMD widths and blockings per CPU, which
 is why the trainer's update used to differ by ~1e-7 between machines.
 
 Inputs are fp32 (the caller widens bf16/fp16 exactly). Matmul gradients
-accumulate in fp32 like the forward (`numba_ops.matmul`); the row reductions of
+accumulate in fp32 in the forward's order, each step an explicit fused
+multiply-add (`fma32`: one rounding, the same bits on every CPU, twice the
+throughput of the forward's unfused mul + add); the row reductions of
 the normalisations and softmaxes accumulate in float64 and round once to fp32.
 The caller rounds each fp32 gradient once to its input's dtype.
 """
@@ -19,19 +21,94 @@ from __future__ import annotations
 
 import math
 
+import llvmlite.ir as llvm_ir
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _JIT = dict(parallel=True, cache=True, fastmath=False, error_model="numpy", nogil=True)
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """fp32 a * b + c with one rounding (llvm.fma.f32): an FMA instruction where the CPU has one
+    (every AVX2/AVX-512 x86-64), a correctly rounded libm fmaf call otherwise; the same bits either way."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        f32 = llvm_ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
+        return builder.call(fn, args)
+    return sig, codegen
+
+
 _CHUNK = 16  # columns per task in column-parallel reductions: one 64-byte cache line of fp32
 
 
 @njit(**_JIT)
-def matmul_tn(a, b):
-    """out[i, j] = sum_m a[m, i] * b[m, j], m ascending, fp32 (acc = acc + a * b): dW = dY^T X, no transpose.
+def matmul_fma(x, wt):
+    """out[i, j] = sum_k x[i, k] * wt[k, j], k ascending, acc = fma(x, w, acc) in fp32: dX = dY W.
 
-    a: [M, N], b: [M, K] -> [N, K]. The same per-element sequence, row blocking and
-    four-step unrolling as `numba_ops.matmul` applied to a.T, reading a's columns in place.
+    The forward's loop (`numba_ops.matmul`: rows in fours, k in fours, j innermost) with each
+    step fused, one rounding instead of two: a different but equally fixed sequence, and twice
+    the arithmetic per instruction (the unfused loop is bound by mul + add issue). Forward bits
+    are untouched; only gradients use it.
+    """
+    m, kdim = x.shape
+    n = wt.shape[1]
+    out = np.zeros((m, n), dtype=np.float32)
+    k4 = kdim - kdim % 4
+    for b in prange((m + 3) // 4):
+        i0 = b * 4
+        if i0 + 4 <= m:
+            r0 = out[i0]
+            r1 = out[i0 + 1]
+            r2 = out[i0 + 2]
+            r3 = out[i0 + 3]
+            for k in range(0, k4, 4):
+                a00, a01, a02, a03 = x[i0, k], x[i0, k + 1], x[i0, k + 2], x[i0, k + 3]
+                a10, a11, a12, a13 = x[i0 + 1, k], x[i0 + 1, k + 1], x[i0 + 1, k + 2], x[i0 + 1, k + 3]
+                a20, a21, a22, a23 = x[i0 + 2, k], x[i0 + 2, k + 1], x[i0 + 2, k + 2], x[i0 + 2, k + 3]
+                a30, a31, a32, a33 = x[i0 + 3, k], x[i0 + 3, k + 1], x[i0 + 3, k + 2], x[i0 + 3, k + 3]
+                w0 = wt[k]
+                w1 = wt[k + 1]
+                w2 = wt[k + 2]
+                w3 = wt[k + 3]
+                for j in range(n):
+                    v0, v1, v2, v3 = w0[j], w1[j], w2[j], w3[j]
+                    r0[j] = fma32(a03, v3, fma32(a02, v2, fma32(a01, v1, fma32(a00, v0, r0[j]))))
+                    r1[j] = fma32(a13, v3, fma32(a12, v2, fma32(a11, v1, fma32(a10, v0, r1[j]))))
+                    r2[j] = fma32(a23, v3, fma32(a22, v2, fma32(a21, v1, fma32(a20, v0, r2[j]))))
+                    r3[j] = fma32(a33, v3, fma32(a32, v2, fma32(a31, v1, fma32(a30, v0, r3[j]))))
+            for k in range(k4, kdim):
+                a0 = x[i0, k]
+                a1 = x[i0 + 1, k]
+                a2 = x[i0 + 2, k]
+                a3 = x[i0 + 3, k]
+                wk = wt[k]
+                for j in range(n):
+                    w = wk[j]
+                    r0[j] = fma32(a0, w, r0[j])
+                    r1[j] = fma32(a1, w, r1[j])
+                    r2[j] = fma32(a2, w, r2[j])
+                    r3[j] = fma32(a3, w, r3[j])
+        else:
+            for i in range(i0, m):
+                row = out[i]
+                for k in range(kdim):
+                    a = x[i, k]
+                    wk = wt[k]
+                    for j in range(n):
+                        row[j] = fma32(a, wk[j], row[j])
+    return out
+
+
+@njit(**_JIT)
+def matmul_tn(a, b):
+    """out[i, j] = sum_m a[m, i] * b[m, j], m ascending, acc = fma(a, b, acc) in fp32: dW = dY^T X.
+
+    a: [M, N], b: [M, K] -> [N, K]: `matmul_fma` applied to a.T, reading a's columns in place.
     """
     mdim, n = a.shape
     k = b.shape[1]
@@ -55,10 +132,10 @@ def matmul_tn(a, b):
                 b3 = b[m + 3]
                 for j in range(k):
                     v0, v1, v2, v3 = b0[j], b1[j], b2[j], b3[j]
-                    r0[j] = (((r0[j] + a00 * v0) + a01 * v1) + a02 * v2) + a03 * v3
-                    r1[j] = (((r1[j] + a10 * v0) + a11 * v1) + a12 * v2) + a13 * v3
-                    r2[j] = (((r2[j] + a20 * v0) + a21 * v1) + a22 * v2) + a23 * v3
-                    r3[j] = (((r3[j] + a30 * v0) + a31 * v1) + a32 * v2) + a33 * v3
+                    r0[j] = fma32(a03, v3, fma32(a02, v2, fma32(a01, v1, fma32(a00, v0, r0[j]))))
+                    r1[j] = fma32(a13, v3, fma32(a12, v2, fma32(a11, v1, fma32(a10, v0, r1[j]))))
+                    r2[j] = fma32(a23, v3, fma32(a22, v2, fma32(a21, v1, fma32(a20, v0, r2[j]))))
+                    r3[j] = fma32(a33, v3, fma32(a32, v2, fma32(a31, v1, fma32(a30, v0, r3[j]))))
             for m in range(m4, mdim):
                 a0 = a[m, i0]
                 a1 = a[m, i0 + 1]
@@ -67,10 +144,10 @@ def matmul_tn(a, b):
                 bm = b[m]
                 for j in range(k):
                     w = bm[j]
-                    r0[j] += a0 * w
-                    r1[j] += a1 * w
-                    r2[j] += a2 * w
-                    r3[j] += a3 * w
+                    r0[j] = fma32(a0, w, r0[j])
+                    r1[j] = fma32(a1, w, r1[j])
+                    r2[j] = fma32(a2, w, r2[j])
+                    r3[j] = fma32(a3, w, r3[j])
         else:
             for i in range(i0, n):
                 row = out[i]
@@ -78,7 +155,7 @@ def matmul_tn(a, b):
                     am = a[m, i]
                     bm = b[m]
                     for j in range(k):
-                        row[j] += am * bm[j]
+                        row[j] = fma32(am, bm[j], row[j])
     return out
 
 
