@@ -8,7 +8,9 @@ and rounded once to the input dtype. The backward (`numba_grad`) is fixed-order
 too, so the trainer's gradients do not depend on the CPU or the thread count
 (PyTorch's would: ATen, MKL and oneDNN choose SIMD paths per machine). It uses
 only what the forward saved (no second forward), widens bf16/fp16 gradients to
-fp32 the same way, and rounds each input's gradient once to that input's dtype:
+fp32 the same way (matmul gradients accumulate in fp32 with explicit fused
+multiply-adds, row reductions in float64), and rounds each input's gradient
+once to that input's dtype:
 grads of bf16 activations and bf16 weight casts are bf16, of fp32 ones fp32,
 and `log_softmax`/router-softmax grads are fp32 (their inputs are fp32).
 """
