@@ -165,6 +165,7 @@ def rmsnorm_bwd(x, w, dy, eps, need_dx, need_dw):
 
     dx_k = r w_k dy_k - x_k r^3 / d * sum_j dy_j w_j x_j (float64 per row, j ascending);
     dw_j = sum_i dy_ij * fp32(x_ij * r_i) (float64, rows ascending). Returns (dx, dw), fp32.
+    A row whose fp32 sum of squares overflowed gets a NaN dx.
     """
     m, d = x.shape
     r = np.empty(m, dtype=np.float32)
@@ -175,7 +176,12 @@ def rmsnorm_bwd(x, w, dy, eps, need_dx, need_dw):
             ss += x[i, j] * x[i, j]
         ri = np.float32(1.0) / np.float32(math.sqrt(ss / np.float32(d) + eps))
         r[i] = ri
-        if need_dx:
+        if need_dx and not math.isfinite(ss):
+            # The forward's fp32 sum of squares overflowed (r = 0, output zeroed): the gradient is
+            # undefined, and NaN (as PyTorch's backward gives) lets the trainer's non-finite check stop.
+            for j in range(d):
+                dx[i, j] = np.float32(np.nan)
+        elif need_dx:
             dot = 0.0
             for j in range(d):
                 dot += np.float64(dy[i, j]) * np.float64(w[j]) * np.float64(x[i, j])
