@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .kernels.reduce import fsum, masked_sum
 from .threads import set_threads
 
 DEFAULT_MODEL = "tiny-dense"
@@ -62,7 +63,7 @@ def sft_batch(problems) -> list[tuple[tuple[int, ...], list[int]]]:
 
 def sft_objective(out, rows=None) -> tuple[torch.Tensor, dict]:
     """Mean cross-entropy over response tokens (solution + EOS) given the prompt, from a trainer forward."""
-    return -(out.logprobs.sum() / out.mask.sum()), {}
+    return -(masked_sum(out.logprobs, out.mask) / fsum(out.mask)), {}
 
 
 def sft_loss(model, compute, problems) -> torch.Tensor:
@@ -88,6 +89,7 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     from .spec import parse_spec
     from .tasks import get_task
     from .trainer import MiniBatch, update_policy
+    from .trainer.optim import AdamW
 
     t_obj = get_task(task)
     if model not in PRESETS:
@@ -104,7 +106,7 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     t0 = time.perf_counter()
     net = Qwen3ForCausalLM(PRESETS[model], seed=seed)
     compute = Compute.from_spec(parse_spec(TRAINER_SPEC, "trainer spec", side="trainer"))
-    opt = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    opt = AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     eval_set = t_obj.eval_set(eval_n)
     probe = eval_set[:min(probe_n, eval_n)]
     engine = make_engine(net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"),

@@ -5,6 +5,11 @@ depend on the batch; everything else it does is indexing or IEEE-exact
 elementwise `+ - * /`, which no kernel choice can change. Swapping the kernel
 set is therefore the whole difference between an engine and a trainer that
 agree bitwise (`exact` on both sides) and a classic kernel mismatch.
+
+Backward passes belong to the kernel set too: `exact` differentiates its ops
+with fixed-order kernels (`numba_grad`), so gradients are the same on any CPU.
+The two exact forwards whose PyTorch backward would reduce (the embedding
+gather, the MoE gate scaling) use `fixed_grad` with every kernel set.
 """
 
 from __future__ import annotations

@@ -1,11 +1,18 @@
-"""Batch- and position-invariant kernels: fixed-order numba forward, PyTorch backward.
+"""Batch- and position-invariant kernels: fixed-order numba forward and backward.
 
 Forward values come from `numba_ops`, whose per-row arithmetic is fixed by
 construction, so the engine (prefill, decode, any batch) and the trainer
 (padded batch, any order) produce bitwise-identical outputs for the same row.
 bf16/fp16 inputs are widened to fp32 exactly, reduced in fixed order in fp32,
-and rounded once to the input dtype. Gradients need no invariance: the backward
-pass recomputes the op with ordinary PyTorch and differentiates that.
+and rounded once to the input dtype. The backward (`numba_grad`) is fixed-order
+too, so the trainer's gradients do not depend on the CPU or the thread count
+(PyTorch's would: ATen, MKL and oneDNN choose SIMD paths per machine). It uses
+only what the forward saved (no second forward), widens bf16/fp16 gradients to
+fp32 the same way (matmul gradients accumulate in fp32 with explicit fused
+multiply-adds, row reductions in float64), and rounds each input's gradient
+once to that input's dtype:
+grads of bf16 activations and bf16 weight casts are bf16, of fp32 ones fp32,
+and `log_softmax`/router-softmax grads are fp32 (their inputs are fp32).
 """
 
 from __future__ import annotations
@@ -13,38 +20,39 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
+from . import numba_grad as ng
 from . import numba_ops as nb
 from .split_kv import attend_split
-from .torch_kernels import TorchKernels
-
-_REF = TorchKernels()
 
 
-class _FixedOrder(torch.autograd.Function):
-    """Forward by a fixed-order kernel, backward through a PyTorch reference of the same op."""
+class _Exact(torch.autograd.Function):
+    """Forward and backward both by fixed-order kernels: `fwd(*xs) -> (out, saved)`, `bwd(saved, grad, needs)`.
+
+    `saved` holds what the backward needs (numpy views or fp32 copies made by the
+    forward), so no op is ever run a second time. The input tensors also go
+    through `save_for_backward`, so an in-place change before backward is an error.
+    """
 
     @staticmethod
-    def forward(ctx, fwd, ref, *xs):
-        ctx.ref = ref
+    def forward(ctx, fwd, bwd, *xs):
+        out, saved = fwd(*xs)
+        ctx.bwd, ctx.saved = bwd, saved
         ctx.save_for_backward(*xs)
-        return fwd(*xs)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        xs = [x.detach().requires_grad_(need) for x, need in zip(ctx.saved_tensors, ctx.needs_input_grad[2:])]
-        wanted = [x for x in xs if x.requires_grad]
-        with torch.enable_grad():
-            out = ctx.ref(*xs)
-        grads = iter(torch.autograd.grad(out, wanted, grad, allow_unused=True))
-        return (None, None, *[next(grads) if x.requires_grad else None for x in xs])
+        ctx.saved_tensors  # raises if an input was modified in place since the forward
+        grads = ctx.bwd(ctx.saved, grad, ctx.needs_input_grad[2:])
+        ctx.saved = None
+        return (None, None, *grads)
 
 
-def _fixed_order(fwd, ref, *xs):
+def _exact(fwd, bwd, *xs):
     if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
-        return _FixedOrder.apply(fwd, ref, *xs)
-    return fwd(*xs)
+        return _Exact.apply(fwd, bwd, *xs)
+    return fwd(*xs)[0]
 
 
 def _np32(t: torch.Tensor):
@@ -61,10 +69,6 @@ def _np32(t: torch.Tensor):
 def _back(a, dtype) -> torch.Tensor:
     out = torch.from_numpy(a)
     return out if dtype == torch.float32 else out.to(dtype)
-
-
-def _linear_ref(x, w):
-    return F.linear(x, w.to(x.dtype))
 
 
 class ExactKernels:
@@ -99,36 +103,62 @@ class ExactKernels:
         return wt
 
     # --- operations ----------------------------------------------------------------------------
-    def _linear(self, x, w):
-        k = x.shape[-1]
-        out = nb.matmul(_np32(x.reshape(-1, k)), self._wt(w))
-        return _back(out, x.dtype).reshape(*x.shape[:-1], w.shape[0])
-
     def linear(self, x, w):
-        return _fixed_order(self._linear, _linear_ref, x, w)
+        k, n, xs, xd, wd = x.shape[-1], w.shape[0], x.shape, x.dtype, w.dtype
+
+        def fwd(x, w):
+            x2 = _np32(x.reshape(-1, k))
+            return _back(nb.matmul(x2, self._wt(w)), xd).reshape(*xs[:-1], n), x2
+
+        def bwd(x2, grad, needs):
+            g = _np32(grad.reshape(-1, n))
+            # dX = dY W (sum over outputs ascending); dW = dY^T X (sum over rows ascending): the
+            # forward's loop with fused steps (numba_grad.matmul_fma / matmul_tn).
+            dx = _back(ng.matmul_fma(g, _np32(w)), xd).reshape(xs) if needs[0] else None
+            dw = _back(ng.matmul_tn(g, x2), wd) if needs[1] else None
+            return dx, dw
+        return _exact(fwd, bwd, x, w)
 
     def rmsnorm(self, x, w, eps):
+        d, xs, xd, wd, eps = x.shape[-1], x.shape, x.dtype, w.dtype, float(eps)
+
         def fwd(x, w):
-            out = nb.rmsnorm(_np32(x.reshape(-1, x.shape[-1])), _np32(w), float(eps))
-            return _back(out, x.dtype).reshape(x.shape)
-        return _fixed_order(fwd, lambda x, w: _REF.rmsnorm(x, w, eps), x, w)
+            x2, w2 = _np32(x.reshape(-1, d)), _np32(w)
+            return _back(nb.rmsnorm(x2, w2, eps), xd).reshape(xs), (x2, w2)
+
+        def bwd(saved, grad, needs):
+            dx, dw = ng.rmsnorm_bwd(*saved, _np32(grad.reshape(-1, d)), eps, needs[0], needs[1])
+            return (_back(dx, xd).reshape(xs) if needs[0] else None), (_back(dw, wd) if needs[1] else None)
+        return _exact(fwd, bwd, x, w)
 
     def silu_mul(self, gate, up):
+        n, gs, gd, ud = gate.shape[-1], gate.shape, gate.dtype, up.dtype
+
         def fwd(g, u):
-            n = g.shape[-1]
-            return _back(nb.silu_mul(_np32(g.reshape(-1, n)), _np32(u.reshape(-1, n))), g.dtype).reshape(g.shape)
-        return _fixed_order(fwd, _REF.silu_mul, gate, up)
+            g2, u2 = _np32(g.reshape(-1, n)), _np32(u.reshape(-1, n))
+            return _back(nb.silu_mul(g2, u2), gd).reshape(gs), (g2, u2)
+
+        def bwd(saved, grad, needs):
+            dg, du = ng.silu_mul_bwd(*saved, _np32(grad.reshape(-1, n)))
+            return _back(dg, gd).reshape(gs), _back(du, ud).reshape(gs)
+        return _exact(fwd, bwd, gate, up)
 
     def causal_attention(self, q, k, v):
         b, t, h, d = q.shape
-        # Row b, time i is a query against keys 0..i of "slot" b: the decode kernel's own loop.
-        slots = torch.arange(b).repeat_interleave(t).numpy()
-        nkeys = torch.arange(1, t + 1).repeat(b).numpy()
+        scale = 1.0 / math.sqrt(d)
 
         def fwd(q, k, v):
-            out = nb.attend(_np32(q.reshape(b * t, h, d)), _np32(k), _np32(v), slots, nkeys, 1.0 / math.sqrt(d))
-            return _back(out, q.dtype).reshape(b, t, h, d)
-        return _fixed_order(fwd, _REF.causal_attention, q, k, v)
+            q2, k2, v2 = _np32(q), _np32(k), _np32(v)
+            # Row b, time i is a query against keys 0..i of "slot" b: the decode kernel's own loop.
+            slots = torch.arange(b).repeat_interleave(t).numpy()
+            nkeys = torch.arange(1, t + 1).repeat(b).numpy()
+            out = nb.attend(q2.reshape(b * t, h, d), k2, v2, slots, nkeys, scale)
+            return _back(out, q.dtype).reshape(b, t, h, d), (q2, k2, v2)
+
+        def bwd(saved, grad, needs):
+            dq, dk, dv = ng.attend_causal_bwd(*saved, _np32(grad), scale)
+            return _back(dq, q.dtype), _back(dk, k.dtype), _back(dv, v.dtype)
+        return _exact(fwd, bwd, q, k, v)
 
     def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
         args = (_np32(q), _np32(k_cache), _np32(v_cache), slots.numpy(), lengths.numpy(), 1.0 / math.sqrt(q.shape[-1]))
@@ -136,14 +166,24 @@ class ExactKernels:
         return _back(out, q.dtype)
 
     def log_softmax(self, x):
+        v, xs = x.shape[-1], x.shape
+
         def fwd(x):
-            return torch.from_numpy(nb.log_softmax(_np32(x.reshape(-1, x.shape[-1])))).reshape(x.shape)
-        return _fixed_order(fwd, _REF.log_softmax, x.float())
+            out = nb.log_softmax(_np32(x.reshape(-1, v)))
+            return torch.from_numpy(out).reshape(xs), out
+
+        def bwd(out, grad, needs):
+            return (torch.from_numpy(ng.log_softmax_bwd(out, _np32(grad.reshape(-1, v)))).reshape(xs),)
+        return _exact(fwd, bwd, x.float())
 
     def router_topk(self, logits, k, normalize, experts=None):
         def fwd(x):
-            return torch.from_numpy(nb.softmax(_np32(x)))
-        probs = _fixed_order(fwd, lambda x: torch.softmax(x, dim=-1), logits.float())
+            p = nb.softmax(_np32(x))
+            return torch.from_numpy(p), p
+
+        def bwd(p, grad, needs):
+            return (torch.from_numpy(ng.softmax_bwd(p, _np32(grad))),)
+        probs = _exact(fwd, bwd, logits.float())
         # Stable sort: ties go to the lower expert id, decided by values alone.
         if experts is None:
             experts = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :k]
@@ -152,5 +192,7 @@ class ExactKernels:
             total = weights[:, 0]
             for j in range(1, k):  # explicit left-to-right sum: no reduction kernel to vary
                 total = total + weights[:, j]
-            weights = weights / total[:, None]
+            # One division per column, not a broadcast: the broadcast's backward would sum the
+            # k column gradients with torch.sum; separate nodes are accumulated in graph order.
+            weights = torch.stack([weights[:, j] / total for j in range(k)], dim=1)
         return weights, experts

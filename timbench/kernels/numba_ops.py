@@ -23,13 +23,16 @@ _JIT = dict(parallel=True, cache=True, fastmath=False, error_model="numpy", nogi
 def matmul(x, wt):
     """out[i, j] = sum_k x[i, k] * wt[k, j], k ascending. x: [M, K], wt: [K, N] (transposed weight).
 
-    Rows go in blocks of four that share each load of wt[k]; a block's rows and
-    the leftover rows run the same per-element sequence (acc += a * w, k
-    ascending), so blocking changes speed, not bits.
+    Every element runs the same sequence, acc = acc + x[i, k] * wt[k, j] for k ascending,
+    each product and sum rounded to fp32 (no FMA); the rest is speed only. Rows go in blocks
+    of four that share each load of wt[k]; k goes four at a time, so an accumulator is
+    loaded and stored once per four steps instead of every step (its four additions still
+    run in k order, parenthesised left to right); j is innermost, SIMD across output columns.
     """
     m, kdim = x.shape
     n = wt.shape[1]
     out = np.zeros((m, n), dtype=np.float32)
+    k4 = kdim - kdim % 4
     for b in prange((m + 3) // 4):
         i0 = b * 4
         if i0 + 4 <= m:
@@ -37,13 +40,27 @@ def matmul(x, wt):
             r1 = out[i0 + 1]
             r2 = out[i0 + 2]
             r3 = out[i0 + 3]
-            for k in range(kdim):
+            for k in range(0, k4, 4):
+                a00, a01, a02, a03 = x[i0, k], x[i0, k + 1], x[i0, k + 2], x[i0, k + 3]
+                a10, a11, a12, a13 = x[i0 + 1, k], x[i0 + 1, k + 1], x[i0 + 1, k + 2], x[i0 + 1, k + 3]
+                a20, a21, a22, a23 = x[i0 + 2, k], x[i0 + 2, k + 1], x[i0 + 2, k + 2], x[i0 + 2, k + 3]
+                a30, a31, a32, a33 = x[i0 + 3, k], x[i0 + 3, k + 1], x[i0 + 3, k + 2], x[i0 + 3, k + 3]
+                w0 = wt[k]
+                w1 = wt[k + 1]
+                w2 = wt[k + 2]
+                w3 = wt[k + 3]
+                for j in range(n):
+                    v0, v1, v2, v3 = w0[j], w1[j], w2[j], w3[j]
+                    r0[j] = (((r0[j] + a00 * v0) + a01 * v1) + a02 * v2) + a03 * v3
+                    r1[j] = (((r1[j] + a10 * v0) + a11 * v1) + a12 * v2) + a13 * v3
+                    r2[j] = (((r2[j] + a20 * v0) + a21 * v1) + a22 * v2) + a23 * v3
+                    r3[j] = (((r3[j] + a30 * v0) + a31 * v1) + a32 * v2) + a33 * v3
+            for k in range(k4, kdim):
                 a0 = x[i0, k]
                 a1 = x[i0 + 1, k]
                 a2 = x[i0 + 2, k]
                 a3 = x[i0 + 3, k]
                 wk = wt[k]
-                # j innermost: SIMD across output columns, each column's sum still k-ordered.
                 for j in range(n):
                     w = wk[j]
                     r0[j] += a0 * w

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..kernels import KernelSet, get_kernels
+from ..kernels.fixed_grad import embed, scale_rows
 from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
 from .config import ModelConfig
@@ -182,7 +183,7 @@ class Qwen3ForCausalLM(nn.Module):
             tok, rank = torch.nonzero(experts == e, as_tuple=True)
             y = self._mlp(flat[tok], moe.experts[e], c)
             # (token, rank) pairs are unique, so the scatter has no accumulation order.
-            per_rank.index_put_((tok, rank), y * weights[tok, rank, None])
+            per_rank.index_put_((tok, rank), scale_rows(y, weights[tok, rank]))
         out = per_rank[:, 0]
         for r in range(1, cfg.num_experts_per_tok):
             out = out + per_rank[:, r]
@@ -199,7 +200,7 @@ class Qwen3ForCausalLM(nn.Module):
         Returns (hidden, routing) with routing [*ids.shape, layers, k] for MoE, else None.
         """
         cfg, kn, dt = self.config, c.kernels, c.dtype
-        h = self.model.embed_tokens.weight.to(dt)[ids]
+        h = embed(self.model.embed_tokens.weight.to(dt), ids)
         lead = ids.shape
         routes = []
         for i, layer in enumerate(self.model.layers):

@@ -32,6 +32,7 @@ from ..shipped import resolve_checkpoint
 from ..spec import ZERO_MISMATCH, Spec
 from ..threads import set_threads
 from ..trainer import MiniBatch, NonFiniteError, sequence_logprobs, update_policy
+from ..trainer.optim import AdamW
 from .algorithms import agg_loss, dynamic_sampling_mask, kl_penalty
 from .config import Loaded, RunConfig, load
 from .drift import objective_drift
@@ -59,7 +60,7 @@ def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Sp
               max_seqs: int, remedy: Remedy) -> Lane:
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    opt = AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     engine = make_engine(base.config, engine_spec, max_num_seqs=max_seqs, weights=model)
     ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
     return Lane(name, model, opt, ref, engine, Compute.from_spec(trainer_spec), remedy)

@@ -17,6 +17,7 @@ import torch
 
 from ..model import Compute, Qwen3ForCausalLM
 from .forward import TrainerOutput, sequence_logprobs
+from .optim import clip_grad_norm
 
 
 class NonFiniteError(RuntimeError):
@@ -53,7 +54,7 @@ def update_policy(model: Qwen3ForCausalLM, opt: torch.optim.Optimizer, compute: 
             loss, metrics = objective(out, mb.rows)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            gn = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+            gn = float(clip_grad_norm(params, grad_clip))
             if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
                 raise NonFiniteError(f"non-finite loss={float(loss.detach())} or grad_norm={gn}")
             opt.step()

@@ -1,0 +1,97 @@
+"""The trainer's update is bitwise identical under emulated CPUs and thread counts.
+
+Two subprocesses run `determinism_worker.py` (forward + loss + backward + clip
++ AdamW step; dense and MoE checkpoints; fp32 and bf16): one on the host as it
+is with one thread, one emulating an older CPU with two threads. The emulation
+lowers every library's instruction set at once: PyTorch's ATen dispatch
+(ATEN_CPU_CAPABILITY), MKL (MKL_ENABLE_INSTRUCTIONS), oneDNN
+(ONEDNN_MAX_CPU_ISA), numba's code generation (NUMBA_CPU_NAME with
+NUMBA_CPU_FEATURES empty, i.e. that CPU's own features; a fresh NUMBA_CACHE_DIR
+per variant so nothing compiled for the host is reused) and glibc's ifunc
+choice (GLIBC_TUNABLES hwcaps). The older CPU is AVX2 (Haswell) on an AVX-512
+host, and the no-SIMD floor (x86-64) on an AVX2 host, so the two variants differ
+on any machine. Negative controls prove the emulation bites: the same update
+with plain PyTorch kernels/AdamW/clipping must change, and so must the machine code numba
+generates for the forward matmul.
+
+What emulation cannot cover: a real other microarchitecture's libm or microcode
+(the variants share this CPU's instructions below the emulated level), and
+AVX-512 features this host lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).with_name("determinism_worker.py")
+LD_SO = Path("/lib64/ld-linux-x86-64.so.2")
+NO_AVX512 = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
+EMULATED = {  # host ATen level -> the lower level the second variant emulates
+    "AVX512": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+               "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "GLIBC_TUNABLES": NO_AVX512},
+    "AVX2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
+             "NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "",
+             "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX," + NO_AVX512.split("=")[1]},
+}
+ALL_KEYS = {k for env in EMULATED.values() for k in env} | {"NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
+                                                              "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+
+
+def _run(extra: dict, threads: int, cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ALL_KEYS}
+    env.update(extra, NUMBA_CACHE_DIR=str(cache), NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, str(WORKER), str(threads)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _hwcaps_active(env: dict) -> str | None:
+    """glibc's active hwcaps subdirectory mask under `env` (None where ld.so cannot tell)."""
+    if not LD_SO.exists():
+        return None
+    proc = subprocess.run([str(LD_SO), "--list-diagnostics"], env=os.environ | env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("dl_hwcaps_subdirs_active="):
+            return line.split("=", 1)[1]
+    return None
+
+
+def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
+    host = torch.backends.cpu.get_cpu_capability()
+    if host not in EMULATED:
+        pytest.skip(f"host ATen capability {host} has no lower level defined here")
+    low = EMULATED[host]
+    # glibc's tunable really drops the hwcaps level (AVX-512 -> x86-64-v4 is bit 0 of the mask).
+    before, after = _hwcaps_active({}), _hwcaps_active({"GLIBC_TUNABLES": low["GLIBC_TUNABLES"]})
+    if before is not None:
+        assert before != after, f"GLIBC_TUNABLES had no effect on ld.so ({before})"
+
+    with ThreadPoolExecutor(2) as pool:
+        a = pool.submit(_run, {}, 1, tmp_path / "host")
+        b = pool.submit(_run, low, 2, tmp_path / "low")
+        host_out, low_out = a.result(), b.result()
+
+    assert host_out["_env"]["aten_capability"] == host
+    assert low_out["_env"]["aten_capability"] == low["ATEN_CPU_CAPABILITY"].upper()
+    assert low_out["_env"]["numba_cpu"] == low["NUMBA_CPU_NAME"]
+    assert (host_out["_env"]["torch_threads"], low_out["_env"]["torch_threads"]) == (1, 2)
+    assert (host_out["_env"]["numba_threads"], low_out["_env"]["numba_threads"]) == (1, 2)
+    # Negative controls: the emulation changes ordinary kernels' bits ...
+    assert host_out["control/torch-update"]["params"] != low_out["control/torch-update"]["params"]
+    assert host_out["control/numba-asm"] != low_out["control/numba-asm"]
+    assert not low_out["control/numba-asm-zmm"]  # no AVX-512 register in the emulated target's code
+    # ... and not the exact trainer's: parameters, loss and grad norm, bit for bit.
+    cases = sorted(k for k in host_out if not k.startswith(("_", "control/")))
+    assert len(cases) == 4
+    for case in cases:
+        assert host_out[case] == low_out[case], case
