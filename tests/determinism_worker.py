@@ -1,12 +1,14 @@
 """One trainer update per case, printed as JSON hashes: run by tests/test_determinism.py under emulated CPUs.
 
-Usage: python tests/determinism_worker.py THREADS
+Usage: python tests/determinism_worker.py THREADS [RUN_DIR]
 Each case loads a shipped tiny checkpoint, scores a few padded (prompt, response)
 rows with autograd, takes a policy-gradient loss, backpropagates, clips and steps
 the optimizer, and reports sha256 of every parameter's bytes plus the loss and
 grad-norm bits. `exact` cases use the fixed-order kernels, AdamW and clipping
 (what the RL loop runs); the `torch` case is the plain-PyTorch update, the
 negative control that shows the emulated CPU changes ordinary kernels' bits.
+With RUN_DIR, it also runs short RL runs (`timbench.rl.loop.run`, THREADS threads)
+and reports sha256 of the files a run logs: metrics.jsonl, eval.jsonl, summary.json.
 """
 
 from __future__ import annotations
@@ -68,12 +70,38 @@ def update(model_name: str, dtype: str, kernels: str) -> dict:
     return {"params": h.hexdigest(), "loss": _bits(float(loss.detach())), "grad_norm": _bits(gn)}
 
 
-def main(threads: int) -> None:
+# Short RL runs that together touch every phase: rollout with noise, recompute, a remedy, both
+# handling modes, a zero-mismatch twin, MoE with routing replay, bf16, the fixed-order update, eval.
+RUN_BASE = ["steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2", "eval_every=2", "eval_n=32"]
+RUNS = {
+    "run/noise-bypass-tis-seq-rs-twin": ["engine.noise=gaussian:0.5", "mode=bypass", "remedy=tis_token+seq_rs",
+                                         "twin=true"],
+    "run/moe-bf16-r3": ["preset=tiny-moe", "engine.dtype=bf16", "remedy=routing_replay_r3"],
+}
+
+
+def train_runs(threads: int, root: Path) -> dict:
+    from timbench.rl.config import load_config
+    from timbench.rl.loop import run
+
+    out = {}
+    for name, sets in RUNS.items():
+        d = root / name.replace("/", "_")
+        run(load_config(None, RUN_BASE + sets + [f"threads={threads}"]), d, progress=False)
+        out[name] = {f: hashlib.sha256((d / f).read_bytes()).hexdigest()
+                     for f in ("metrics.jsonl", "eval.jsonl", "summary.json")}
+    return out
+
+
+def main(threads: int, run_dir: str | None = None) -> None:
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)  # as the RL loop
     cases = {f"{m}-{dt}-exact": (m, dt, "exact") for m in ("add-4d-v1-tiny-dense", "add-4d-v1-tiny-moe")
              for dt in DTYPES}
     result = {name: update(*args) for name, args in cases.items()}
+    if run_dir:
+        result.update(train_runs(threads, Path(run_dir)))
+        torch.set_num_threads(threads)
     # Negative controls, always on one thread so that only the emulated CPU can change them.
     torch.set_num_threads(1)
     result["control/torch-update"] = update("add-4d-v1-tiny-dense", "fp32", "torch")
@@ -90,4 +118,4 @@ def main(threads: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)

@@ -8,7 +8,10 @@ lowers every library's instruction set at once: PyTorch's ATen dispatch
 (ONEDNN_MAX_CPU_ISA), numba's code generation (NUMBA_CPU_NAME with
 NUMBA_CPU_FEATURES empty, i.e. that CPU's own features; a fresh NUMBA_CACHE_DIR
 per variant so nothing compiled for the host is reused) and glibc's ifunc
-choice (GLIBC_TUNABLES hwcaps). The older CPU is AVX2 (Haswell) on an AVX-512
+choice (GLIBC_TUNABLES hwcaps). Besides one update per case, each
+variant runs two short RL runs (noise + remedy + bypass + twin; MoE bf16 with
+routing replay) and their metrics.jsonl, eval.jsonl and summary.json must match
+byte for byte. The older CPU is AVX2 (Haswell) on an AVX-512
 host, and the no-SIMD floor (x86-64) on an AVX2 host, so the two variants differ
 on any machine. Negative controls prove the emulation bites: the same update
 with plain PyTorch kernels/AdamW/clipping must change, and so must the machine code numba
@@ -45,12 +48,12 @@ ALL_KEYS = {k for env in EMULATED.values() for k in env} | {"NUMBA_CACHE_DIR", "
                                                               "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
 
 
-def _run(extra: dict, threads: int, cache: Path) -> dict:
+def _run(extra: dict, threads: int, cache: Path, runs: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ALL_KEYS}
     env.update(extra, NUMBA_CACHE_DIR=str(cache), NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
-    proc = subprocess.run([sys.executable, str(WORKER), str(threads)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, str(WORKER), str(threads), str(runs)], env=env, capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -77,8 +80,8 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
         assert before != after, f"GLIBC_TUNABLES had no effect on ld.so ({before})"
 
     with ThreadPoolExecutor(2) as pool:
-        a = pool.submit(_run, {}, 1, tmp_path / "host")
-        b = pool.submit(_run, low, 2, tmp_path / "low")
+        a = pool.submit(_run, {}, 1, tmp_path / "host", tmp_path / "runs-host")
+        b = pool.submit(_run, low, 2, tmp_path / "low", tmp_path / "runs-low")
         host_out, low_out = a.result(), b.result()
 
     assert host_out["_env"]["aten_capability"] == host
@@ -90,8 +93,9 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     assert host_out["control/torch-update"]["params"] != low_out["control/torch-update"]["params"]
     assert host_out["control/numba-asm"] != low_out["control/numba-asm"]
     assert not low_out["control/numba-asm-zmm"]  # no AVX-512 register in the emulated target's code
-    # ... and not the exact trainer's: parameters, loss and grad norm, bit for bit.
+    # ... and not the exact trainer's: parameters, loss and grad norm, bit for bit; nor a whole RL run's
+    # logged files (metrics.jsonl, eval.jsonl, summary.json), byte for byte.
     cases = sorted(k for k in host_out if not k.startswith(("_", "control/")))
-    assert len(cases) == 4
+    assert len(cases) == 6 and sum(c.startswith("run/") for c in cases) == 2
     for case in cases:
         assert host_out[case] == low_out[case], case

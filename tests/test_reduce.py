@@ -73,3 +73,18 @@ def test_fstd_is_the_two_pass_unbiased_std():
         assert float(fstd(x, 1)[i]) == math.sqrt(ss / (len(row) - 1))
     assert torch.allclose(fstd(x, 1, keepdim=True), x.std(1, keepdim=True), rtol=1e-14, atol=0)
     assert math.isnan(float(fstd(torch.ones(1))))  # one element, unbiased: 0 / 0, as torch.std
+
+
+def test_fexp_matches_libm_per_element_and_differentiates():
+    from timbench.kernels.pointwise import fexp
+    x64 = torch.linspace(-30, 5, 257, dtype=torch.float64)
+    assert fexp(x64).tolist() == [math.exp(v) for v in x64.tolist()]
+    x = torch.randn(3, 7, requires_grad=True)
+    y = fexp(x)
+    assert y.dtype == torch.float32 and torch.allclose(y, x.detach().exp())
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())
+    assert fexp(torch.zeros(0)).shape == (0,)
+    import pytest
+    with pytest.raises(TypeError, match="float32 or float64"):
+        fexp(torch.zeros(2, dtype=torch.bfloat16))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .kernels.pointwise import fexp
 from .kernels.reduce import fmean
 from .ratios import k1, k3, log_rho, masked_mean, select, seq_log_ratio, seq_mean
 
@@ -41,22 +42,22 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
     n_tok = int(mask.sum())
     delta = select(old - roll, mask)
     lr = log_rho(old, roll, mask)
-    rho = lr.exp()
+    rho = fexp(lr)
     abs_delta = delta.abs()[mask]
     seq_rows = mask.any(-1)
     log_rho_seq = seq_log_ratio(lr, mask)
     log_ppl_diff = (seq_mean(roll, mask) - seq_mean(old, mask))[seq_rows]
     w = rho[mask]
-    probs_diff = (old.exp() - roll.exp()).abs()[mask]
+    probs_diff = (fexp(old) - fexp(roll)).abs()[mask]
     out = {
         "tokens": n_tok,
         "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
         "rollout_corr/k3_kl": float(masked_mean(k3(lr), mask)),
         "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1) if n_tok else 0.0,
-        "rollout_corr/chi2_seq": float(fmean((log_rho_seq[seq_rows] * 2).exp()) - 1) if seq_rows.any() else 0.0,
+        "rollout_corr/chi2_seq": float(fmean(fexp(log_rho_seq[seq_rows] * 2)) - 1) if seq_rows.any() else 0.0,
         "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,
         "rollout_corr/log_ppl_abs_diff": float(fmean(log_ppl_diff.abs())) if len(log_ppl_diff) else 0.0,
-        "rollout_corr/ppl_ratio": float(fmean(log_ppl_diff.exp())) if len(log_ppl_diff) else 1.0,
+        "rollout_corr/ppl_ratio": float(fmean(fexp(log_ppl_diff))) if len(log_ppl_diff) else 1.0,
         "rollout_corr/eff_sample_size": float(1.0 / fmean((w / fmean(w)) ** 2)) if n_tok else 1.0,
         "training/rollout_probs_diff_max": float(probs_diff.max()) if n_tok else 0.0,
         "training/rollout_probs_diff_mean": float(fmean(probs_diff)) if n_tok else 0.0,

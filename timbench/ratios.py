@@ -36,6 +36,7 @@ import math
 
 import torch
 
+from .kernels.pointwise import fexp
 from .kernels.reduce import masked_mean, masked_sum  # fixed-order: the same bits on every CPU and thread count
 
 LOG_RATIO_BOUND = 20.0
@@ -70,7 +71,7 @@ def k2(log_r: torch.Tensor) -> torch.Tensor:
 
 def k3(log_r: torch.Tensor) -> torch.Tensor:
     """k3 = r - 1 - log r (>= 0, unbiased for KL(q || p) under q)."""
-    return log_r.exp() - 1 - log_r
+    return fexp(log_r) - 1 - log_r
 
 
 def seq_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.pointwise import fexp
 from ..ratios import k1, k2, k3, per_token, seq_log_ratio, seq_max, seq_mean
 from .base import Remedy, RemedyBatch, RemedyResult, finish, log_rho, param
 
@@ -93,7 +94,7 @@ class TISSeqRSParams:
 
 def _seq_rho(batch: RemedyBatch, lr: torch.Tensor) -> torch.Tensor:
     """[N] prod_t rho_t, taken in log space and clamped at +-20 as verl."""
-    return seq_log_ratio(lr, batch.mask).exp()
+    return fexp(seq_log_ratio(lr, batch.mask))
 
 
 def _reject(batch: RemedyBatch, rejected_seq: torch.Tensor) -> RemedyResult:
@@ -114,7 +115,7 @@ class TISToken(Remedy):
     Params = CapParams
 
     def __call__(self, batch):
-        rho = log_rho(batch).exp()
+        rho = fexp(log_rho(batch))
         return finish(batch, weights=rho.clamp(max=self.params.C), truncated=rho > self.params.C)
 
 
@@ -159,7 +160,7 @@ def _in_band(x: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
 
 def _weight_in_band(batch: RemedyBatch, low: float | None, high: float) -> RemedyResult:
     # Token MIS and IcePop: weight rho_t, mask the tokens whose rho_t leaves [low, high].
-    rho = log_rho(batch).exp()
+    rho = fexp(log_rho(batch))
     return finish(batch, weights=rho, keep=_in_band(rho, low, high))
 
 
@@ -180,7 +181,7 @@ class GeoRS(Remedy):
     Params = GeoParams
 
     def __call__(self, batch):
-        g = seq_mean(log_rho(batch), batch.mask).exp()
+        g = fexp(seq_mean(log_rho(batch), batch.mask))
         return _reject(batch, ~_in_band(g, self.params.low, self.params.high))
 
 
@@ -221,7 +222,7 @@ class TISTokenSeqRS(Remedy):
 
     def __call__(self, batch):
         lr = log_rho(batch)
-        rho = lr.exp()
+        rho = fexp(lr)
         div = seq_mean(k3(lr), batch.mask) if self.params.divergence == "k3" else seq_mean(k1(lr), batch.mask).abs()
         return finish(batch, weights=rho.clamp(max=self.params.C), truncated=rho > self.params.C,
                       keep=per_token(div <= self.params.threshold, batch.mask))

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from ..kernels.pointwise import fexp
 from ..kernels.reduce import fmean, fstd, fsum
 from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
 
@@ -178,7 +179,7 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch
     actor/ratio_{mean,max,min}, actor/pg_loss; all over the (remedy-zeroed) mask.
     """
     log_r = select(log_ratio(logprobs, old_logprobs), mask.bool())  # padding (even NaN) never reaches a gradient
-    return _surrogate(log_r.exp(), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
+    return _surrogate(fexp(log_r), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
                       norm_const, log_r.detach())
 
 
@@ -198,7 +199,7 @@ def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Ten
     logprobs, old_logprobs = select(logprobs, m), select(old_logprobs, m)  # padding (even NaN) never reaches a gradient
     log_s = seq_mean(logprobs - old_logprobs, m)  # unclamped inside the sequence mean, as verl
     log_sit = (logprobs - logprobs.detach() + log_s.detach()[:, None]).clamp(max=_GSPO_CLAMP)
-    return _surrogate(log_sit.exp(), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
+    return _surrogate(fexp(log_sit), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
                       norm_const, log_ratio(logprobs.detach(), old_logprobs.detach()))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.pointwise import fexp
 from ..ratios import log_ratio, masked_mean
 
 
@@ -34,7 +35,7 @@ def objective_drift(logprobs: torch.Tensor, old_logprobs: torch.Tensor, rollout_
     m = torch.ones_like(lp, dtype=torch.bool) if mask is None else mask.detach().bool()
 
     def contribution(old: torch.Tensor) -> torch.Tensor:
-        return -(log_ratio(lp, old.detach().double()).exp() - 1) * a
+        return -(fexp(log_ratio(lp, old.detach().double())) - 1) * a
 
     c_train, c_rollout = contribution(old_logprobs), contribution(rollout_logprobs)
     diff = c_train - c_rollout

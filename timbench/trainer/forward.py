@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 
 from ..kernels.logprobs import token_logprobs_all
+from ..kernels.pointwise import fexp
 from ..kernels.reduce import fsum
 from ..model import Compute, Qwen3ForCausalLM
 
@@ -59,6 +60,6 @@ def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperatu
     lp_all = token_logprobs_all(logits[rows, src], temperature, compute.kernels)
     lp = lp_all.gather(-1, tgt[..., None])[..., 0]
     with torch.no_grad():
-        ent = -fsum((lp_all.exp() * lp_all).nan_to_num(), -1)  # fixed order: a logged metric
+        ent = -fsum((fexp(lp_all) * lp_all).nan_to_num(), -1)  # fixed order: a logged metric
     zero = torch.zeros((), dtype=lp.dtype)
     return TrainerOutput(torch.where(mask, lp, zero), mask, torch.where(mask, ent, zero), routing)
