@@ -4,14 +4,15 @@ One RL step costs about c * prompts_per_step * group_size * L, where L is the
 task's mean response length in tokens: rollout, recompute and update all scale
 with the number of generated tokens. The constants come from the zero-mismatch
 baseline (README "The zero-mismatch baseline": exact/exact fp32, GRPO 32x8 on
-add-4d-v1 tiny-dense, one thread): 2.0 s per step, of which rollout 0.43 s,
-recompute 0.39 s and update 1.17 s. Relative factors come from the README
-benchmarks: plain PyTorch kernels cost ~0.7x of the exact ones for the whole
-step (RL step 0.84 vs 1.18 s/step), MoE ~1.5x. Each eval samples eval_n
-problems twice (T=1 and greedy) with the exact engine, priced like rollout.
-Below 256 responses a step does not get cheaper (measured on the quick grid: a 16x8
-step took 2.2 s with two cells side by side, 32x8 alone 2.0 s; per-call overhead of
-the many small forwards dominates), so smaller batches are priced as 256.
+add-4d-v1 tiny-dense, one thread, fixed-order backward; measured 2026-12-03 on
+the 2-core Intel Xeon): 2.0 s per step, of which rollout 0.38 s, recompute
+0.38 s and update 1.25 s. Relative factors come from the README benchmarks:
+plain PyTorch kernels cost ~0.7x of the exact ones for the whole step, MoE
+~1.5x. Each eval samples eval_n problems twice (T=1 and greedy) with the exact
+engine, priced like rollout. Cost is linear in the batch down to 16x8: the
+committed quick grid (16x8, 24 steps, 512 eval problems) measured 32.7 s per
+cell against 30.8 s of steps and evals from these constants; the ~2 s left is
+the per-cell start-up.
 An estimate, not a promise: other jobs on the cores slow runs down 10-40x.
 """
 
@@ -23,13 +24,13 @@ import heapq
 BASELINE_STEP_S = 2.0
 """Seconds per baseline step (32x8 = 256 responses on add-4d-v1, one thread)."""
 BASELINE_SEQS = 32 * 8
-PHASE_S = {"rollout": 0.43, "recompute": 0.39, "update": 1.17}
+PHASE_S = {"rollout": 0.38, "recompute": 0.38, "update": 1.25}
 """The baseline step split by phase (rollout runs on the engine spec, the rest on the trainer's)."""
 KERNEL_FACTOR = {"exact": 1.0, "torch": 0.7}
 """Cost of a phase relative to the exact kernels (torch ~0.7x for the whole RL step)."""
 MOE_FACTOR = 1.5
 """tiny-moe (8 experts, top-2) relative to tiny-dense."""
-CELL_OVERHEAD_S = 12.0
+CELL_OVERHEAD_S = 2.0
 """Per-cell start-up: a fresh process imports torch/numba and loads the warm start."""
 
 
@@ -49,7 +50,7 @@ def cell_seconds(config: dict) -> float:
     moe = MOE_FACTOR if preset is not None and preset.model_type == "qwen3_moe" else 1.0
     eng = KERNEL_FACTOR.get(config["engine"].get("kernels"), 1.0)
     trn = KERNEL_FACTOR.get(config["trainer"].get("kernels"), 1.0)
-    seqs = max(config["prompts_per_step"] * config["group_size"], BASELINE_SEQS)  # see module docstring
+    seqs = config["prompts_per_step"] * config["group_size"]
     step = seqs * (per_seq["rollout"] * eng + per_seq["recompute"] * trn
                    + per_seq["update"] * trn * config["epochs"]) * moe
     if config.get("twin"):  # a zero-mismatch twin lane runs every step in lockstep
