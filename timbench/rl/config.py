@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ..coerce import coerce, field_kind
 from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
@@ -218,26 +219,15 @@ def _eval_problems(task, n: int) -> list:
     return problems
 
 
-_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-
-
 def _typed(f: dataclasses.Field, value):
-    """Coerce a YAML / --set value to the field's type (YAML reads 1e-3 as a string)."""
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    """Coerce a YAML / --set value to the field's type (YAML reads 1e-3 as a string): `timbench.coerce`."""
+    kind = field_kind(f)
+    if kind.split("|")[0].strip() not in ("bool", "int", "float"):
+        return value  # strings, specs, lists and mappings are checked where they are parsed
     try:
-        if kind == "bool" and not isinstance(value, bool):
-            return _BOOLS[str(value).lower()]
-        if kind == "int" and not isinstance(value, bool):
-            if float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value))
-        if kind.startswith("float"):
-            if kind.endswith("None") and value in (None, "None", "null"):
-                return None
-            return float(value)
-    except (ValueError, TypeError, KeyError):
+        return coerce(value, kind)
+    except ValueError:
         raise ValueError(f"config key {f.name!r}: {value!r} is not a valid {kind}") from None
-    return value
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
