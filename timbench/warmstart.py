@@ -199,6 +199,8 @@ def _band_arg(text: str) -> tuple[float, float]:
 
 
 def _cmd(args) -> int:
+    from .atomic import check_output_dir
+    check_output_dir(args.out)  # before minutes of training, not after
     card = warmstart(args.task, args.model, args.out, seed=args.seed, band=args.band, eval_n=args.eval_n,
                      max_steps=args.max_steps, threads=args.threads, batch_size=args.batch_size,
                      lr=args.lr, eval_every=args.eval_every, probe_n=args.probe_n,
