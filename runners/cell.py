@@ -15,13 +15,7 @@ import traceback
 
 from timbench.atomic import atomic_write
 from timbench.grid.layout import read_status, run_dir, run_finished, write_status
-
-
-def one_line(exc: BaseException) -> str:
-    """`Type: message` on one line (the cell.json contract), at most 500 characters."""
-    msg = " ".join(str(exc).split()) or repr(exc)
-    line = f"{type(exc).__name__}: {msg}"
-    return line if len(line) <= 500 else line[:497] + "..."
+from timbench.rl.rundir import one_line  # the one-line error format cell.json and status.json share
 
 
 def run_cell(cell: dict, out: str) -> dict:

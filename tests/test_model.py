@@ -65,6 +65,8 @@ CORRUPTIONS = {  # file -> (how its bytes are damaged, what the one-line error m
     "config-a-list": ("config.json", lambda b: b"[1, 2]", "expected a JSON object"),
     "config-binary": ("config.json", lambda b: b"\xff\xfe\x00\x01", "not UTF-8 text"),
     "tokenizer-not-json": ("tokenizer.json", lambda b: b"{oops", "not a readable tokenizer.json"),
+    "config-field-wrong-type": ("config.json", lambda b: b.replace(b'"hidden_size": 128', b'"hidden_size": "x"'),
+                                "hidden_size='x' is not valid; expected an integer >= 0"),
 }
 
 
@@ -89,6 +91,10 @@ def test_bad_configs_are_one_line_errors():
         ModelConfig(model_type="llama")
     with pytest.raises(ValueError, match="must divide"):
         ModelConfig(num_attention_heads=4, num_key_value_heads=3)
+    with pytest.raises(ValueError, match="rms_norm_eps=nan is not valid"):
+        ModelConfig(rms_norm_eps=float("nan"))
+    with pytest.raises(ValueError, match="tie_word_embeddings=1 is not valid; expected true or false"):
+        ModelConfig(tie_word_embeddings=1)
 
 
 def test_sequence_longer_than_context_is_rejected(dense):

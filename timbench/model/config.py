@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..coerce import field_kind
 from ..tokenizer import CharTokenizer
 
 _TOK = CharTokenizer()
@@ -53,6 +55,15 @@ class ModelConfig:
     pad_token_id: int = _TOK.pad_id
 
     def __post_init__(self):
+        # A hand-edited config.json could carry "hidden_size": "x"; say which key, not a torch TypeError later.
+        for f in dataclasses.fields(self):
+            v, kind = getattr(self, f.name), field_kind(f)
+            ok = {"int": lambda: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                  "float": lambda: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+                  "bool": lambda: isinstance(v, bool)}.get(kind, lambda: True)()
+            if not ok:
+                valid = {"int": "an integer >= 0", "float": "a finite number > 0", "bool": "true or false"}[kind]
+                raise ValueError(f"{f.name}={v!r} is not valid; expected {valid}")
         if self.model_type not in ("qwen3", "qwen3_moe"):
             raise ValueError(f"model_type {self.model_type!r} is not supported; valid: qwen3, qwen3_moe")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -93,7 +104,7 @@ class ModelConfig:
                 raise ValueError(f"{source}: only decoder_sparse_step=1 with no mlp_only_layers is supported")
         try:
             return cls(**kw)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise ValueError(f"{source}: {e}") from None
 
     def save(self, directory: str | Path) -> None:
