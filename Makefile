@@ -32,12 +32,13 @@ test-vllm: setup-vllm
 	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py
 
 # The main job: the quick grid -> leaderboard and figures, then a regression check against the
-# committed results/quick (exit 1 if mismatch grew, exactness or accuracy was lost, or a collapse appeared).
+# committed results/quick (exit 1 if mismatch grew, exactness or accuracy was lost, a collapse appeared, or,
+# with --bytes, any cell's metrics.jsonl/eval.jsonl is not byte-identical: training is deterministic on any CPU).
 quick: setup
 	$(VENV)/bin/timbench grid run bench/grids/quick.yaml --out $(QUICK_OUT)
 	$(VENV)/bin/timbench grid report $(QUICK_OUT)
 	cat $(QUICK_OUT)/leaderboard.md
-	$(VENV)/bin/timbench compare results/quick $(QUICK_OUT)
+	$(VENV)/bin/timbench compare results/quick $(QUICK_OUT) --bytes
 
 # Engine vs trainer mismatch of every condition on one workload (results/align/align_quick.md).
 align: setup

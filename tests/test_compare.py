@@ -255,3 +255,33 @@ def test_real_grids_of_different_step_budgets_are_refused(real_grid, tmp_path, c
     assert main(["compare", str(out), str(tmp_path / "one")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "config differs in steps (2 vs 1)" in err
+
+
+def test_bytes_are_reported_and_with_bytes_a_changed_deterministic_cell_fails(base_grid, tmp_path, capsys):
+    cand = _copy(base_grid, tmp_path)
+    rc, v = _run(capsys, base_grid, cand, "--bytes")
+    assert rc == 0 and v["bytes"]["changed"] == [] and v["bytes"]["identical"] > 0
+    cid = cell_id("baseline", "none")
+    ev = cand / "runs" / cid / "eval.jsonl"
+    ev.write_text(ev.read_text().replace("}", ', "note": 1}', 1))  # same numbers, other bytes
+    rc, v = _run(capsys, base_grid, cand)
+    assert rc == 0 and v["bytes"]["changed"] == [cid]  # reported, not judged, without --bytes
+    rc, v = _run(capsys, base_grid, cand, "--bytes")
+    assert rc == 1 and [(r["id"], r["check"]) for r in v["regressions"]] == [(cid, "bytes_changed")]
+    assert main(["compare", str(base_grid), str(cand), "--bytes"]) == 1
+    assert "bytes: " in capsys.readouterr().out
+
+
+def test_cells_with_cpu_dependent_kernels_are_not_byte_checked(base_grid, tmp_path, capsys):
+    base = shutil.copytree(base_grid, tmp_path / "base")
+    cells = json.loads((base / "cells.json").read_text())
+    cid = cell_id("baseline", "none")
+    for c in cells["cells"]:
+        if c["id"] == cid:
+            c["config"]["engine"] = {"kernels": "torch"}
+    (base / "cells.json").write_text(json.dumps(cells))
+    cand = shutil.copytree(base, tmp_path / "cand")
+    ev = cand / "runs" / cid / "eval.jsonl"
+    ev.write_text(ev.read_text().replace("}", ', "note": 1}', 1))
+    rc, v = _run(capsys, base, cand, "--bytes")
+    assert rc == 0 and v["bytes"]["changed"] == [] and v["bytes"]["skipped"] >= 1

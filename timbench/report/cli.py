@@ -1,7 +1,7 @@
 """The report commands: `timbench grid report DIR` and `timbench compare BASELINE CANDIDATE`.
 
     timbench grid report results/NAME
-    timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json]
+    timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json] [--bytes]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def add_report_parser(subparsers, name: str = "report") -> None:
 
 def _cmd_compare(args) -> int:
     from .compare import compare, format_verdict, load_tolerances
-    verdict = compare(args.baseline, args.candidate, load_tolerances(args.tolerances))
+    verdict = compare(args.baseline, args.candidate, load_tolerances(args.tolerances), require_bytes=args.bytes)
     print(json.dumps(verdict, sort_keys=True, allow_nan=True) if args.json else format_verdict(verdict))
     return 1 if verdict["regressions"] else 0
 
@@ -46,4 +46,6 @@ def add_compare_parser(sub) -> None:
     p.add_argument("--tolerances", help="YAML overrides of the default tolerances "
                                         f"({', '.join(f.name for f in dataclasses.fields(Tolerances))})")
     p.add_argument("--json", action="store_true", help="print the machine-readable verdict")
+    p.add_argument("--bytes", action="store_true",
+                   help="grids: a bitwise-deterministic cell whose metrics.jsonl/eval.jsonl changed is a regression")
     p.set_defaults(func=_cmd_compare)

@@ -25,6 +25,11 @@ Exact entries are checked exactly, everything else by intervals (timbench.report
   routing_agreement fell by more than routing_abs.
 - missing (align): a row of the baseline is absent from the candidate; not_finished (grid): the
   baseline cell finished and the candidate's did not.
+- bytes (grid): every cell whose run is bitwise deterministic on any CPU (exact kernels on both sides,
+  timbench's own engine; `kernels=torch` and vLLM pick code paths per CPU) has its metrics.jsonl and
+  eval.jsonl compared byte for byte. Reported always; with `require_bytes=True` (`--bytes`) a cell
+  whose bytes changed is a regression, bytes_changed: the same code and config must give the same
+  bytes on any x86-64 CPU and thread count (README, Determinism).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..grid.layout import experiment_difference, load_cells
+from ..grid.layout import experiment_difference, load_cells, run_dir
 from ..readfile import read_json, read_yaml
 from .seeds import GROUP, SeedGroup, is_finished, seed_groups
 from .stats import Interval, difference_interval, mean_interval, proportion_difference
@@ -199,6 +204,30 @@ def compare_grids(base_rows: list[dict], cand_rows: list[dict], tol: Tolerances)
     return len(base_groups), regs
 
 
+BYTE_FILES = ("metrics.jsonl", "eval.jsonl")
+
+
+def bitwise_deterministic(config: dict) -> bool:
+    """True when a cell's run gives the same bytes on any x86-64 CPU: exact kernels on both sides, own engine."""
+    engine, trainer = config.get("engine") or {}, config.get("trainer") or {}
+    return (engine.get("kernels", "exact") == "exact" and trainer.get("kernels", "exact") == "exact"
+            and engine.get("engine", "timbench") == "timbench")
+
+
+def byte_identity(base: Path, cand: Path, cells: list[dict]) -> dict:
+    """{identical, changed: [cell ids], skipped}: BYTE_FILES of the deterministic cells both sides finished."""
+    identical, changed, skipped = 0, [], 0
+    for cell in cells:
+        pairs = [(run_dir(base, cell["id"]) / f, run_dir(cand, cell["id"]) / f) for f in BYTE_FILES]
+        if not bitwise_deterministic(cell["config"]) or not all(b.is_file() and c.is_file() for b, c in pairs):
+            skipped += 1
+        elif all(b.read_bytes() == c.read_bytes() for b, c in pairs):
+            identical += 1
+        else:
+            changed.append(cell["id"])
+    return {"identical": identical, "changed": changed, "skipped": skipped}
+
+
 def _kind(path: Path) -> str:
     if path.is_dir():
         return "grid"
@@ -207,8 +236,12 @@ def _kind(path: Path) -> str:
     raise FileNotFoundError(f"{path}: no such grid directory or alignment JSON file")
 
 
-def compare(baseline: str | Path, candidate: str | Path, tol: Tolerances = Tolerances()) -> dict:
-    """The verdict: {verdict: pass|fail, kind, baseline, candidate, tolerances, compared, regressions}."""
+def compare(baseline: str | Path, candidate: str | Path, tol: Tolerances = Tolerances(),
+            require_bytes: bool = False) -> dict:
+    """The verdict: {verdict: pass|fail, kind, baseline, candidate, tolerances, compared, regressions[, bytes]}.
+
+    `require_bytes`: a deterministic grid cell whose logged files changed is a regression (bytes_changed).
+    """
     b, c = Path(baseline), Path(candidate)
     kind = _kind(b)
     if _kind(c) != kind:
@@ -220,10 +253,14 @@ def compare(baseline: str | Path, candidate: str | Path, tol: Tolerances = Toler
         if why:
             raise ValueError(f"{b} and {c} are different experiments ({why}); compare grids of one spec")
         n, regs = compare_grids(summarize_grid(b), summarize_grid(c), tol)
+        same = byte_identity(b, c, load_cells(b)["cells"])
+        if require_bytes:
+            regs += [_reg(cid, "bytes_changed", "/".join(BYTE_FILES), None, None) for cid in same["changed"]]
     else:
         n, regs = compare_align(read_json(b), read_json(c), tol)
-    return {"verdict": "fail" if regs else "pass", "kind": kind, "baseline": str(b), "candidate": str(c),
-            "tolerances": dataclasses.asdict(tol), "compared": n, "regressions": regs}
+    v = {"verdict": "fail" if regs else "pass", "kind": kind, "baseline": str(b), "candidate": str(c),
+         "tolerances": dataclasses.asdict(tol), "compared": n, "regressions": regs}
+    return v | {"bytes": same} if kind == "grid" else v
 
 
 def _fmt_iv(iv: list | None) -> str:
@@ -242,8 +279,15 @@ def format_verdict(v: dict) -> str:
                 nums += f", difference {_fmt_iv(r['difference_interval'])}"
         else:
             nums = "" if r["metric"] is None else f" {r['metric']}: {r['baseline']} -> {r['candidate']}"
+            if r["check"] == "bytes_changed":
+                nums = f" {r['metric']} differ"
         lim = "" if r["limit"] is None else f" (limit {r['limit']:.6g})"
         lines.append(f"REGRESSION {r['check']}: {r['id']}{nums}{lim}")
+    if "bytes" in v:
+        by = v["bytes"]
+        lines.append(f"bytes: {by['identical']}/{by['identical'] + len(by['changed'])} bitwise-deterministic cells "
+                     f"byte-identical ({', '.join(BYTE_FILES)}); {by['skipped']} not checked (torch kernels, vLLM "
+                     "or unfinished)")
     lines.append(f"compare ({v['kind']}): {v['compared']} entries, {len(v['regressions'])} regressions: "
                  f"{v['verdict'].upper()}")
     return "\n".join(lines)
