@@ -13,15 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import numba_grad as ng
-
-
-def _np32(t: torch.Tensor):
-    return t.detach().float().contiguous().numpy()
-
-
-def _back(a, dtype) -> torch.Tensor:
-    out = torch.from_numpy(a)
-    return out if dtype == torch.float32 else out.to(dtype)
+from .exact_kernels import _back, _np32
 
 
 class _Embed(torch.autograd.Function):

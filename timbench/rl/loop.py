@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine import make_engine
-from ..kernels.reduce import fmean, fsum, masked_mean
+from ..kernels.reduce import fmean, fstd, fsum, masked_mean
 from ..evaluate import evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
@@ -139,8 +139,8 @@ def correct_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
 def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     """The policy update on this batch; pi_old is the recompute's (recompute mode) or mu (bypass)."""
     cfg, algo, exp = run.config, run.algo, batch.exp
-    adv, mask, weights, old_train = batch.advantages, batch.mask, batch.weights, batch.old_logprobs
-    old = old_train if cfg.mode == "recompute" else exp.rollout_logprobs
+    adv, mask, weights, old_logprobs = batch.advantages, batch.mask, batch.weights, batch.old_logprobs
+    old = old_logprobs if cfg.mode == "recompute" else exp.rollout_logprobs
     loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high))
                                   if v is not None}
     # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute.
@@ -160,7 +160,7 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
             kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), mask[sl, :w], algo.agg)
             loss = loss + cfg.kl_coef * kl
             m = m | {"actor/kl_loss": float(kl.detach())}
-        drift = objective_drift(out.logprobs.detach(), old_train[sl, :w], exp.rollout_logprobs[sl, :w],
+        drift = objective_drift(out.logprobs.detach(), old_logprobs[sl, :w], exp.rollout_logprobs[sl, :w],
                                 adv[sl], mask[sl, :w])
         return loss, m | drift
 
@@ -172,26 +172,19 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
                              "are kept") from None
 
 
-def _std(x: torch.Tensor) -> float:
-    """Sample standard deviation (n - 1, as torch.std) from fixed-order sums; NaN for fewer than 2 values."""
-    if x.numel() < 2:
-        return math.nan
-    return math.sqrt(float(fsum((x.double() - float(fmean(x.double()))) ** 2)) / (x.numel() - 1))
-
-
 def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
     # Every float reduction here is fixed-order (kernels.reduce): torch's sum order varies by CPU.
-    exp, mask, old_train = batch.exp, batch.mask, batch.old_logprobs
+    exp, mask, old_logprobs = batch.exp, batch.mask, batch.old_logprobs
     lens = fsum(exp.mask, 1)
     metrics = {
-        "critic/rewards/mean": float(fmean(exp.rewards)), "critic/rewards/std": _std(exp.rewards),
+        "critic/rewards/mean": float(fmean(exp.rewards)), "critic/rewards/std": float(fstd(exp.rewards.double())),
         "response_length/mean": float(fmean(lens)), "response_length/max": float(lens.max()),
         "actor/entropy": float(masked_mean(batch.entropy[:, : mask.shape[1]], exp.mask)),
         "batch/kept_frac": float(fmean(mask.any(1).float())),
         **_mean(batch.updates),
-        **{k: v for k, v in mismatch_metrics(old_train, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
+        **{k: v for k, v in mismatch_metrics(old_logprobs, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
         # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
-        "mismatch/abs_delta_hist": abs_delta_histogram(old_train, exp.rollout_logprobs, exp.mask),
+        "mismatch/abs_delta_hist": abs_delta_histogram(old_logprobs, exp.rollout_logprobs, exp.mask),
     }
     clash = sorted(metrics.keys() & batch.remedy_metrics.keys())
     if clash:
