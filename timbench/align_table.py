@@ -17,7 +17,7 @@ from .readfile import read_yaml
 from .spec import parse_spec
 
 _KEYS = {"models", "seed", "conditions", "batches"}
-_COND_KEYS = {"name", "engine", "trainer", "models"}
+_COND_KEYS = {"name", "engine", "trainer", "models", "kind"}
 
 
 def read_table(path: str | Path) -> dict:
@@ -32,7 +32,7 @@ def read_table(path: str | Path) -> dict:
     for c in t.get("conditions", []):
         bad = set(c) - _COND_KEYS
         if bad or "name" not in c:
-            raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer, optional models "
+            raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer, optional models and kind "
                              f"(unknown: {sorted(bad)})")
         # Parsed once here; the probe gets Spec objects.
         conditions.append({**c, "engine": parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine"),
@@ -55,10 +55,14 @@ def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
             if (model_name, c["name"]) in done or model_name not in c.get("models", [model_name]):
                 continue
             r = align(model, c["engine"], c["trainer"], seed=seed, batches=batches)
-            rows.append({"model_name": model_name, "condition": c["name"], **r})
+            rows.append({"model_name": model_name, "condition": c["name"], **r,
+                         **({"kind": c["kind"]} if "kind" in c else {})})
             atomic_write(res_path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
             progress(f"{model_name:11s} {c['name']:55s} max|d|={r['max_abs_diff']:.3g} k3={r['k3_kl']:.3g}")
     atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
+    if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
+        from .report.plots_align import save_delta_axis
+        save_delta_axis(rows, out / f"{Path(path).stem}.png", f"timbench align --table {path}")
     return rows
 
 

@@ -20,9 +20,14 @@ def available_checkpoints() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
 
 
+def shipped_checkpoint(name: str) -> Path:
+    """Directory of the shipped checkpoint `name` (`<task>-<preset>`, one of `available_checkpoints()`)."""
+    return _asset_root() / name
+
+
 def default_checkpoint(task: str = "add-4d-v1", model: str = "tiny-dense") -> Path:
     """Directory of the shipped warm-start checkpoint `<task>-<model>`."""
-    d = _asset_root() / f"{task}-{model}"
+    d = shipped_checkpoint(f"{task}-{model}")
     if not (d / "config.json").is_file():
         have = available_checkpoints()
         raise FileNotFoundError(f"no shipped warm-start checkpoint for task {task!r} and model {model!r}; "

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import torch
 
+from .quant.schemes import ACT_QUANT, KV_CACHE, WEIGHT_QUANT
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SIDES = ("engine", "trainer")
 
@@ -63,6 +65,12 @@ def _nonneg_float(v: str) -> float:
     if not x >= 0 or x == float("inf"):
         raise ValueError
     return x
+
+
+# The quantization formats are data in timbench.quant (one registry per use); the spec only names them.
+_WQ = ("none", *(k for k in WEIGHT_QUANT if k != "none"))
+_AQ = ("none", *(k for k in ACT_QUANT if k != "none"))
+_KV = ("auto", *(k for k in KV_CACHE if k != "auto"))
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,16 @@ SPEC_KEYS: dict[str, SpecKey] = {
                             "MoE router (gate) matmul dtype (auto = dtype)"),
     "router_noise": SpecKey(_nonneg_float, "float >= 0",
                             "std of gaussian noise on MoE router logits, keyed by the token's activations"),
+    "weight_quant": SpecKey(_choice(*_WQ), "|".join(_WQ),
+                            "fake-quantize the weights of every decoder linear (q/k/v/o, MLP and experts) onto a "
+                            "low-precision format (timbench.quant.schemes.WEIGHT_QUANT); embedding, norms, router "
+                            "and LM head stay unquantized"),
+    "act_quant": SpecKey(_choice(*_AQ), "|".join(_AQ),
+                         "dynamic per-token quantization of the inputs of the quantized linears "
+                         "(timbench.quant.schemes.ACT_QUANT); needs weight_quant"),
+    "kv_cache_dtype": SpecKey(_choice(*_KV), "|".join(_KV),
+                              "KV cache storage format (vLLM's kv_cache_dtype): keys and values are rounded to it "
+                              "as they are written, and every attention read sees the stored values", ("engine",)),
     "noise": SpecKey(parse_noise, "none|gaussian:SIGMA|lowprob:SIGMA|student_t:SIGMA:DF",
                      "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",)),
 }
@@ -139,6 +157,12 @@ class Spec:
     """MoE router matmul dtype; auto follows dtype."""
     router_noise: float = 0.0
     """Gaussian noise std on MoE router logits."""
+    weight_quant: str = "none"
+    """Low-precision weight format of the decoder linears (none = the dtype's own weights)."""
+    act_quant: str = "none"
+    """Dynamic per-token quantization of the quantized linears' inputs (none = off)."""
+    kv_cache_dtype: str = "auto"
+    """KV cache storage format (engine only; auto = the activation dtype, exact)."""
     noise: Noise = Noise()
     """Synthetic sampler-logit noise (engine only)."""
 
@@ -181,6 +205,19 @@ class Spec:
 
 ZERO_MISMATCH = Spec()
 """The reference both sides of a zero-mismatch run use: exact kernels, fp32, no TP, no noise."""
+
+QUANT_KEYS = ("weight_quant", "act_quant", "kv_cache_dtype")
+"""The keys that change the policy itself (its weights, activations or cache are rounded), not only its logprobs."""
+
+
+def quantized_reference(spec: Spec) -> Spec | None:
+    """The zero-mismatch reference with `spec`'s quantization keys, or None when it has none.
+
+    Generating with it measures the quantized policy on its own (no other mismatch): what quantization
+    costs the policy, as opposed to what the engine-trainer mismatch costs training.
+    """
+    keys = {k: getattr(spec, k) for k in QUANT_KEYS if getattr(spec, k) != getattr(ZERO_MISMATCH, k)}
+    return dataclasses.replace(ZERO_MISMATCH, **keys) if keys else None
 
 
 def _check_side(spec: Spec, what: str, side: str | None) -> Spec:
@@ -227,4 +264,7 @@ def parse_spec(text: str | dict | Spec | None, what: str = "spec", side: str | N
     spec = Spec(**values)
     if spec.tp_reduce != "ring" and spec.tp == 1:
         raise SpecError(f"{what}: tp_reduce={spec.tp_reduce} needs tp > 1")
+    if spec.act_quant != "none" and spec.weight_quant == "none":
+        raise SpecError(f"{what}: act_quant={spec.act_quant} needs weight_quant (activations are quantized at the "
+                        f"inputs of quantized linears); valid weight_quant: {SPEC_KEYS['weight_quant'].valid}")
     return spec

@@ -35,6 +35,7 @@ class Engine:
         # Engine weights change only in load_weights, so a kernel set may keep per-weight
         # layouts (exact: transposed fp32 copies) until then; load_weights invalidates them.
         self.compute.kernels.cache_weights(True)
+        self.compute.quant_cache = {}  # quantized weights (weight_quant), likewise until the next load_weights
         self.max_num_seqs = max_num_seqs
         self.max_len = min(max_len or config.max_position_embeddings, config.max_position_embeddings)
         shape = (max_num_seqs, self.max_len, config.num_key_value_heads, config.head_dim)
@@ -57,6 +58,7 @@ class Engine:
                 if k in state:
                     p.copy_(state[k].detach().to(p.dtype))
         self.compute.kernels.invalidate_weights()
+        self.compute.quant_cache.clear()
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
-KINDS = ("reference", "precision", "kernels", "tp", "moe", "noise", "vllm")
+KINDS = ("reference", "precision", "quant", "kernels", "tp", "moe", "noise", "vllm")
 """Mismatch families; `reference` is the zero-mismatch baseline every other cell is compared with."""
 
 

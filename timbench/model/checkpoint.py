@@ -91,12 +91,17 @@ def load_checkpoint(directory: str | os.PathLike) -> Qwen3ForCausalLM:
 
 
 def load_model(name_or_path: str, seed: int = 0) -> Qwen3ForCausalLM:
-    """A preset name gives a freshly initialised model (seeded); anything else is a checkpoint path."""
+    """A preset name gives a freshly initialised model (seeded); a shipped warm start's name
+    (`add-4d-v1-tiny-dense`, see `timbench.shipped`) or any other path a checkpoint."""
     if Path(name_or_path).exists():
         return load_checkpoint(name_or_path)
+    from ..shipped import available_checkpoints, shipped_checkpoint
+    if name_or_path in available_checkpoints():
+        return load_checkpoint(shipped_checkpoint(name_or_path))
     try:
         return Qwen3ForCausalLM(preset(name_or_path), seed=seed)
     except ValueError:
-        raise ValueError(f"model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
-                         "nor an existing checkpoint directory") from None
+        raise ValueError(f"model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}), a shipped "
+                         f"checkpoint ({', '.join(available_checkpoints())}) nor an existing checkpoint "
+                         "directory") from None
 

@@ -20,6 +20,7 @@ from ..kernels import KernelSet, get_kernels
 from ..kernels.fixed_grad import embed, scale_rows
 from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
+from . import quantized as Q
 from .config import ModelConfig
 
 
@@ -42,12 +43,21 @@ class Compute:
     """All-reduce order for tp > 1 (ring or tree)."""
     attn_splits: int = 1
     """Split-KV chunks of decode attention (engine only; the trainer never decodes)."""
+    weight_quant: str = "none"
+    """Low-precision format of the decoder linears' weights (`timbench.quant.schemes.WEIGHT_QUANT`)."""
+    act_quant: str = "none"
+    """Dynamic per-token format of the quantized linears' inputs (`ACT_QUANT`)."""
+    kv_cache_dtype: str = "auto"
+    """Storage format of keys and values (`KV_CACHE`; auto = unchanged)."""
+    quant_cache: dict | None = None
+    """Quantized weights kept between forwards (the engine's, cleared at each weight sync); None = no cache."""
 
     @classmethod
     def from_spec(cls, spec) -> "Compute":
         """The Compute a `timbench.spec.Spec` asks for (a fresh kernel set instance)."""
         return cls(get_kernels(spec.kernels), spec.torch_dtype, spec.torch_logits_dtype, spec.torch_router_dtype,
-                   spec.router_noise, spec.tp, spec.tp_reduce, spec.attn_splits)
+                   spec.router_noise, spec.tp, spec.tp_reduce, spec.attn_splits, spec.weight_quant,
+                   spec.act_quant, spec.kv_cache_dtype)
 
 
 def rope_table(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,9 +200,10 @@ class Qwen3ForCausalLM(nn.Module):
         return out.reshape(x.shape), experts
 
     def _mlp(self, x, mlp: _MLP, c: Compute):
-        kn, dt = c.kernels, c.dtype
-        h = kn.silu_mul(kn.linear(x, mlp.gate_proj.weight.to(dt)), kn.linear(x, mlp.up_proj.weight.to(dt)))
-        return row_parallel_linear(kn, h, mlp.down_proj.weight.to(dt), c.tp, c.tp_reduce)
+        kn = c.kernels
+        x = Q.act(x, c)
+        h = kn.silu_mul(kn.linear(x, Q.weight(mlp.gate_proj.weight, c)), kn.linear(x, Q.weight(mlp.up_proj.weight, c)))
+        return row_parallel_linear(kn, Q.act(h, c), Q.weight(mlp.down_proj.weight, c), c.tp, c.tp_reduce)
 
     def _blocks(self, ids, pos, attend: AttendFn, c: Compute, replay=None):
         """Embed, run all decoder layers and the final norm over tokens of any leading shape.
@@ -205,14 +216,15 @@ class Qwen3ForCausalLM(nn.Module):
         routes = []
         for i, layer in enumerate(self.model.layers):
             at = layer.self_attn
-            x = kn.rmsnorm(h, layer.input_layernorm.weight.to(dt), cfg.rms_norm_eps)
-            q = kn.linear(x, at.q_proj.weight.to(dt)).view(*lead, cfg.num_attention_heads, cfg.head_dim)
-            k = kn.linear(x, at.k_proj.weight.to(dt)).view(*lead, cfg.num_key_value_heads, cfg.head_dim)
-            v = kn.linear(x, at.v_proj.weight.to(dt)).view(*lead, cfg.num_key_value_heads, cfg.head_dim)
+            x = Q.act(kn.rmsnorm(h, layer.input_layernorm.weight.to(dt), cfg.rms_norm_eps), c)
+            q = kn.linear(x, Q.weight(at.q_proj.weight, c)).view(*lead, cfg.num_attention_heads, cfg.head_dim)
+            k = kn.linear(x, Q.weight(at.k_proj.weight, c)).view(*lead, cfg.num_key_value_heads, cfg.head_dim)
+            v = kn.linear(x, Q.weight(at.v_proj.weight, c)).view(*lead, cfg.num_key_value_heads, cfg.head_dim)
             q = self._rope(kn.rmsnorm(q, at.q_norm.weight.to(dt), cfg.rms_norm_eps), pos, dt)
             k = self._rope(kn.rmsnorm(k, at.k_norm.weight.to(dt), cfg.rms_norm_eps), pos, dt)
-            a = attend(i, q, k, v).reshape(*lead, cfg.num_attention_heads * cfg.head_dim)
-            h = h + row_parallel_linear(kn, a, at.o_proj.weight.to(dt), c.tp, c.tp_reduce)
+            # Keys and values as the KV cache stores them; prefill and decode both attend to the stored values.
+            a = attend(i, q, Q.kv(k, c), Q.kv(v, c)).reshape(*lead, cfg.num_attention_heads * cfg.head_dim)
+            h = h + row_parallel_linear(kn, Q.act(a, c), Q.weight(at.o_proj.weight, c), c.tp, c.tp_reduce)
             x = kn.rmsnorm(h, layer.post_attention_layernorm.weight.to(dt), cfg.rms_norm_eps)
             if cfg.is_moe:
                 y, experts = self._moe(x, layer.mlp, c, None if replay is None else replay[..., i, :], i)

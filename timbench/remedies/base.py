@@ -98,6 +98,9 @@ class Remedy:
     """Spec keys forced on the engine, e.g. {"dtype": "fp16"} (read-only)."""
     trainer_override: ClassVar[dict] = {}
     """Spec keys forced on the trainer (read-only)."""
+    trainer_follows_engine: ClassVar[tuple[str, ...]] = ()
+    """Spec keys the trainer takes from the (overridden) engine spec, e.g. ("weight_quant", "act_quant"):
+    unified precision, whatever format the condition's engine uses."""
 
     def __init__(self, **args):
         self.args = coerce_params(self.Params, args, self.name or type(self).__name__)

@@ -261,5 +261,19 @@ class FP16(Remedy):
         return finish(batch)
 
 
+class UnifiedPrecision(Remedy):
+    name = "unified_precision"
+    doc = ("Unified precision (FP8-RL, arXiv 2601.18150, 'end-to-end FP8'; the 4-bit analogue for mxfp4/nvfp4/int4): "
+           "the trainer runs the engine's own quantized forward (its dtype, logits_dtype, weight_quant and act_quant), "
+           "with straight-through gradients to the full-precision master weights, so the recompute matches the "
+           "rollout bitwise again under exact kernels. The KV cache format is engine-only and stays a mismatch. "
+           "The twin stays fp32.")
+    trainer_follows_engine = ("dtype", "logits_dtype", "weight_quant", "act_quant")
+
+    def __call__(self, batch):
+        return finish(batch)
+
+
 BUILTINS: tuple[type[Remedy], ...] = (NoRemedy, TISToken, TISSeq, MISToken, MISSeq, IcePop, GeoRS, K3RS, TRMMax,
-                                      TRMAvg, TISTokenSeqRS, RoutingReplayR2, RoutingReplayR3, FP16)
+                                      TRMAvg, TISTokenSeqRS, RoutingReplayR2, RoutingReplayR3, FP16,
+                                      UnifiedPrecision)

@@ -125,7 +125,8 @@ def describe(cls: type[Remedy]) -> dict:
             "params": {k: v["default"] for k, v in describe_params(cls.Params).items()},
             "param_docs": {k: v["doc"] for k, v in describe_params(cls.Params).items()},
             "hooks": {"replay": cls.replay, "engine_override": dict(cls.engine_override),
-                      "trainer_override": dict(cls.trainer_override)}}
+                      "trainer_override": dict(cls.trainer_override),
+                      "trainer_follows_engine": list(cls.trainer_follows_engine)}}
 
 
 def list_remedies() -> list[dict]:

@@ -16,7 +16,7 @@ from .plots import _no_data, condition_colors, plt, representatives
 from .results import CellRun
 
 KIND_MARKERS = {"reference": "*", "noise": "o", "precision": "s", "kernels": "D", "tp": "^", "moe": "v",
-                "vllm": "P"}
+                "vllm": "P", "quant": "p"}
 DELTA_KEYS = ("mismatch/mean_abs_delta", "mismatch/p99_abs_delta", "mismatch/max_abs_delta")
 HIST_KEY = "mismatch/abs_delta_hist"
 

@@ -29,7 +29,7 @@ class CellRun:
     axes: dict
     """task, model, condition, remedy, mode, algorithm, seed."""
     condition: dict
-    """name, kind (reference|precision|kernels|tp|moe|noise|vllm), engine and trainer specs, doc."""
+    """name, kind (reference|precision|quant|kernels|tp|moe|noise|vllm), engine and trainer specs, doc."""
     reference: str | None
     """Id of the zero-mismatch cell with the same task/model/algorithm/seed (None for none)."""
     config: dict

@@ -177,7 +177,8 @@ class Loaded:
     main_engine: Spec
     """The main lane's engine spec: config.engine with the remedy's engine_override applied."""
     main_trainer: Spec
-    """The main lane's trainer spec: config.trainer with the remedy's trainer_override applied."""
+    """The main lane's trainer spec: config.trainer with the remedy's trainer_override (and
+    trainer_follows_engine keys) applied."""
     eval_problems: list
     """The first eval_n problems of the task's eval set."""
 
@@ -204,6 +205,8 @@ def load(cfg: RunConfig | Loaded) -> Loaded:
     cfg = dataclasses.replace(cfg, remedy_args=remedy.args)
     engine = cfg.engine.override(remedy.engine_override, f"remedy {cfg.remedy!r} engine_override", "engine")
     trainer = cfg.trainer.override(remedy.trainer_override, f"remedy {cfg.remedy!r} trainer_override", "trainer")
+    follow = {k: str(getattr(engine, k)) for k in remedy.trainer_follows_engine}
+    trainer = trainer.override(follow, f"remedy {cfg.remedy!r} trainer_follows_engine", "trainer")
     return Loaded(cfg, task, algorithm, remedy, engine, trainer, _eval_problems(task, cfg.eval_n))
 
 

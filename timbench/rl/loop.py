@@ -24,12 +24,12 @@ import torch
 
 from ..engine import make_engine
 from ..kernels.reduce import fmean, fstd, fsum, masked_mean
-from ..evaluate import evaluate_both
+from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..remedies import Remedy, RemedyBatch, check_result, per_sequence, replay_tensor
 from ..shipped import resolve_checkpoint
-from ..spec import ZERO_MISMATCH, Spec
+from ..spec import ZERO_MISMATCH, Spec, quantized_reference
 from ..threads import set_threads
 from ..trainer import MiniBatch, NonFiniteError, sequence_logprobs, update_policy
 from ..trainer.optim import AdamW
@@ -248,6 +248,11 @@ class _Session:
         if cfg.twin:
             self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl))
         self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n))
+        # A quantized rollout engine also gets its policy measured on its own (greedy, fp32 exact otherwise):
+        # "quantization hurt the policy" vs "mismatch hurt training".
+        quant = quantized_reference(run.main_engine)
+        self.quant_engine = None if quant is None else make_engine(base.config, quant,
+                                                                   max_num_seqs=min(256, cfg.eval_n))
         self.start, self.extra = 0, {"first_divergence_step": None}
         state = rd.load_state()
         if state is not None:
@@ -266,6 +271,11 @@ class _Session:
                               engine=self.eval_engine)
             prefix = "" if lane.name == "main" else "twin/"
             row.update({prefix + "accuracy_t1": r["accuracy_t1"], prefix + "accuracy_greedy": r["accuracy_greedy"]})
+            if lane.name == "main" and self.quant_engine is not None:
+                self.quant_engine.load_weights(lane.model)
+                q = evaluate(lane.model, self.run.task_impl, self.run.eval_problems, temperature=0.0,
+                             seed=self.run.seed, engine=self.quant_engine)
+                row["quantized/accuracy_greedy"] = q["accuracy"]
         self.logs["eval"].write(row)
 
     def step(self, step: int) -> dict:
