@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from .quant.schemes import ACT_QUANT, KV_CACHE, WEIGHT_QUANT
+from .quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SIDES = ("engine", "trainer")
@@ -71,6 +71,11 @@ def _nonneg_float(v: str) -> float:
 _WQ = ("none", *(k for k in WEIGHT_QUANT if k != "none"))
 _AQ = ("none", *(k for k in ACT_QUANT if k != "none"))
 _KV = ("auto", *(k for k in KV_CACHE if k != "auto"))
+
+
+def _kv_cache_dtype(v: str) -> str:
+    """vLLM's kv_cache_dtype values; its alias `fp8` is stored under the format it means (fp8_e4m3)."""
+    return _choice(*_KV)(KV_ALIASES.get(v, v))
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ SPEC_KEYS: dict[str, SpecKey] = {
     "act_quant": SpecKey(_choice(*_AQ), "|".join(_AQ),
                          "dynamic per-token quantization of the inputs of the quantized linears "
                          "(timbench.quant.schemes.ACT_QUANT); needs weight_quant"),
-    "kv_cache_dtype": SpecKey(_choice(*_KV), "|".join(_KV),
+    "kv_cache_dtype": SpecKey(_kv_cache_dtype, "|".join((*_KV, *KV_ALIASES)),
                               "KV cache storage format (vLLM's kv_cache_dtype): keys and values are rounded to it "
                               "as they are written, and every attention read sees the stored values", ("engine",)),
     "noise": SpecKey(parse_noise, "none|gaussian:SIGMA|lowprob:SIGMA|student_t:SIGMA:DF",
