@@ -175,12 +175,14 @@ def test_zero_mismatch_is_a_no_op_for_every_remedy(name):
 def test_list_describes_every_builtin(capsys):
     assert main(["remedies", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(rows) == set(REMEDIES) and len(REMEDIES) == 14
+    assert set(rows) == set(REMEDIES) and len(REMEDIES) == 15
     assert rows["tis_token"]["params"] == {"C": 2.0}
     assert rows["icepop"]["params"] == {"low": 0.5, "high": 5.0}
     assert rows["mis_seq"]["params"] == {"C": 2.0, "C_min": None}
     assert rows["fp16"]["hooks"]["engine_override"] == {"dtype": "fp16"}
     assert rows["routing_replay_r3"]["hooks"]["replay"] == "engine"
+    assert rows["unified_precision"]["hooks"]["trainer_follows_engine"] == ["dtype", "logits_dtype", "weight_quant",
+                                                                           "act_quant"]
     assert all(r["doc"] for r in rows.values())
     assert main(["remedies", "list"]) == 0
     assert "tis_token+seq_rs" in capsys.readouterr().out

@@ -61,6 +61,10 @@ class SeedGroup:
     final_accuracy: Interval = field(default_factory=lambda: Interval(None))
     peak_accuracy: Interval = field(default_factory=lambda: Interval(None))
     relative_accuracy: Interval = field(default_factory=lambda: Interval(None))
+    greedy_accuracy: Interval = field(default_factory=lambda: Interval(None))
+    """Final greedy accuracy of the fp32 policy."""
+    quantized_greedy_accuracy: Interval = field(default_factory=lambda: Interval(None))
+    """Final greedy accuracy of the quantized policy (quantized engines only)."""
     metrics: dict[str, Interval] = field(default_factory=dict)
     """MEAN_METRICS name -> interval over seeds."""
     collapses: int = 0
@@ -107,6 +111,11 @@ def seed_groups(rows: list[dict]) -> list[SeedGroup]:
                                                   if r["final_accuracy_t1"] is not None], eval_n)
             g.peak_accuracy = accuracy_interval([r["peak_accuracy_t1"] for r in done
                                                  if r["peak_accuracy_t1"] is not None], eval_n)
+            for attr, col in (("greedy_accuracy", "final_accuracy_greedy"),
+                              ("quantized_greedy_accuracy", "final_quantized_accuracy_greedy")):
+                vals = [r[col] for r in done if r.get(col) is not None]
+                if vals:
+                    setattr(g, attr, accuracy_interval(vals, eval_n))
             if g.kind == "reference":
                 g.relative_accuracy = Interval(1.0, 1.0, 1.0, len(done)) if g.final_accuracy.mean else Interval(None)
             else:
@@ -128,7 +137,9 @@ def group_csv_row(g: SeedGroup) -> dict:
     """A flat row for seeds.csv: the group key, seed counts, every mean with its interval bounds."""
     row = {**g.key, "kind": g.kind, "seeds": g.seeds, "cells": len(g.rows), "eval_n": g.eval_n}
     parts = {"final_accuracy_t1": g.final_accuracy, "peak_accuracy_t1": g.peak_accuracy,
-             "relative_accuracy_t1": g.relative_accuracy, "collapse_rate": g.collapse_rate, **g.metrics}
+             "relative_accuracy_t1": g.relative_accuracy, "final_accuracy_greedy": g.greedy_accuracy,
+             "quantized_accuracy_greedy": g.quantized_greedy_accuracy, "collapse_rate": g.collapse_rate,
+             **g.metrics}
     for name, iv in parts.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = iv.mean, iv.lo, iv.hi
     row["collapses"] = g.collapses

@@ -35,7 +35,8 @@ COLLAPSE_KEYS = {"collapsed": "collapse/collapsed", "collapse_step": "collapse/s
                  "kl_warning_step": "collapse/kl_warning_step", "kl_lead_steps": "collapse/kl_lead_steps"}
 ID_COLUMNS = ("id", "task", "model", "condition", "kind", "remedy", "mode", "algorithm", "seed", "reference",
               "status", "error", "steps_done", "noise_sigma", "eval_n")
-COLUMNS = (ID_COLUMNS + ("final_accuracy_t1", "peak_accuracy_t1", "relative_accuracy_t1")
+COLUMNS = (ID_COLUMNS + ("final_accuracy_t1", "peak_accuracy_t1", "relative_accuracy_t1", "final_accuracy_greedy",
+                         "final_quantized_accuracy_greedy")
            + tuple(COLLAPSE_KEYS.values())
            + tuple(f"{p}/{k}" for k in DRIFT_KEYS for p in ("cum", "final"))
            + tuple(f"mean/{k}" for k in MEAN_KEYS + REMEDY_KEYS) + tuple(f"max/{k}" for k in MAX_KEYS))
@@ -75,6 +76,11 @@ def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
     c = detect_collapse(m, cell.evals, cell.summary, rule)
     row.update({COLLAPSE_KEYS[k]: c[k] for k in COLLAPSE_KEYS})
     row["final_accuracy_t1"], row["peak_accuracy_t1"] = c["final_accuracy_t1"], c["peak_accuracy_t1"]
+    # Greedy accuracy of the fp32 policy and, for a quantized engine, of the quantized policy itself at the
+    # last eval: their gap is what quantization costs the policy, apart from what mismatch cost training.
+    last = cell.evals[-1] if cell.evals else {}
+    row["final_accuracy_greedy"] = last.get("accuracy_greedy")
+    row["final_quantized_accuracy_greedy"] = last.get("quantized/accuracy_greedy")
     for k in DRIFT_KEYS:
         xs = _values(m, k)
         row[f"cum/{k}"] = math.fsum(xs) if xs else None
