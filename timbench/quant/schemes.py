@@ -202,8 +202,11 @@ def quantize_act(x: Tensor, name: str) -> Tensor:
 
 def quantize_kv(x: Tensor, name: str, scale: float = 1.0) -> Tensor:
     """Fake-quantize K or V [..., Hkv, D] with KV_CACHE[name] and a per-tensor scale (vLLM's
-    k_scale / v_scale; 1.0 = vLLM's default without calibrated scales); float32."""
+    k_scale / v_scale; 1.0 = vLLM's default without calibrated scales); float32. "auto" returns
+    x itself."""
     scheme = _lookup(KV_CACHE, KV_ALIASES.get(name, name), "kv_cache_dtype")
+    if scheme.name == "auto":
+        return x  # unquantized: the same tensor, no checks, no copy
     if not (scale > 0 and scale < float("inf")):
         raise QuantError(f"quantize {name}: kv scale must be a positive finite number, got {scale}")
     x = _prepare(x, scheme.name)
