@@ -296,6 +296,8 @@ def test_quant_cache_recomputes_only_after_a_change():
     c = cache.get(p, "nvfp4", fn)
     assert len(calls) == 3 and same(c, quantize_weight(p.detach(), "nvfp4")) and not same(c, a)
     assert cache.get(p, "nvfp4", fn, dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert cache.weight(p, "nvfp4") is cache.weight(p, "nvfp4")
+    assert same(cache.weight(p, "int4"), quantize_weight(p.detach(), "int4"))
     cache.clear()
     assert len(cache) == 0
 

@@ -7,16 +7,19 @@ exact fp32 kernels then run on the quantized values).
 How, and why it is the same on every CPU: for a float format with `mbits` mantissa bits the
 representable values near |x| are the multiples of the quantum q = 2^(E - mbits), where E is x's
 unbiased exponent clamped to [emin, emax] (the clamp at emin gives the subnormals, the one at emax
-the top binade). q is built from x's fp32 exponent bits, x / q is exact (a power of
-two), torch.round is IEEE round-half-to-even on an integer-valued significand (so "even integer" is
+the top binade). q is built from x's fp32 exponent bits, x / q is exact (q is a power of two),
+torch.round is IEEE round-half-to-even on an integer-valued significand (so "even integer" is
 "even mantissa LSB"), and round(x / q) * q is exact. No exp/log/pow anywhere (those run
 per-CPU SIMD code in torch); only bit ops, * /, round, clamp, comparisons and frexp.
 
 Rules (documented choices):
-- Saturation: results are clamped to +-max, as vLLM does before every FP8 cast (the
-  `__NV_SATFINITE` conversions of its quant kernels and KV-cache writes). torch's own
-  `x.to(torch.float8_e4m3fn)` instead gives NaN from the midpoint above 448 (464) on, and
-  `float8_e5m2` gives +-inf from 61440 on; below those points the two agree bit for bit (tested).
+- Saturation: results are clamped to +-max, as vLLM does before every FP8 cast (its quant kernels
+  clamp to +-448 and convert with `__NV_SATFINITE`; its KV-cache writes convert with
+  `__NV_SATFINITE`). torch's casts differ above the top midpoint (464 for E4M3, 61440 for E5M2):
+  `float8_e5m2` gives +-inf there; `float8_e4m3fn` gives NaN in c10's scalar conversion (older torch; not
+  measured here) but saturates to +-448
+  in the installed torch 2.13 CPU build (measured; it even maps inf to 448). Below those points
+  the casts and this function agree bit for bit (tested).
 - NaN/inf input: `QuantError` (a ValueError), one line naming the format and the count.
 - Signed zero: kept (-0.0 and negatives that round to zero come back as -0.0, like torch's casts).
 - E8M0 (the MX shared scale, 2^-127..2^127, unsigned, no zero) has no mantissa: `round_to_format`

@@ -66,6 +66,11 @@ class QuantCache:
         self._entries[key] = (param, stamp, out)
         return out
 
+    def weight(self, param: Tensor, name: str, dtype: torch.dtype | None = None) -> Tensor:
+        """quantize_weight(param, name) as `dtype`, cached (the engine's per-sync weights)."""
+        from timbench.quant.schemes import quantize_weight
+        return self.get(param, name, lambda w: quantize_weight(w, name), dtype)
+
     def clear(self) -> None:
         self._entries.clear()
 
