@@ -39,7 +39,7 @@ class Scheme:
     name: str
     use: str  # "weight" | "act" | "kv"
     elem: str  # element format: e4m3, e5m2, e2m1, int8, int4, or "none"
-    bits: int  # element bits
+    bits: int  # element bits (0: unquantized)
     block: tuple[int, int]  # (rows, cols) sharing one scale; -1 = the whole dim
     scale_type: str
     real_system: str
@@ -155,7 +155,7 @@ def _kv(fmt):
 
 
 KV_CACHE: dict[str, Scheme] = {s.name: s for s in [
-    Scheme("auto", "kv", "none", 32, (-1, -1), "none", "vLLM kv_cache_dtype=auto (model dtype)",
+    Scheme("auto", "kv", "none", 0, (-1, -1), "none", "vLLM kv_cache_dtype=auto (model dtype)",
            "no quantization.", lambda x, scale=1.0: x),
     Scheme("fp8_e4m3", "kv", "e4m3", 8, (-1, -1), "fp32 per tensor (k_scale = v_scale = 1.0)",
            "vLLM kv_cache_dtype=fp8_e4m3 (alias `fp8`), no calibrated scales",
