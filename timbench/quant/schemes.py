@@ -167,10 +167,11 @@ KV_CACHE: dict[str, Scheme] = {s.name: s for s in [
 KV_ALIASES = {"fp8": "fp8_e4m3"}  # vLLM: "fp8" means e4m3 on CUDA
 
 
-def _lookup(registry: dict[str, Scheme], name: str, key: str) -> Scheme:
-    scheme = registry.get(name)
+def _lookup(registry: dict[str, Scheme], name: str, key: str, aliases: dict | None = None) -> Scheme:
+    aliases = aliases or {}
+    scheme = registry.get(aliases.get(name, name))
     if scheme is None:
-        raise QuantError(f"unknown {key} {name!r}; valid: {', '.join(registry)}")
+        raise QuantError(f"unknown {key} {name!r}; valid: {', '.join([*registry, *aliases])}")
     return scheme
 
 
@@ -204,7 +205,7 @@ def quantize_kv(x: Tensor, name: str, scale: float = 1.0) -> Tensor:
     """Fake-quantize K or V [..., Hkv, D] with KV_CACHE[name] and a per-tensor scale (vLLM's
     k_scale / v_scale; 1.0 = vLLM's default without calibrated scales); float32. "auto" returns
     x itself."""
-    scheme = _lookup(KV_CACHE, KV_ALIASES.get(name, name), "kv_cache_dtype")
+    scheme = _lookup(KV_CACHE, name, "kv_cache_dtype", KV_ALIASES)
     if scheme.name == "auto":
         return x  # unquantized: the same tensor, no checks, no copy
     if not (scale > 0 and scale < float("inf")):
