@@ -164,3 +164,15 @@ def test_no_cpu_dependent_transcendentals():
         code = "\n".join(line.split("#")[0] for line in path.read_text().splitlines())
         code = re.sub(r'"""[\s\S]*?"""', "", code)  # docstrings may name the rules
         assert not banned.search(code), f"{path.name}: {banned.search(code).group(0)}"
+
+
+def test_single_nan_anywhere_is_caught():
+    """The finiteness check reduces with amax; a lone NaN or inf must be found at any position."""
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 7, 8, 15, 16, 17, 33, 1000):
+        for pos in {0, n // 2, n - 1}:
+            for bad in (float("nan"), float("inf"), -float("inf")):
+                x = torch.randn(n, generator=g)
+                x[pos] = bad
+                with pytest.raises(QuantError, match="1 non-finite"):
+                    round_to_format(x, "e4m3")

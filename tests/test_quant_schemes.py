@@ -160,7 +160,9 @@ def test_zero_blocks_and_outliers(use, name):
     x = gauss(4, 256, seed=7)
     x[1] = 0.0  # an all-zero row (every block of it zero)
     x[2, :128] = -0.0
+    before = x.clone()
     got = q(use, x, name)
+    assert same(x, before)  # the input is never written
     assert torch.isfinite(got).all()
     assert torch.equal(got[1], torch.zeros(256)) and torch.equal(got[2, :128], torch.zeros(128))
     y = x.clone()
@@ -190,7 +192,7 @@ def test_unknown_names_and_bad_shapes():
         quantize_weight(torch.ones(2, 2), "fp6")
     with pytest.raises(QuantError, match="unknown act_quant 'int4'; valid: fp8"):
         quantize_act(torch.ones(2, 2), "int4")
-    with pytest.raises(QuantError, match="unknown kv_cache_dtype 'int8'; valid: auto, fp8_e4m3, fp8_e5m2"):
+    with pytest.raises(QuantError, match="unknown kv_cache_dtype 'int8'; valid: auto, fp8_e4m3, fp8_e5m2, fp8$"):
         quantize_kv(torch.ones(2, 2), "int8")
     with pytest.raises(QuantError, match=r"weight must be 2-D \[N, K\], got shape \(2, 2, 2\)"):
         quantize_weight(torch.ones(2, 2, 2), "fp8")
@@ -245,7 +247,7 @@ def test_kv_cache_formats():
     assert same(e4[inside], x[inside].to(F8).float())
     assert float(e4[0, 0, 0, 0]) == 448.0 and e4[0, 0, 0, 2].signbit()
     assert same(quantize_kv(x, "fp8_e5m2"), x.to(torch.float8_e5m2).float())
-    assert quantize_kv(x, "auto") is x or same(quantize_kv(x, "auto"), x)
+    assert quantize_kv(x, "auto") is x
     assert same(quantize_kv(e4, "fp8_e4m3"), e4)  # fixed scale: idempotent
     scaled = quantize_kv(x, "fp8_e4m3", scale=0.25)
     assert same(scaled, (x / 0.25).clamp(-448, 448).to(F8).float() * 0.25)
@@ -296,8 +298,17 @@ def test_quant_cache_recomputes_only_after_a_change():
     c = cache.get(p, "nvfp4", fn)
     assert len(calls) == 3 and same(c, quantize_weight(p.detach(), "nvfp4")) and not same(c, a)
     assert cache.get(p, "nvfp4", fn, dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert cache.weight(p, "nvfp4") is cache.weight(p, "nvfp4")
+    assert same(cache.weight(p, "int4"), quantize_weight(p.detach(), "int4"))
+    sd = torch.nn.ParameterDict({"w": p}).state_dict()["w"]
+    with torch.no_grad():
+        sd.copy_(sd * 2)  # the engine's load_weights path: a state_dict view shares the version
+    assert same(cache.weight(p, "nvfp4"), quantize_weight(p.detach(), "nvfp4"))
+    stale = cache.weight(p, "int8")
+    p.data.copy_(p.data * 3)  # .data writes bypass the version counter: documented, clear() fixes
+    assert cache.weight(p, "int8") is stale
     cache.clear()
-    assert len(cache) == 0
+    assert len(cache) == 0 and same(cache.weight(p, "int8"), quantize_weight(p.detach(), "int8"))
 
 
 def test_format_table_rows():

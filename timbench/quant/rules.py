@@ -112,7 +112,7 @@ def nvfp4(x3: Tensor, gs: Tensor) -> Tensor:
     gs broadcasts against x3 ([1,1,1] per tensor, [R,1,1] per row)."""
     s = round_unchecked(gs * (amax(x3, -1) * _RECIP6), E4M3)
     inv = torch.where(s == 0, torch.zeros_like(s), 1.0 / torch.where(s == 0, torch.ones_like(s), s * (1.0 / gs)))
-    q = round_unchecked(torch.clamp(x3 * inv, -E2M1.max, E2M1.max), E2M1)
+    q = round_unchecked((x3 * inv).clamp_(-E2M1.max, E2M1.max), E2M1)
     return q * (s / gs)
 
 

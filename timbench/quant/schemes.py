@@ -39,7 +39,7 @@ class Scheme:
     name: str
     use: str  # "weight" | "act" | "kv"
     elem: str  # element format: e4m3, e5m2, e2m1, int8, int4, or "none"
-    bits: int  # element bits
+    bits: int  # element bits (0: unquantized)
     block: tuple[int, int]  # (rows, cols) sharing one scale; -1 = the whole dim
     scale_type: str
     real_system: str
@@ -96,7 +96,7 @@ WEIGHT_QUANT: dict[str, Scheme] = {s.name: s for s in [
            "dequant q * a / 448; partial edge blocks allowed.",
            lambda w: R.fp8_block2d(w, 128, 128)),
     Scheme("mxfp8", "weight", "e4m3", 8, (1, 32), "e8m0 per 32",
-           "OCP MXFP8 (vLLM `mxfp8`; compressed-tensors MXFP8)",
+           "vLLM `mxfp8`; compressed-tensors W8A8-MXFP8 (OCP MXFP8)",
            "OCP MX v1.0: X = 2^(floor(log2 amax) - 8), q = e4m3(w / X) saturating.", _MXFP8),
     Scheme("mxfp4", "weight", "e2m1", 4, (1, 32), "e8m0 per 32",
            "vLLM `mxfp4` (gpt-oss checkpoints; OCP MXFP4)",
@@ -136,9 +136,9 @@ ACT_QUANT: dict[str, Scheme] = {s.name: s for s in [
            "scale = max(group amax, 1e-10) / 448, q = e4m3(x / scale); a partial last group "
            "is allowed (vLLM requires K % 128 == 0).", lambda x: R.fp8_groups(x, 128)),
     Scheme("mxfp8", "act", "e4m3", 8, (1, 32), "e8m0 per 32, dynamic",
-           "OCP MXFP8 activations (vLLM `mxfp8`)", "as weight mxfp8, per row.", _MXFP8),
+           "vLLM `mxfp8` / compressed-tensors W8A8-MXFP8 activations", "as weight mxfp8, per row.", _MXFP8),
     Scheme("mxfp4", "act", "e2m1", 4, (1, 32), "e8m0 per 32, dynamic",
-           "OCP MXFP4 W4A4 (vLLM quark/ROCm mxfp4 with activation quant)",
+           "vLLM compressed-tensors W4A4-MXFP4; AMD Quark w4a4_mxfp4",
            "as weight mxfp4, per row.", _MXFP4),
     Scheme("nvfp4", "act", "e2m1", 4, (1, 16), "e4m3 per 16 x fp32 per-token global",
            "vLLM `modelopt_fp4` W4A4 (served with a static calibrated per-tensor input scale)",
@@ -155,7 +155,7 @@ def _kv(fmt):
 
 
 KV_CACHE: dict[str, Scheme] = {s.name: s for s in [
-    Scheme("auto", "kv", "none", 32, (-1, -1), "none", "vLLM kv_cache_dtype=auto (model dtype)",
+    Scheme("auto", "kv", "none", 0, (-1, -1), "none", "vLLM kv_cache_dtype=auto (model dtype)",
            "no quantization.", lambda x, scale=1.0: x),
     Scheme("fp8_e4m3", "kv", "e4m3", 8, (-1, -1), "fp32 per tensor (k_scale = v_scale = 1.0)",
            "vLLM kv_cache_dtype=fp8_e4m3 (alias `fp8`), no calibrated scales",
@@ -167,10 +167,11 @@ KV_CACHE: dict[str, Scheme] = {s.name: s for s in [
 KV_ALIASES = {"fp8": "fp8_e4m3"}  # vLLM: "fp8" means e4m3 on CUDA
 
 
-def _lookup(registry: dict[str, Scheme], name: str, key: str) -> Scheme:
-    scheme = registry.get(name)
+def _lookup(registry: dict[str, Scheme], name: str, key: str, aliases: dict | None = None) -> Scheme:
+    aliases = aliases or {}
+    scheme = registry.get(aliases.get(name, name))
     if scheme is None:
-        raise QuantError(f"unknown {key} {name!r}; valid: {', '.join(registry)}")
+        raise QuantError(f"unknown {key} {name!r}; valid: {', '.join([*registry, *aliases])}")
     return scheme
 
 
@@ -202,8 +203,11 @@ def quantize_act(x: Tensor, name: str) -> Tensor:
 
 def quantize_kv(x: Tensor, name: str, scale: float = 1.0) -> Tensor:
     """Fake-quantize K or V [..., Hkv, D] with KV_CACHE[name] and a per-tensor scale (vLLM's
-    k_scale / v_scale; 1.0 = vLLM's default without calibrated scales); float32."""
-    scheme = _lookup(KV_CACHE, KV_ALIASES.get(name, name), "kv_cache_dtype")
+    k_scale / v_scale; 1.0 = vLLM's default without calibrated scales); float32. "auto" returns
+    x itself."""
+    scheme = _lookup(KV_CACHE, name, "kv_cache_dtype", KV_ALIASES)
+    if scheme.name == "auto":
+        return x  # unquantized: the same tensor, no checks, no copy
     if not (scale > 0 and scale < float("inf")):
         raise QuantError(f"quantize {name}: kv scale must be a positive finite number, got {scale}")
     x = _prepare(x, scheme.name)

@@ -14,6 +14,9 @@ forward; the cache (an object its owner keeps, never a global) returns the store
 parameter's storage, version counter (bumped by every in-place write: optimizer steps, copy_,
 load_state_dict) and shape are unchanged. It holds a reference to the parameter, so an id cannot be
 reused by another tensor while its entry exists. Use it where no gradient is needed (the engine).
+One write it cannot see: `param.data.copy_(...)` (`.data` does not share the version counter;
+`with torch.no_grad(): param.copy_(...)`, `state_dict()[k].copy_(...)` and `load_state_dict` do).
+The owner should call `clear()` at every weight sync anyway (next to `invalidate_weights()`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ class QuantCache:
             out = fn(param.detach().float()).to(dtype)
         self._entries[key] = (param, stamp, out)
         return out
+
+    def weight(self, param: Tensor, name: str, dtype: torch.dtype | None = None) -> Tensor:
+        """quantize_weight(param, name) as `dtype`, cached (the engine's per-sync weights)."""
+        from timbench.quant.schemes import quantize_weight
+        return self.get(param, name, lambda w: quantize_weight(w, name), dtype)
 
     def clear(self) -> None:
         self._entries.clear()
