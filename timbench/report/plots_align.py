@@ -42,7 +42,7 @@ def delta_axis_figure(rows: list[dict], command: str):
         ax.axvline(left, color="grey", linestyle=":", linewidth=0.8)
         ax.set(title=m, xlabel="mean |delta| over tokens (log; dotted = exactly 0)")
         ax.grid(axis="x", linewidth=0.3)
-        ax.legend(fontsize=6, loc="lower right")
+        ax.legend(fontsize=6, loc="upper center")  # the empty middle: gaps cluster at 0, 1e-6 and 1e-2..1
     axes[0][0].set_yticks(range(len(names)), list(reversed(names)), fontsize=7)
     fig.suptitle(f"engine-trainer gap by condition ({command})", fontsize=9)
     fig.tight_layout()
