@@ -71,12 +71,17 @@ def update(model_name: str, dtype: str, kernels: str) -> dict:
 
 
 # Short RL runs that together touch every phase: rollout with noise, recompute, a remedy, both
-# handling modes, a zero-mismatch twin, MoE with routing replay, bf16, the fixed-order update, eval.
+# handling modes, a zero-mismatch twin, MoE with routing replay, bf16, low-precision formats, the
+# fixed-order update, eval.
 RUN_BASE = ["steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2", "eval_every=2", "eval_n=32"]
 RUNS = {
     "run/noise-bypass-tis-seq-rs-twin": ["engine.noise=gaussian:0.5", "mode=bypass", "remedy=tis_token+seq_rs",
                                          "twin=true"],
     "run/moe-bf16-r3": ["preset=tiny-moe", "engine.dtype=bf16", "remedy=routing_replay_r3"],
+    # Quantized weights, activations and KV cache in the engine; the same quantized forward with
+    # straight-through gradients in the trainer (unified precision); the quantized-policy eval.
+    "run/nvfp4-w4a4-kvfp8-unified": ["engine.dtype=bf16", "engine.weight_quant=nvfp4", "engine.act_quant=nvfp4",
+                                     "engine.kv_cache_dtype=fp8_e4m3", "remedy=unified_precision"],
 }
 
 

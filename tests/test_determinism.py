@@ -96,6 +96,6 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     # ... and not the exact trainer's: parameters, loss and grad norm, bit for bit; nor a whole RL run's
     # logged files (metrics.jsonl, eval.jsonl, summary.json), byte for byte.
     cases = sorted(k for k in host_out if not k.startswith(("_", "control/")))
-    assert len(cases) == 6 and sum(c.startswith("run/") for c in cases) == 2
+    assert len(cases) == 7 and sum(c.startswith("run/") for c in cases) == 3
     for case in cases:
         assert host_out[case] == low_out[case], case

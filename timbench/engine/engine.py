@@ -15,6 +15,7 @@ from typing import Iterable, Mapping
 import torch
 
 from ..model import Compute, ModelConfig, Qwen3ForCausalLM
+from ..quant import QuantCache
 from ..spec import Spec, parse_spec
 from .sampler import SamplingParams, sample
 from .sequence import Completion, Request, Sequence, check_request
@@ -35,7 +36,7 @@ class Engine:
         # Engine weights change only in load_weights, so a kernel set may keep per-weight
         # layouts (exact: transposed fp32 copies) until then; load_weights invalidates them.
         self.compute.kernels.cache_weights(True)
-        self.compute.quant_cache = {}  # quantized weights (weight_quant), likewise until the next load_weights
+        self.compute.quant_cache = QuantCache()  # quantized weights (weight_quant), likewise until load_weights
         self.max_num_seqs = max_num_seqs
         self.max_len = min(max_len or config.max_position_embeddings, config.max_position_embeddings)
         shape = (max_num_seqs, self.max_len, config.num_key_value_heads, config.head_dim)

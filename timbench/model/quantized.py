@@ -27,27 +27,16 @@ from ..quant import fake_quant, quantize_act, quantize_kv, quantize_weight
 def weight(w: torch.Tensor, c) -> torch.Tensor:
     """The weight a quantized linear multiplies by, in `c.dtype` (cached per weight version where `c` keeps a cache).
 
-    An engine's weights change only at a weight sync, so it passes `c.quant_cache` (a dict it clears
-    in `load_weights`) and quantizes each weight once per sync; a trainer's weights change every step.
+    An engine's weights change only at a weight sync, so it passes `c.quant_cache` (a `QuantCache` it
+    clears in `load_weights`) and quantizes each weight once per sync; a trainer's weights change every step.
     """
     dt = c.dtype
     if c.weight_quant == "none":
         return w.to(dt)
-    cache = c.quant_cache
-    if cache is not None and not w.requires_grad:
-        hit = cache.get(id(w))
-        if hit is not None and hit[0] is w and hit[1] == w._version:
-            return hit[2]
     name = c.weight_quant
-    if cache is None or w.requires_grad:
+    if c.quant_cache is None or w.requires_grad:
         return fake_quant(w.to(dt), lambda t: quantize_weight(t, name))
-    # Made outside inference mode so it has a version counter: as a (frozen) Parameter the kernel set's own
-    # per-weight layout cache keeps it too (that cache holds Parameters only, never temporaries), so the
-    # engine transposes each quantized weight once per sync rather than at every decode step.
-    with torch.inference_mode(False), torch.no_grad():
-        q = torch.nn.Parameter(quantize_weight(w.to(dt).float(), name).to(dt), requires_grad=False)
-    cache[id(w)] = (w, w._version, q)
-    return q
+    return c.quant_cache.get(w, name, lambda t: quantize_weight(t.to(dt).float(), name), dt)
 
 
 def act(x: torch.Tensor, c) -> torch.Tensor:

@@ -49,8 +49,9 @@ class Compute:
     """Dynamic per-token format of the quantized linears' inputs (`ACT_QUANT`)."""
     kv_cache_dtype: str = "auto"
     """Storage format of keys and values (`KV_CACHE`; auto = unchanged)."""
-    quant_cache: dict | None = None
-    """Quantized weights kept between forwards (the engine's, cleared at each weight sync); None = no cache."""
+    quant_cache: "QuantCache | None" = None
+    """Quantized weights kept between forwards (the engine's `timbench.quant.QuantCache`, cleared at each
+    weight sync); None = quantize at every forward (a trainer)."""
 
     @classmethod
     def from_spec(cls, spec) -> "Compute":

@@ -64,8 +64,11 @@ class QuantCache:
             self.hits += 1
             return entry[2]
         self.misses += 1
-        with torch.no_grad():
-            out = fn(param.detach().float()).to(dtype)
+        # Made outside inference mode (an engine generates inside it) and kept as a frozen Parameter, so it
+        # has a version counter and a kernel set's own per-weight layout cache (which keeps Parameters only,
+        # never temporaries) holds its transposed copy until the next sync too.
+        with torch.inference_mode(False), torch.no_grad():
+            out = torch.nn.Parameter(fn(param.detach().float()).to(dtype), requires_grad=False)
         self._entries[key] = (param, stamp, out)
         return out
 
