@@ -20,7 +20,8 @@ worker or node (ray.get raises) costs the steps since the last snapshot the
 driver received: the cell is resubmitted with that checkpoint, up to
 `max_attempts` submissions in this invocation, then recorded failed with a
 one-line reason. A failure of the run itself (bad config, non-finite loss) is
-reported by the worker and not retried, as in the local backend. A driver killed
+reported by the worker and not retried, as in the local backend; nor is an
+exception of the task code itself (RayTaskError). A driver killed
 even by kill -9 resumes with the same command: the results directory holds only
 whole files, and a snapshot's logs are written before its checkpoint.
 """
@@ -156,6 +157,14 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
                 except StopIteration:
                     del gens[gen]
                     lost(c, RuntimeError("the cell task ended without a result"))
+                    continue
+                except ray.exceptions.RayTaskError as e:  # our task code itself raised: retrying would repeat it
+                    del gens[gen]
+                    if progress and c.started:
+                        progress.running -= 1
+                    prev = read_status(out, cid) or {}
+                    finish(c, write_status(out, cid, "failed", f"ray task raised {one_line(e.cause or e)}",
+                                           time.monotonic() - c.submitted, max(prev.get("attempts", 0), 1)))
                     continue
                 except Exception as e:  # noqa: BLE001 - a dead worker or node: resume elsewhere or record it
                     del gens[gen]
