@@ -5,7 +5,7 @@ Each node is its own `ray start` (its own raylet, node id, object store and
 custom resources a test forces cells onto. The cluster uses token
 authentication with a token of its own (RAY_AUTH_TOKEN), so it neither reads
 ~/.ray nor accepts another cluster's clients; every process it starts inherits
-that token and a TIMBENCH_TEST_NODE name in its environment, which is how
+that token, a TIMBENCH_TEST_NODE name and the node's own TMPDIR in its environment, which is how
 `kill_node` finds all of one node's processes (raylet, agents, workers) and
 `stop` all of the cluster's, by pid. `ray stop` is never used: it would stop
 every Ray on the machine.
@@ -53,12 +53,17 @@ class Cluster:
         cmd = [RAY, "start", "--temp-dir", str(temp), "--object-store-memory", str(OBJECT_STORE),
                "--disable-usage-stats", "--metrics-export-port", str(free_port()),
                "--dashboard-agent-listen-port", str(free_port()), *args]
-        r = subprocess.run(cmd, env={**self.env, "TIMBENCH_TEST_NODE": name}, capture_output=True, text=True,
-                           timeout=120)
+        # TMPDIR: the node's own scratch space (workers inherit it; the Ray backend's scratch goes there).
+        self.scratch(name).mkdir(parents=True)
+        r = subprocess.run(cmd, env={**self.env, "TIMBENCH_TEST_NODE": name, "TMPDIR": str(self.scratch(name))},
+                           capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed: {r.stdout[-2000:]}{r.stderr[-2000:]}")
         self.nodes.append(name)
         self.start_s[name] = time.monotonic() - t0
+
+    def scratch(self, node: str) -> Path:
+        return self.root / f"{node}-tmp"
 
     def start_head(self, num_cpus: int = 1) -> str:
         self._start("head", ["--head", "--port", str(self.port), "--num-cpus", str(num_cpus),

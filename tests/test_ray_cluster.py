@@ -180,6 +180,11 @@ def test_grid_on_a_multi_node_cluster_survives_a_node_and_a_driver_kill(ray_inst
         ray_s = time.monotonic() - t0
         assert second.returncode == 0, second.stderr[-3000:]
         assert f"grid rc: {len(cids)}/{len(cids)} cells done" in second.stdout
+        # Cells trained in their node's own scratch: the victim's on node a is left by the node kill, and
+        # one on node b by the driver kill (Ray SIGKILLs a dead driver's workers); finished attempts clean up.
+        assert len(list(cluster.scratch("a").glob(f"timbench-{victim}-*/run/checkpoints/state.pt"))) == 1
+        assert [p.name.startswith(f"timbench-{victim}-") for p in cluster.scratch("b").iterdir()] in ([], [True])
+        assert not list(cluster.scratch("head").iterdir())
     finally:
         cluster.stop()
     assert cluster.pids() == []
