@@ -131,3 +131,18 @@ def test_a_cell_whose_worker_keeps_dying_fails_after_max_attempts_with_one_line(
     assert st["error"].startswith("ray: worker or node lost 2 times (last on "), st["error"]
     assert f"cell {cid}: lost on " in stream.getvalue() and "(submission 2 of 2)" in stream.getvalue()
     assert read_status(tmp_path / "out", cid)["status"] == "failed"
+
+
+def test_ray_only_flags_are_refused_elsewhere_and_bad_ones_are_one_line(tmp_path, capsys):
+    from timbench.cli import main
+    grid = ["grid", "run", "bench/grids/example.yaml", "--out", str(tmp_path / "o")]
+    assert main([*grid, "--resources", '{"extra": 1}']) == 2
+    assert "--resources is only for --backend ray" in capsys.readouterr().err
+    assert main([*grid, "--max-attempts", "2"]) == 2
+    assert "--max-attempts is only for --backend ray" in capsys.readouterr().err
+    assert main([*grid, "--backend", "ray", "--resources", "extra"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--resources must be a JSON object" in err and "\n" not in err
+    assert main([*grid, "--backend", "ray", "--max-attempts", "0"]) == 2
+    assert "--max-attempts must be >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before anything was written
