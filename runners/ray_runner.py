@@ -105,6 +105,7 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
             if progress:
                 progress.running += 0 if c.started else 1  # finished() counts it out of running
                 progress.finished(st)
+            c.started = False
 
         def submit(c: _Cell) -> None:
             cid, cfg = c.cell["id"], c.cell["config"]
@@ -130,6 +131,7 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
             cid = c.cell["id"]
             if progress and c.started:
                 progress.running -= 1
+            c.started = False
             ckpt = run_dir(out, cid) / CKPT
             step = checkpoint_step(ckpt.read_bytes()) if ckpt.is_file() else 0
             where = f"node {c.node[:12]}" if c.node else "a worker"
@@ -160,8 +162,6 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
                     continue
                 except ray.exceptions.RayTaskError as e:  # our task code itself raised: retrying would repeat it
                     del gens[gen]
-                    if progress and c.started:
-                        progress.running -= 1
                     prev = read_status(out, cid) or {}
                     finish(c, write_status(out, cid, "failed", f"ray task raised {one_line(e.cause or e)}",
                                            time.monotonic() - c.submitted, max(prev.get("attempts", 0), 1)))

@@ -130,6 +130,7 @@ def test_a_cell_whose_worker_keeps_dying_fails_after_max_attempts_with_one_line(
     assert st["status"] == "failed" and "\n" not in st["error"]
     assert st["error"].startswith("ray: worker or node lost 2 times (last on "), st["error"]
     assert f"cell {cid}: lost on " in stream.getvalue() and "(submission 2 of 2)" in stream.getvalue()
+    assert stream.getvalue().splitlines()[-1].startswith("[grid k] 0/1 done, 0 running, 1 failed, 0 pending")
     assert read_status(tmp_path / "out", cid)["status"] == "failed"
 
 
