@@ -161,13 +161,13 @@ def test_grid_on_a_multi_node_cluster_survives_a_node_and_a_driver_kill(ray_inst
         first = subprocess.Popen(cmd, cwd=drv, env=env, stdout=log1, stderr=subprocess.STDOUT, text=True)
         # 1. A node dies mid-cell, after the driver received a checkpoint of the cell running there.
         victim, s_kill = _wait(lambda: next(((c, s) for c in on_ray if (s := _ckpt_step(out, c)) is not None), None),
-                               120, "the first shipped checkpoint", first)
+                               300, "the first shipped checkpoint", first)
         assert s_kill < STEPS
         assert cluster.kill_node("a") >= 2  # raylet, agents, the worker
         cluster.add_node("b", "127.0.0.3", {"extra": 1})
         # 2. The driver dies (SIGKILL) after the cell resumed on the new node and shipped a checkpoint there.
         _wait(lambda: (read_status(out, victim) or {}).get("attempts") == 2 and (_ckpt_step(out, victim) or 0) > s_kill,
-              120, "a checkpoint from the replacement node", first)
+              300, "a checkpoint from the replacement node", first)
         if first.poll() is None:
             first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
