@@ -15,6 +15,11 @@ import torch.nn.functional as F
 from .split_kv import split_decode_attention_torch
 
 
+def _wide(x):
+    """fp32 for the fp32-accumulated ops; float64 stays float64 (the dtype=fp64 reference)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 class TorchKernels:
     name = "torch"
 
@@ -29,7 +34,7 @@ class TorchKernels:
 
     def rmsnorm(self, x, w, eps):
         dtype = x.dtype
-        h = x.float()
+        h = _wide(x)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         return w.to(dtype) * h.to(dtype)
 
@@ -55,10 +60,10 @@ class TorchKernels:
         return out[:, :, 0, :]
 
     def log_softmax(self, x):
-        return torch.log_softmax(x.float(), dim=-1)
+        return torch.log_softmax(_wide(x), dim=-1)
 
     def router_topk(self, logits, k, normalize, experts=None):
-        probs = torch.softmax(logits.float(), dim=-1)
+        probs = torch.softmax(_wide(logits), dim=-1)
         if experts is None:
             weights, experts = torch.topk(probs, k, dim=-1)
         else:
