@@ -54,8 +54,11 @@ def attribute(lp_engine: torch.Tensor, lp_trainer: torch.Tensor, lp_ref: torch.T
     out["models"] = models
     # gap_rms^2 / (e_engine_rms^2 + e_trainer_rms^2): 1 when the quadrature model holds.
     out["quadrature_ratio"] = ms_g / (ms_e + ms_t) if ms_e + ms_t > 0 else None
+    # The closest model, if any is within a factor 2 of the measured gap (else neither explains it:
+    # the sides' errors are partly correlated, see `correlation`). An exactly zero gap fits same_sign only.
     fits = {k: abs(math.log(m["ratio"])) for k, m in models.items() if m["ratio"] not in (None, 0.0)}
-    out["best_model"] = min(fits, key=fits.get) if fits else None
+    best = min(fits, key=fits.get) if fits else None
+    out["best_model"] = best if best is not None and fits[best] <= math.log(2.0) else None
     return out
 
 
@@ -97,5 +100,10 @@ def key_shares(base_ms: float, entries: list[dict]) -> list[dict]:
     """
     exc = [max(e["ms"] - base_ms, 0.0) for e in entries]
     total = sum(exc)
+    # gap_share: the same over keys set on one side only; a key both sides share (same value)
+    # adds error to both and largely cancels in the gap, so it gets none.
+    own = sum(x for e, x in zip(entries, exc) if not e.get("shared"))
     return [{**{k: v for k, v in e.items() if k != "ms"}, "rms": math.sqrt(e["ms"]), "excess_ms": x,
-             "share": x / total if total > 0 else None} for e, x in zip(entries, exc)]
+             "share": x / total if total > 0 else None,
+             "gap_share": None if e.get("shared") else (x / own if own > 0 else None)}
+            for e, x in zip(entries, exc)]
