@@ -136,7 +136,7 @@ def test_production_keys_and_figures(moe, tmp_path):
     assert abs(sum(k["share"] for k in keys.values()) - 1) < 1e-12
     assert max(r["views"]["routing_disagreement_by_layer"]["engine_vs_trainer"]) > 0
     json.dumps(r)
-    paths = draw_all([("prod", r), ("again", r)], tmp_path)
+    paths = draw_all([("prod", r)], tmp_path)
     assert {p.name for p in paths} == {"attribution.png", "keys.png", "probability.png", "position.png",
                                        "argmax.png", "layers.png", "routing.png"}
     assert all(p.stat().st_size > 1000 for p in paths)

@@ -34,15 +34,25 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _axes(figsize=(9, 4.5)):
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.set_prop_cycle(color=plt.cm.tab20.colors, marker=["o", "s", "^", "v", "D"] * 4)  # 20 distinct series
+    return fig, ax
+
+
+def _legend(ax):
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
 def _lines(rows, out, name, view, ylabel, title):
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _axes()
     for label, r in rows:
         b = r["views"][view]
-        ax.plot([x["bucket"] for x in b], [_pos(x["mean_abs_gap"]) for x in b], marker="o", label=label)
+        ax.plot([x["bucket"] for x in b], [_pos(x["mean_abs_gap"]) for x in b], label=label)
     ax.set_yscale("log")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=6, ncol=2)
+    _legend(ax)
     ax.tick_params(axis="x", labelsize=7)
     return _save(fig, out / name)
 
@@ -100,15 +110,15 @@ def argmax(rows, out):
 
 
 def layers(rows, out):
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _axes()
     for label, r in rows:
         if "layers" in r:
             lv = r["layers"]["levels"]
-            ax.plot([x["level"] for x in lv], [_pos(x["max_abs_diff"]) for x in lv], marker="o", label=label)
+            ax.plot([x["level"] for x in lv], [_pos(x["max_abs_diff"]) for x in lv], label=label)
     ax.set_yscale("log")
     ax.set_ylabel("max |engine decode - trainer forward|")
     ax.set_title("Per-layer localisation (first non-zero level = where it enters)")
-    ax.legend(fontsize=6, ncol=2)
+    _legend(ax)
     return _save(fig, out / "layers.png")
 
 
@@ -116,14 +126,14 @@ def routing(rows, out):
     moe = [(lbl, r) for lbl, r in rows if "routing_disagreement_by_layer" in r["views"]]
     if not moe:
         return None
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _axes()
     for label, r in moe:
         v = r["views"]["routing_disagreement_by_layer"]["engine_vs_trainer"]
-        ax.plot(range(len(v)), v, marker="o", label=label)
+        ax.plot(range(len(v)), v, label=label)
     ax.set_xlabel("layer")
     ax.set_ylabel("fraction of tokens with a different top-k expert set")
     ax.set_title("MoE routing disagreement, engine vs trainer")
-    ax.legend(fontsize=6, ncol=2)
+    _legend(ax)
     return _save(fig, out / "routing.png")
 
 
