@@ -48,6 +48,9 @@ class TorchKernels:
         return out.transpose(1, 2)
 
     def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
+        if q.dtype == torch.float64 and k_cache.dtype != torch.float64:  # would silently read fp32-rounded keys
+            raise ValueError("dtype=fp64 decode needs a float64 KV cache (the engine's is fp32): "
+                             "use fp64 on the trainer side, as the reference")
         if splits > 1:
             return split_decode_attention_torch(q, k_cache, v_cache, slots, lengths, splits)
         t_max = int(lengths.max())
