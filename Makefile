@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup setup-vllm quick align test test-vllm bench clean
+.PHONY: setup setup-vllm quick align test test-vllm test-ray bench clean
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -46,7 +46,11 @@ align: setup
 	cat results/align/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q -m "not slow" --ignore=tests/test_vllm.py  # vLLM tests: make test-vllm (CI stage 2)
+	$(PY) -m pytest -q -m "not slow and not ray_cluster" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray
+
+# A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
+test-ray: setup
+	TIMBENCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m ray_cluster tests/test_ray_cluster.py
 
 bench: setup
 	$(PY) -m pytest bench/ -q --benchmark-json results/bench/bench.json

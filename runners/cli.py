@@ -1,7 +1,7 @@
 """`timbench grid run`: run every cell of a grid that is not done yet (added to the `timbench grid` group).
 
     timbench grid run GRID.yaml --out results/NAME [--workers N] [--backend local|ray] [--address A]
-                                [--retry-failed]
+                                [--resources JSON] [--max-attempts N] [--retry-failed]
 """
 
 from __future__ import annotations
@@ -17,11 +17,22 @@ def _cmd_run(args) -> int:
     check_output_dir(args.out)
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    if args.address is not None and args.backend != "ray":
-        raise ValueError("--address is only for --backend ray")
+    for flag, value in (("--address", args.address), ("--resources", args.resources),
+                        ("--max-attempts", args.max_attempts)):
+        if value is not None and args.backend != "ray":
+            raise ValueError(f"{flag} is only for --backend ray")
+    options = {}
+    if args.backend == "ray":
+        from .ray_runner import parse_resources
+        options["resources"] = parse_resources(args.resources)
+        if args.max_attempts is not None:
+            if args.max_attempts < 1:
+                raise ValueError(f"--max-attempts must be >= 1, got {args.max_attempts}")
+            options["max_attempts"] = args.max_attempts
     grid = load_grid(args.grid)
     final = run_grid(grid, args.out, workers=args.workers, backend=args.backend,
-                     address=args.address if args.backend == "ray" else None, retry_failed=args.retry_failed)
+                     address=args.address if args.backend == "ray" else None, retry_failed=args.retry_failed,
+                     options=options)
     failed = {cid: st for cid, st in final.items() if (st or {}).get("status") != "done"}
     for cid, st in failed.items():
         print(f"FAILED {cid}: {(st or {}).get('error') or 'not run'}", file=sys.stderr)
@@ -40,5 +51,9 @@ def add_run_parser(grid_sub) -> None:
     p.add_argument("--workers", type=int, help="parallel cells (default: the grid's, else the CPU count)")
     p.add_argument("--backend", default="local", choices=list(BACKENDS), help="where cells run")
     p.add_argument("--address", help="with --backend ray: local (default), auto, or a cluster address")
+    p.add_argument("--resources", help="with --backend ray: custom Ray resources each cell needs, as JSON, "
+                   "e.g. '{\"extra\": 1}' (CPUs: the cell's threads)")
+    p.add_argument("--max-attempts", type=int, help="with --backend ray: submissions of a cell when its worker "
+                   "or node is lost (default 3); each resumes from the last checkpoint the driver holds")
     p.add_argument("--retry-failed", action="store_true", help="also rerun cells that failed before")
     p.set_defaults(func=_cmd_run)

@@ -30,8 +30,12 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool) -> list[dict]
 
 
 def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backend: str = "local",
-             address: str | None = None, retry_failed: bool = False, stream=None) -> dict[str, dict]:
-    """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid."""
+             address: str | None = None, retry_failed: bool = False, stream=None,
+             options: dict | None = None) -> dict[str, dict]:
+    """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid.
+
+    `options` are the backend's own keyword arguments (Ray: `resources`, `max_attempts`).
+    """
     run = get_backend(backend)
     planned = expand(grid)
     cells = [c.to_dict() for c in planned]
@@ -44,5 +48,5 @@ def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backen
         failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
         progress = Progress(grid.name, len(cells), done, failed, workers, stream=stream)
         if todo:
-            run(todo, str(out), workers, address, progress)
+            run(todo, str(out), workers, address, progress, **(options or {}))
         return {c["id"]: read_status(out, c["id"]) for c in cells}

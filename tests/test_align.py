@@ -40,7 +40,7 @@ def test_cli_json_and_errors(capsys):
 
 
 def test_console_script_exit_code():
-    p = subprocess.run([sys.executable, "-m", "timbench.cli", "align", "--engine", "dtype=fp64"],
+    p = subprocess.run([sys.executable, "-m", "timbench.cli", "align", "--engine", "dtype=fp128"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "valid: fp32|bf16|fp16" in p.stderr
 

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", help="with --table: output directory (default results/align)")
     a.set_defaults(func=_cmd_align)
 
+    from .diagnose.cli import add_parser as add_diagnose
+    add_diagnose(sub)
     from .warmstart import add_parser as add_warmstart
     add_warmstart(sub)
     from .rl.cli import add_parser as add_train

@@ -20,7 +20,8 @@ import torch
 
 from .quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# fp64: the float64 reference of `timbench diagnose` (trainer side; the engine's KV cache is fp32).
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 SIDES = ("engine", "trainer")
 
 

@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from . import exact64
 from . import numba_grad as ng
 from . import numba_ops as nb
 from .split_kv import attend_split
@@ -104,6 +105,8 @@ class ExactKernels:
 
     # --- operations ----------------------------------------------------------------------------
     def linear(self, x, w):
+        if x.dtype == exact64.F64:  # float64 reference path (forward only); fp32 path below unchanged
+            return exact64.linear(x, w)
         k, n, xs, xd, wd = x.shape[-1], w.shape[0], x.shape, x.dtype, w.dtype
 
         def fwd(x, w):
@@ -120,6 +123,8 @@ class ExactKernels:
         return _exact(fwd, bwd, x, w)
 
     def rmsnorm(self, x, w, eps):
+        if x.dtype == exact64.F64:
+            return exact64.rmsnorm(x, w, eps)
         d, xs, xd, wd, eps = x.shape[-1], x.shape, x.dtype, w.dtype, float(eps)
 
         def fwd(x, w):
@@ -132,6 +137,8 @@ class ExactKernels:
         return _exact(fwd, bwd, x, w)
 
     def silu_mul(self, gate, up):
+        if gate.dtype == exact64.F64:
+            return exact64.silu_mul(gate, up)
         n, gs, gd, ud = gate.shape[-1], gate.shape, gate.dtype, up.dtype
 
         def fwd(g, u):
@@ -144,6 +151,8 @@ class ExactKernels:
         return _exact(fwd, bwd, gate, up)
 
     def causal_attention(self, q, k, v):
+        if q.dtype == exact64.F64:
+            return exact64.causal_attention(q, k, v)
         b, t, h, d = q.shape
         scale = 1.0 / math.sqrt(d)
 
@@ -161,11 +170,15 @@ class ExactKernels:
         return _exact(fwd, bwd, q, k, v)
 
     def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
+        if q.dtype == exact64.F64:
+            return exact64.decode_attention(q, k_cache, v_cache, slots, lengths, splits)
         args = (_np32(q), _np32(k_cache), _np32(v_cache), slots.numpy(), lengths.numpy(), 1.0 / math.sqrt(q.shape[-1]))
         out = nb.attend(*args) if splits == 1 else attend_split(*args, splits)
         return _back(out, q.dtype)
 
     def log_softmax(self, x):
+        if x.dtype == exact64.F64:
+            return exact64.log_softmax(x)
         v, xs = x.shape[-1], x.shape
 
         def fwd(x):
@@ -183,7 +196,7 @@ class ExactKernels:
 
         def bwd(p, grad, needs):
             return (torch.from_numpy(ng.softmax_bwd(p, _np32(grad))),)
-        probs = _exact(fwd, bwd, logits.float())
+        probs = exact64.router_probs(logits) if logits.dtype == exact64.F64 else _exact(fwd, bwd, logits.float())
         # Stable sort: ties go to the lower expert id, decided by values alone.
         if experts is None:
             experts = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :k]

@@ -15,6 +15,11 @@ import torch.nn.functional as F
 from .split_kv import split_decode_attention_torch
 
 
+def _wide(x):
+    """fp32 for the fp32-accumulated ops; float64 stays float64 (the dtype=fp64 reference)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 class TorchKernels:
     name = "torch"
 
@@ -29,7 +34,7 @@ class TorchKernels:
 
     def rmsnorm(self, x, w, eps):
         dtype = x.dtype
-        h = x.float()
+        h = _wide(x)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         return w.to(dtype) * h.to(dtype)
 
@@ -43,6 +48,9 @@ class TorchKernels:
         return out.transpose(1, 2)
 
     def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
+        if q.dtype == torch.float64 and k_cache.dtype != torch.float64:  # would silently read fp32-rounded keys
+            raise ValueError("dtype=fp64 decode needs a float64 KV cache (the engine's is fp32): "
+                             "use fp64 on the trainer side, as the reference")
         if splits > 1:
             return split_decode_attention_torch(q, k_cache, v_cache, slots, lengths, splits)
         t_max = int(lengths.max())
@@ -55,10 +63,10 @@ class TorchKernels:
         return out[:, :, 0, :]
 
     def log_softmax(self, x):
-        return torch.log_softmax(x.float(), dim=-1)
+        return torch.log_softmax(_wide(x), dim=-1)
 
     def router_topk(self, logits, k, normalize, experts=None):
-        probs = torch.softmax(logits.float(), dim=-1)
+        probs = torch.softmax(_wide(logits), dim=-1)
         if experts is None:
             weights, experts = torch.topk(probs, k, dim=-1)
         else:

@@ -206,8 +206,10 @@ class Qwen3ForCausalLM(nn.Module):
         h = kn.silu_mul(kn.linear(x, Q.weight(mlp.gate_proj.weight, c)), kn.linear(x, Q.weight(mlp.up_proj.weight, c)))
         return row_parallel_linear(kn, Q.act(h, c), Q.weight(mlp.down_proj.weight, c), c.tp, c.tp_reduce)
 
-    def _blocks(self, ids, pos, attend: AttendFn, c: Compute, replay=None):
+    def _blocks(self, ids, pos, attend: AttendFn, c: Compute, replay=None, hiddens: list | None = None):
         """Embed, run all decoder layers and the final norm over tokens of any leading shape.
+
+        `hiddens` (a list, default None: off) receives the residual stream after each layer (`timbench diagnose`).
 
         Returns (hidden, routing) with routing [*ids.shape, layers, k] for MoE, else None.
         """
@@ -233,6 +235,8 @@ class Qwen3ForCausalLM(nn.Module):
             else:
                 y = self._mlp(x, layer.mlp, c)
             h = h + y
+            if hiddens is not None:
+                hiddens.append(h)
         h = kn.rmsnorm(h, self.model.norm.weight.to(dt), cfg.rms_norm_eps)
         return h, (torch.stack(routes, dim=-2) if routes else None)
 
