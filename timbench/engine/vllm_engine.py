@@ -183,6 +183,8 @@ class VllmEngine:
         # vLLM loads from disk once at start; later syncs go through load_weights in memory.
         self._dir = tempfile.TemporaryDirectory(prefix="timbench-vllm-")
         save_checkpoint(model if model is not None else Qwen3ForCausalLM(config), self._dir.name)
+        if config.is_moe:
+            vllm_moe.ensure_ep_group()
         self.llm = vllm.LLM(
             model=self._dir.name, skip_tokenizer_init=True, dtype=VLLM_DTYPES[self.spec.dtype],
             enforce_eager=True, max_model_len=self.max_len, max_num_seqs=max_num_seqs,

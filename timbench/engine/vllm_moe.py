@@ -58,6 +58,22 @@ def _fused_experts(layer: RoutedExperts) -> CPUUnquantizedExperts:
     return fe
 
 
+def ensure_ep_group() -> None:
+    """Before a MoE `LLM(...)` in a process that already started a dense one.
+
+    In-process vLLM keeps its parallel groups per process, and the first LLM creates the
+    expert-parallel group only if it is MoE; a later MoE LLM finds the groups initialised and fails in
+    `Qwen3MoeSparseMoeBlock` with "expert parallel group is not initialized". Create the group the
+    first LLM would have made (all ranks of the world: one, in-process).
+    """
+    from vllm.distributed import parallel_state as ps
+    if ps._EP is None and ps.model_parallel_is_initialized():
+        world = ps.get_world_group()
+        backend = getattr(world, "backend", None) or torch.distributed.get_backend(world.device_group)
+        ps._EP = ps.init_model_parallel_group([list(range(world.world_size))], world.local_rank, backend,
+                                              group_name="ep")
+
+
 def check_supported(model: torch.nn.Module) -> int:
     """Worker: raise a one-line error unless every MoE layer uses experts this module can sync."""
     layers = _moe_layers(model)
