@@ -57,7 +57,7 @@ def _requests(n=16, max_new=24):
 def test_alignment_fp32_is_small_but_not_zero_and_bf16_is_larger(model):
     fp32 = align(model, "engine=vllm,dtype=fp32", "kernels=exact", batches=BATCHES)
     bf16 = align(model, "engine=vllm,dtype=bf16", "kernels=exact", batches=BATCHES)
-    assert fp32["tokens"] > 200 and "routing_agreement" not in fp32  # vLLM exposes no routing
+    assert fp32["tokens"] > 200 and "routing_agreement" not in fp32  # a dense model has no routing
     # vLLM's oneDNN/SDPA kernels are not timbench's fixed-order ones: ulp-level differences.
     assert 0 < fp32["max_abs_diff"] < 1e-4 and fp32["frac_tokens_differ"] > 0
     # bf16 weights and activations against an fp32 trainer move every token, by ~1e-3.
