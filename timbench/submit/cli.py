@@ -55,7 +55,9 @@ def _cmd_track_run(args) -> int:
             todo = select([c for c in cells if c["axes"]["remedy"] == remedy], out, retry_failed=False)
             if todo:
                 print(f"track {track.name}: {remedy}: {len(todo)} cells", file=sys.stderr, flush=True)
-                run_local(todo, str(out), args.workers)
+                from ..runners.progress import Progress
+                run_local(todo, str(out), args.workers,
+                          progress=Progress(f"track {track.name} {remedy}", len(todo), 0, 0, args.workers))
     write_report(out, command=f"timbench track run {args.track} --out {out}")
     failed = [c["id"] for c in cells if (read_status(out, c["id"]) or {}).get("status") != "done"]
     print(f"track {track.name} v{track.version}: {len(cells) - len(failed)}/{len(cells)} cells done -> {out}")

@@ -31,14 +31,6 @@ def default_out(track: str, remedy: str) -> Path:
     return Path("build/submit") / track / (re.sub(r"[^A-Za-z0-9_.+-]+", "-", remedy).strip("-") or "remedy")
 
 
-def _normalize(remedy: str) -> str:
-    """A file spec made absolute, so the cell's config names the same file from any working directory."""
-    target, sep, cls = remedy.rpartition(":")
-    if sep and (target.endswith(".py") or "/" in target) and Path(target).is_file():
-        return f"{Path(target).resolve()}:{cls}"
-    return remedy
-
-
 def _under_results(out: Path) -> bool:
     return Path("results").resolve() in [out.resolve(), *out.resolve().parents]
 
@@ -66,7 +58,6 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
     """Run `remedy` on the track into `out` and write the merged leaderboard; returns the submission record."""
     stream = stream or sys.stderr
     track = load_track(track_name)
-    remedy = _normalize(remedy)
     committed = Path(committed) if committed else track.committed_dir()
     out = Path(out) if out else default_out(track.name, remedy)
     if _under_results(out) and not allow_results:
@@ -99,7 +90,9 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         print(f"submit {remedy} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
               file=stream)
         if todo:
-            run_local(todo, str(out), workers)
+            from ..runners.progress import Progress
+            run_local(todo, str(out), workers, progress=Progress(f"submit {remedy}", len(todo), 0, 0, workers,
+                                                                 stream=stream))
         for c in cells:
             st = read_status(out, c["id"]) or {}
             if st.get("status") == "done" and masked_everything(out, c["id"]):
