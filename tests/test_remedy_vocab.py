@@ -224,3 +224,66 @@ def test_bad_vocabulary_is_a_one_line_error(spec, args, message):
     with pytest.raises(ValueError, match=message) as e:
         load_remedy(spec, args)
     assert "\n" not in str(e.value)
+
+
+# verl's presets as verl/trainer/config/algorithm.py defines them (rollout_is, is threshold, rollout_rs, rs threshold,
+# bypass_mode); the reference also lists the token IcePop presets.
+VERL_TABLE = {
+    "decoupled_token_is": ("token", "2.0", None, None, False),
+    "decoupled_seq_is": ("sequence", "2.0", None, None, False),
+    "decoupled_token_icepop": ("token", "0.5_5.0", None, None, False),
+    "decoupled_seq_is_rs": ("sequence", "2.0", "seq_sum_k1", "0.5_2.0", False),
+    "decoupled_geo_rs": (None, "2.0", "seq_mean_k1", "0.999_1.001", False),
+    "decoupled_geo_rs_seq_tis": ("sequence", "2.0", "seq_mean_k1", "0.999_1.001", False),
+    "decoupled_geo_rs_token_tis": ("token", "2.0", "seq_mean_k1", "0.999_1.001", False),
+    "decoupled_k3_rs": (None, "2.0", "seq_mean_k3", "0.01", False),
+    "decoupled_k3_rs_seq_tis": ("sequence", "2.0", "seq_mean_k3", "0.01", False),
+    "decoupled_k3_rs_token_tis": ("token", "2.0", "seq_mean_k3", "0.01", False),
+    "bypass_ppo_clip": (None, "2.0", None, None, True),
+    "bypass_ppo_clip_geo_rs": (None, "2.0", "seq_mean_k1", "0.999_1.001", True),
+    "bypass_ppo_clip_k3_rs": (None, "2.0", "seq_mean_k3", "0.01", True),
+    "bypass_pg_is": ("sequence", "2.0", None, None, True),
+    "bypass_pg_token_icepop": ("token", "0.5_5.0", None, None, True),
+    "bypass_pg_geo_rs": (None, "2.0", "seq_mean_k1", "0.999_1.001", True),
+    "bypass_pg_geo_rs_seq_tis": ("sequence", "2.0", "seq_mean_k1", "0.999_1.001", True),
+    "bypass_pg_geo_rs_token_tis": ("token", "2.0", "seq_mean_k1", "0.999_1.001", True),
+    "disabled": (None, "2.0", None, None, False),
+}
+
+
+def verl_by_hand(rollout_is, is_thr, rs, rs_thr):
+    """Plain-Python verl: (weight(i, t) or None, keep(i, t))."""
+    def weight(i, t):
+        raw = math.exp(lr(i, t)) if rollout_is == "token" else math.exp(max(-20.0, min(20.0, seq(i, ident, "sum", x=d))))
+        if "_" in is_thr:
+            lo, hi = map(float, is_thr.split("_"))
+            return raw if lo <= raw <= hi else 0.0
+        return min(raw, float(is_thr))
+
+    def keep(i, t):
+        for crit, thr in zip(rs.split(","), rs_thr.split(",")) if rs else []:
+            level, k = crit.rsplit("_", 1)
+            fn = {"k1": K1, "k2": K2, "k3": K3}[k]
+            stat = fn(lr(i, t)) if level == "token" else seq(i, fn, level.removeprefix("seq_"))
+            if k == "k1":
+                lo, hi = map(float, thr.split("_"))
+                ok = math.log(lo) <= stat <= math.log(hi)
+            else:
+                ok = stat <= float(thr)
+            if not ok:
+                return False
+        return True
+    return (weight if rollout_is else None), keep
+
+
+@pytest.mark.parametrize("preset", sorted(VERL_TABLE))
+def test_every_verl_preset_by_hand(preset):
+    rollout_is, is_thr, rs, rs_thr, bypass = VERL_TABLE[preset]
+    remedy = load_remedy(f"verl:{preset}")
+    p = remedy.params
+    assert (p.rollout_is, p.rollout_is_threshold, p.rollout_rs, p.rollout_rs_threshold, p.bypass_mode) == \
+        VERL_TABLE[preset]
+    assert remedy.mode == ("bypass" if bypass else "recompute")
+    weight, keep = verl_by_hand(rollout_is, is_thr, rs, rs_thr)
+    check(remedy(batch()), weight=weight, keep=keep)
+    assert set(VERL_PRESETS) == set(VERL_TABLE)
