@@ -101,3 +101,14 @@ def test_cli_merge_and_errors(tmp_path, capsys):
     assert main(["grid", "merge", str(a), "--out", str(tmp_path / "junk")]) == 2
     assert "is not a grid result directory" in capsys.readouterr().err
     assert main(["grid", "merge", str(tmp_path / "nope"), "--out", str(tmp_path / "m2")]) == 2
+
+
+def test_resume_checkpoints_are_neither_compared_nor_copied(tmp_path):
+    a = part(tmp_path / "a", BASE)
+    b = part(tmp_path / "b", [("baseline", "none", 0, 0.8)])
+    for root, payload in ((a, b"x"), (b, b"y")):
+        ck = root / "runs" / cell_id("baseline", "none") / "checkpoints"
+        ck.mkdir()
+        (ck / "step_1.pt").write_bytes(payload)
+    assert merge([a, b], tmp_path / "m")["cells"] == 6
+    assert not (tmp_path / "m" / "runs" / cell_id("baseline", "none") / "checkpoints").exists()

@@ -8,7 +8,8 @@ keys: task, preset, remedy, remedy_args, mode, algorithm, seed, engine, trainer)
 name used on both sides, the same kind and engine / trainer specs. The cell sets may differ: the result
 holds their union. A cell present in several sources must be declared identically (axes, reference,
 config), and when more than one source finished it, their run files must be byte-identical (every file
-of runs/<id>/ except cell.json and timing.jsonl, which hold wall-clock times); a done copy wins over a
+of runs/<id>/ except cell.json and timing.jsonl, which hold wall-clock times, and checkpoints/, resume state
+that is never copied); a done copy wins over a
 failed, running or pending one. Anything else is refused with a one-line error naming the cell or the
 key that differs, before DST is touched. DST may already hold a merge (or a grid) with the same
 fingerprint: it is then one of the sources, and nothing it holds is lost.
@@ -32,6 +33,8 @@ AXIS_KEYS = ("task", "preset", "remedy", "remedy_args", "mode", "algorithm", "se
 """RunConfig keys a grid's axes set; everything else is shared run configuration (part of the fingerprint)."""
 VOLATILE = ("cell.json", "timing.jsonl")
 """Run files that hold wall-clock times: not compared, taken from the chosen copy."""
+RESUME_STATE = "checkpoints"
+"""A run's resume state (model and optimizer checkpoints): neither compared nor copied (it is not a result)."""
 
 
 def shared_config(doc: dict, where: str) -> dict:
@@ -79,7 +82,8 @@ def fingerprint_difference(a: dict, b: dict) -> str | None:
 
 
 def _files(d: Path) -> list[str]:
-    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and p.name not in VOLATILE)
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and p.name not in VOLATILE
+                  and RESUME_STATE not in p.relative_to(d).parts)
 
 
 def runs_identical(a: Path, b: Path) -> str | None:
@@ -153,7 +157,7 @@ def merge(sources: list[str | Path], out: str | Path) -> dict:
         dst = run_dir(out, cid)
         tmp = dst.with_name(dst.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(run_dir(src, cid), tmp)
+        shutil.copytree(run_dir(src, cid), tmp, ignore=shutil.ignore_patterns(RESUME_STATE))
         if dst.exists():
             shutil.rmtree(dst)
         tmp.rename(dst)
