@@ -99,7 +99,7 @@ def test_bad_submissions_become_failed_cells(tiny, tmp_path, cls, error):
     assert (tmp_path / "sub" / "leaderboard.md").is_file() and "FAILED" in rec["text"]
 
 
-def test_a_verl_preset_submits_too_and_bypass_presets_are_refused_on_a_recompute_track(tiny, tmp_path):
+def test_bypass_presets_are_refused_on_a_recompute_track(tiny, tmp_path):
     root, committed = tiny
     with pytest.raises(ValueError, match="implies mode=bypass"):
         submit("verl:bypass_ppo_clip", str(root / "tiny.yaml"), tmp_path / "b", committed)
@@ -107,7 +107,7 @@ def test_a_verl_preset_submits_too_and_bypass_presets_are_refused_on_a_recompute
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: m["fingerprint"]["config"].update(steps=3), r"different track config: config key 'steps' \(3 vs 2\)"),
+    (lambda m: m["fingerprint"]["config"].update(steps=3), r"different track config: config key 'steps' \(3 vs 1\)"),
     (lambda m: m.update(version=0), "track tiny version 0, the track file is version 1"),
     (lambda m: m["tasks"].update({"add-4d-v1": 0}), "task add-4d-v1 version 0, now version 1"),
     (lambda m: m.update(timbench_version="0.0.1"), "by timbench 0.0.1"),
