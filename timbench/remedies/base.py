@@ -98,6 +98,9 @@ class Remedy:
     """Spec keys forced on the engine, e.g. {"dtype": "fp16"} (read-only)."""
     trainer_override: ClassVar[dict] = {}
     """Spec keys forced on the trainer (read-only)."""
+    mode: str | None = None
+    """Handling mode the remedy implies (verl's bypass_mode: "bypass", decoupled: "recompute"), or None for
+    any; a config whose mode differs is refused with a one-line error (timbench.rl.config.load)."""
 
     def __init__(self, **args):
         self.args = coerce_params(self.Params, args, self.name or type(self).__name__)
