@@ -68,3 +68,12 @@ def test_nan_and_inf_in_padded_positions_never_leak():
         o = torch.where(mask, old, torch.full_like(old, old_pad))
         r = torch.where(mask, roll, torch.full_like(roll, roll_pad))
         assert mismatch_metrics(o, r, mask) == clean, (old_pad, roll_pad)
+
+
+def test_k3_kl_is_unclamped_as_verl_logs_it():
+    # A token 25 nats apart: the weights' log-ratio is clamped at 20, k3_kl is not.
+    old = torch.tensor([[-1.0, -30.0]], dtype=torch.float64)
+    roll = torch.tensor([[-1.0, -5.0]], dtype=torch.float64)
+    m = mismatch_metrics(old, roll, torch.ones_like(old, dtype=torch.bool))
+    d = -25.0
+    assert math.isclose(m["rollout_corr/k3_kl"], (math.exp(d) - 1 - d) / 2, rel_tol=1e-12)

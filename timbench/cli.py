@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(grid_sub)
     add_report_parser(grid_sub)
 
+    from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track` (issue 15)
+    add_submit(sub)
+
     try:
         from .tasks.cli import add_parser as add_tasks
         add_tasks(sub)

@@ -52,7 +52,8 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
     out = {
         "tokens": n_tok,
         "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
-        "rollout_corr/k3_kl": float(masked_mean(k3(lr), mask)),
+        # Unclamped, as verl logs it: the +-20 clamp guards weights, not a divergence estimate.
+        "rollout_corr/k3_kl": float(masked_mean(k3(delta), mask)),
         "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1) if n_tok else 0.0,
         "rollout_corr/chi2_seq": float(fmean(fexp(log_rho_seq[seq_rows] * 2)) - 1) if seq_rows.any() else 0.0,
         "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,

@@ -59,6 +59,13 @@ def log_rho(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: to
     return select(log_ratio(old_logprobs.detach().double(), rollout_logprobs.detach().double()), mask)
 
 
+def delta(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[N, T] float64, detached: old_logprobs - rollout_logprobs, unclamped, 0 outside the mask. Sequence-level
+    ratios sum these raw differences and clamp the sum (verl `rollout_is=sequence`: seq_log_ratio(delta(...)));
+    TRL's vLLM importance sampling exponentiates them without any clamp."""
+    return select(old_logprobs.detach().double() - rollout_logprobs.detach().double(), mask)
+
+
 def k1(log_r: torch.Tensor) -> torch.Tensor:
     """k1 = -log r (unbiased, can be negative)."""
     return -log_r
@@ -99,5 +106,5 @@ def per_token(seq_values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return seq_values[:, None].expand_as(like)
 
 
-__all__ = ["LOG_RATIO_BOUND", "k1", "k2", "k3", "log_ratio", "log_rho", "masked_mean", "masked_sum", "per_token",
+__all__ = ["LOG_RATIO_BOUND", "delta", "k1", "k2", "k3", "log_ratio", "log_rho", "masked_mean", "masked_sum", "per_token",
            "select", "seq_log_ratio", "seq_max", "seq_mean", "seq_sum"]

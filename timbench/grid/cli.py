@@ -1,6 +1,7 @@
 """`timbench grid plan`, and the `timbench grid` command group the other packages add to.
 
     timbench grid plan GRID.yaml [--json] [--workers N]
+    timbench grid merge SRC [SRC ...] --out DST      (timbench.grid.merge)
 
 Planning needs nothing but the grid package. `grid run` lives with the runners
 (`timbench.runners.cli`) and `grid report` with the reports (`timbench.report.cli`);
@@ -48,6 +49,21 @@ def add_plan_parser(grid_sub) -> None:
     p.set_defaults(func=_cmd_plan)
 
 
+def _cmd_merge(args) -> int:
+    from .merge import merge
+    info = merge(args.sources, args.out)
+    print(f"grid merge: {info['cells']} cells ({info['done']} done, {info['copied']} run dirs copied), fingerprint "
+          f"{info['fingerprint']} -> {args.out}; report with `timbench grid report {args.out}`")
+    return 0
+
+
+def add_merge_parser(grid_sub) -> None:
+    p = grid_sub.add_parser("merge", help="merge grid result dirs with the same grid fingerprint (union of cells)")
+    p.add_argument("sources", nargs="+", help="grid result directories (each holding cells.json and runs/)")
+    p.add_argument("--out", required=True, help="merged result directory (new, empty, or a merge to extend)")
+    p.set_defaults(func=_cmd_merge)
+
+
 def add_parser(sub):
     """Register `timbench grid` with its `plan` sub-command; return the grid subparsers object.
 
@@ -56,4 +72,5 @@ def add_parser(sub):
     g = sub.add_parser("grid", help="plan, run and report grids of RL runs (task x model x condition x remedy x ...)")
     grid_sub = g.add_subparsers(dest="grid_command", required=True)
     add_plan_parser(grid_sub)
+    add_merge_parser(grid_sub)
     return grid_sub

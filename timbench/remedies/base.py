@@ -101,6 +101,9 @@ class Remedy:
     trainer_follows_engine: ClassVar[tuple[str, ...]] = ()
     """Spec keys the trainer takes from the (overridden) engine spec, e.g. ("weight_quant", "act_quant"):
     unified precision, whatever format the condition's engine uses."""
+    mode: str | None = None
+    """Handling mode the remedy implies (verl's bypass_mode: "bypass", decoupled: "recompute"), or None for
+    any; a config whose mode differs is refused with a one-line error (timbench.rl.config.load)."""
 
     def __init__(self, **args):
         self.args = coerce_params(self.Params, args, self.name or type(self).__name__)

@@ -7,6 +7,7 @@ import json
 
 def _hooks(h: dict) -> str:
     parts = [f"replay={h['replay']}"] if h["replay"] else []
+    parts += [f"mode={h['mode']}"] if h.get("mode") else []
     parts += [f"{side}.{k}={v}" for side in ("engine", "trainer") for k, v in h[f"{side}_override"].items()]
     return ", ".join(parts) or "-"
 
@@ -25,7 +26,8 @@ def _cmd_list(args) -> int:
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("remedies", help="mismatch remedies (TIS, MIS, IcePop, rejection, routing replay, fp16)")
+    r = sub.add_parser("remedies", help="mismatch remedies (TIS, MIS, IcePop, rejection, routing replay, fp16; "
+                                               "verl presets and TRL modes by their names)")
     rsub = r.add_subparsers(dest="remedies_command", required=True)
     ls = rsub.add_parser("list", help="list remedies with their parameters (defaults) and hooks")
     ls.add_argument("--json", action="store_true", help="print one JSON list")

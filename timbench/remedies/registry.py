@@ -1,7 +1,8 @@
 """The remedy registry and plug-in loader: one dict of built-ins, one function that resolves a spec.
 
-A spec is a registered name (`tis_token`), an installed entry point in the group `timbench.remedies`,
-`pkg.module:ClassName`, or `path/to/file.py:ClassName`. Every failure is a one-line ValueError or
+A spec is a registered name (`tis_token`), a verl / TRL vocabulary name (`verl` with verl's keys as
+parameters, `verl:decoupled_geo_rs`, `trl:sequence_mask`: timbench.remedies.verl / .trl), an installed
+entry point in the group `timbench.remedies`, `pkg.module:ClassName`, or `path/to/file.py:ClassName`. Every failure is a one-line ValueError or
 FileNotFoundError that names what is wrong and what is valid.
 """
 
@@ -17,11 +18,17 @@ from pathlib import Path
 from ..spec import SPEC_KEYS, parse_spec
 from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
+from .trl import TRL_REMEDIES
+from .verl import VERL_REMEDIES, Verl
 
 ENTRY_POINT_GROUP = "timbench.remedies"
 
 REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in BUILTINS}
 """Built-in remedies by name."""
+
+VOCABULARY: dict[str, type[Remedy]] = {"verl": Verl, **VERL_REMEDIES, **TRL_REMEDIES}
+"""verl's and TRL's corrections by their own names (checked before MODULE:CLASS, so `verl:x` is never a module)."""
+VOCAB_PREFIXES = ("verl:", "trl:")
 
 
 def _entry_points() -> dict:
@@ -30,7 +37,8 @@ def _entry_points() -> dict:
 
 
 def _valid_specs() -> str:
-    return (f"registered: {', '.join(REMEDIES)}; or an entry point in group {ENTRY_POINT_GROUP}, "
+    return (f"registered: {', '.join(REMEDIES)}; verl, verl:<preset>, trl:<mode> (timbench remedies list); "
+            "or an entry point in group {ENTRY_POINT_GROUP}, "
             "pkg.module:ClassName or path/to/file.py:ClassName")
 
 
@@ -81,6 +89,12 @@ def resolve(spec: str) -> type[Remedy]:
     spec = spec.strip()
     if spec in REMEDIES:
         return REMEDIES[spec]
+    if spec in VOCABULARY:
+        return VOCABULARY[spec]
+    if spec.startswith(VOCAB_PREFIXES):
+        prefix = spec.partition(":")[0] + ":"
+        names = [n.removeprefix(prefix) for n in VOCABULARY if n.startswith(prefix)]
+        raise ValueError(f"unknown {prefix[:-1]} remedy {spec!r}; valid: {prefix}{{{', '.join(names)}}}")
     if ":" in spec:
         obj = _class_from(spec)
     else:
@@ -126,12 +140,19 @@ def describe(cls: type[Remedy]) -> dict:
             "param_docs": {k: v["doc"] for k, v in describe_params(cls.Params).items()},
             "hooks": {"replay": cls.replay, "engine_override": dict(cls.engine_override),
                       "trainer_override": dict(cls.trainer_override),
-                      "trainer_follows_engine": list(cls.trainer_follows_engine)}}
+                      "trainer_follows_engine": list(cls.trainer_follows_engine), "mode": _implied_mode(cls)}}
+
+
+def _implied_mode(cls: type[Remedy]) -> str | None:
+    if cls.mode is not None or not issubclass(cls, Verl):
+        return cls.mode
+    return "bypass" if cls.Params().bypass_mode else "recompute"  # a verl preset's default
 
 
 def list_remedies() -> list[dict]:
-    """Every registered remedy, then every installed entry-point remedy, described."""
+    """Every registered remedy, the verl / TRL vocabulary, then every installed entry-point remedy, described."""
     rows = [describe(cls) for cls in REMEDIES.values()]
+    rows += [describe(cls) | {"source": "verl" if name.startswith("verl") else "trl"} for name, cls in VOCABULARY.items()]
     for name in sorted(_entry_points()):
         if name not in REMEDIES:
             rows.append(describe(resolve(name)) | {"name": name, "source": "entry point"})

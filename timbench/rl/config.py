@@ -201,6 +201,9 @@ def load(cfg: RunConfig | Loaded) -> Loaded:
     task = get_task(cfg.task)
     algorithm = get_algorithm(cfg.algorithm)
     remedy = load_remedy(cfg.remedy, cfg.remedy_args)
+    if remedy.mode is not None and remedy.mode != cfg.mode:  # e.g. a verl bypass_mode preset (remedies/verl.py)
+        raise ValueError(f"remedy {cfg.remedy!r} implies mode={remedy.mode} (verl bypass_mode="
+                         f"{remedy.mode == 'bypass'}), but the config says mode={cfg.mode}; set mode: {remedy.mode}")
     # The coerced remedy overrides are kept so config.yaml (and the resume check) sees one canonical form.
     cfg = dataclasses.replace(cfg, remedy_args=remedy.args)
     engine = cfg.engine.override(remedy.engine_override, f"remedy {cfg.remedy!r} engine_override", "engine")

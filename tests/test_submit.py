@@ -1,0 +1,157 @@
+"""`timbench submit` on a tiny track fixture (1 step, 2 seeds): only the new remedy's cells run, the merged
+leaderboard ranks it with an interval and paired comparisons, bad remedies become failed cells, committed
+results are never touched, and results made by another config or code are refused in one line."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from timbench.cli import main
+from timbench.submit.run import MASKED_ALL, submit
+from timbench.submit.track import check_committed, load_track
+
+TRACK = {"track": "tiny", "version": 1, "remedies": ["none", "tis_token"],
+         "grid": {"name": "track-tiny-v1",
+                  "base": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "mini_batches": 1, "eval_every": 1,
+                           "eval_n": 2, "checkpoint_every": 1},
+                  "axes": {"condition": ["baseline", "noise-g2"], "seed": [0, 1]}, "reference": "baseline"}}
+
+PLUGINS = '''
+import torch
+from timbench.remedies import Remedy, finish, log_rho
+
+class Halve(Remedy):
+    name = "halve"
+    doc = "weights 0.5"
+    def __call__(self, batch):
+        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5))
+
+class NaNWeights(Remedy):
+    name = "nan_weights"
+    doc = "returns NaN weights"
+    def __call__(self, batch):
+        return finish(batch, weights=torch.full_like(log_rho(batch), float("nan")))
+
+class MaskAll(Remedy):
+    name = "mask_all"
+    doc = "masks every token"
+    def __call__(self, batch):
+        return finish(batch, keep=torch.zeros_like(batch.mask))
+'''
+
+
+def _digest(d: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(d.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(d)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("track")
+    (root / "tiny.yaml").write_text(yaml.safe_dump(TRACK))
+    (root / "plugins.py").write_text(PLUGINS)
+    committed = root / "committed"
+    assert main(["track", "run", str(root / "tiny.yaml"), "--out", str(committed), "--workers", "2"]) == 0
+    return root, committed
+
+
+def test_track_run_writes_results_and_manifest(tiny):
+    root, committed = tiny
+    m = json.loads((committed / "track.json").read_text())
+    assert m["track"] == "tiny" and m["fingerprint"]["config"]["steps"] == 1 and m["tasks"] == {"add-4d-v1": 1}
+    assert m["replay_cell"] == "add-4d-v1.tiny-dense.noise-g2.none.recompute.grpo.s0"
+    assert len(json.loads((committed / "cells.json").read_text())["cells"]) == 6  # 2 ref + 2x2 mismatched
+    assert check_committed(load_track(str(root / "tiny.yaml")), committed) == []
+
+
+def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
+    root, committed = tiny
+    before = _digest(committed)
+    out = tmp_path / "sub"
+    assert main(["submit", f"{root / 'plugins.py'}:Halve", "--track", str(root / "tiny.yaml"), "--committed",
+                 str(committed), "--out", str(out), "--workers", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "rank " in text and "vs none: paired difference" in text and "vs tis_token:" in text
+    rec = json.loads((out / "submission.json").read_text())
+    assert rec["of"] == 3 and [c["vs"] for c in rec["comparisons"]] == ["none", "tis_token"]
+    assert all(len(c["seeds"]) == 2 and c["lo"] is not None for c in rec["comparisons"])
+    new = [d.name for d in (out / "runs").iterdir() if "Halve" in d.name]
+    assert len(new) == 2  # noise-g2 x 2 seeds; the reference cells come from the committed results
+    board = (out / "leaderboard.md").read_text()
+    assert "Halve" in board and "tis_token" in board and "none" in board
+    assert _digest(committed) == before  # committed results untouched
+    # a rerun resumes: nothing left to run, same verdict
+    rec2 = submit(f"{root / 'plugins.py'}:Halve", str(root / "tiny.yaml"), out, committed)
+    assert rec2["score"] == rec["score"]
+
+
+@pytest.mark.parametrize("cls, error", [("NaNWeights", "weights are NaN or infinite"), ("MaskAll", MASKED_ALL)])
+def test_bad_submissions_become_failed_cells(tiny, tmp_path, cls, error):
+    root, committed = tiny
+    rec = submit(f"{root / 'plugins.py'}:{cls}", str(root / "tiny.yaml"), tmp_path / "sub", committed, workers=2)
+    assert len(rec["failed"]) == 2 and all(error in e and "\n" not in e for e in rec["failed"].values())
+    assert (tmp_path / "sub" / "leaderboard.md").is_file() and "FAILED" in rec["text"]
+
+
+def test_bypass_presets_are_refused_on_a_recompute_track(tiny, tmp_path):
+    root, committed = tiny
+    with pytest.raises(ValueError, match="implies mode=bypass"):
+        submit("verl:bypass_ppo_clip", str(root / "tiny.yaml"), tmp_path / "b", committed)
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["fingerprint"]["config"].update(steps=3), r"different track config: config key 'steps' \(3 vs 1\)"),
+    (lambda m: m.update(version=0), "track tiny version 0, the track file is version 1"),
+    (lambda m: m["tasks"].update({"add-4d-v1": 0}), "task add-4d-v1 version 0, now version 1"),
+    (lambda m: m.update(timbench_version="0.0.1"), "by timbench 0.0.1"),
+])
+def test_results_of_another_config_are_refused_naming_what_differs(tiny, tmp_path, edit, message):
+    root, committed = tiny
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(committed, other)
+    m = json.loads((other / "track.json").read_text())
+    edit(m)
+    (other / "track.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError, match=message) as e:
+        submit(f"{root / 'plugins.py'}:Halve", str(root / "tiny.yaml"), tmp_path / "sub", other)
+    assert "\n" not in str(e.value) and not (tmp_path / "sub").exists()
+
+
+def test_other_code_is_refused_only_when_it_changes_results(tiny, tmp_path):
+    root, committed = tiny
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(committed, other)
+    m = json.loads((other / "track.json").read_text())
+    m["code"] = "0123456789abcdef"
+    (other / "track.json").write_text(json.dumps(m))
+    track = load_track(str(root / "tiny.yaml"))
+    notes = check_committed(track, other)  # same results: the replayed step matches
+    assert len(notes) == 1 and "matched byte for byte" in notes[0]
+    metrics = other / "runs" / m["replay_cell"] / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace('"actor/', '"actor/x', 1))
+    with pytest.raises(ValueError, match="by other code .* changes results: a replay of cell .* step 0 differs"):
+        check_committed(track, other)
+
+
+def test_submit_guards(tiny, tmp_path, capsys):
+    root, committed = tiny
+    with pytest.raises(ValueError, match="already has committed results"):
+        submit("tis_token", str(root / "tiny.yaml"), tmp_path / "s", committed)
+    with pytest.raises(ValueError, match="is under results/"):
+        submit("icepop", str(root / "tiny.yaml"), Path("results/tracks/x"), committed)
+    with pytest.raises(FileNotFoundError, match="no committed results for track tiny"):
+        submit("icepop", str(root / "tiny.yaml"), tmp_path / "s", tmp_path / "none")
+    assert main(["submit", "icepop", "--track", "nope", "--out", str(tmp_path / "s")]) == 2
+    assert "track 'nope' not found" in capsys.readouterr().err
+    assert main(["submit", "icepop", "--track", str(root / "tiny.yaml"), "--committed", str(committed),
+                 "--out", str(tmp_path / "s"), "--set", "steps=3"]) == 2
+    assert "submit takes only remedy_args" in capsys.readouterr().err

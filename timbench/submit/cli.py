@@ -1,0 +1,100 @@
+"""`timbench submit REMEDY --track NAME [--out DIR]` and `timbench track run|list`.
+
+    timbench submit my_remedy.py:MyRemedy --track quick [--out DIR] [--set remedy_args.C=3] [--workers N]
+    timbench track run quick [--out results/tracks/quick] [--workers N]   # the committed remedies' results
+    timbench track list
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+
+
+def _remedy_args(items: list[str]) -> dict:
+    from ..rl.config import apply_overrides
+    for item in items:
+        if not item.startswith("remedy_args."):
+            raise ValueError(f"--set {item!r}: submit takes only remedy_args.NAME=VALUE (the track fixes the rest)")
+    return apply_overrides({}, items).get("remedy_args", {})
+
+
+def _cmd_submit(args) -> int:
+    from ..atomic import check_output_dir
+    from .run import submit
+    if args.out:
+        check_output_dir(args.out)
+    rec = submit(args.remedy, args.track, args.out, args.committed, _remedy_args(args.set or []),
+                 workers=args.workers, allow_results=args.allow_results)
+    print(rec["text"], end="")
+    return 0
+
+
+def _cmd_track_run(args) -> int:
+    from pathlib import Path
+
+    from ..atomic import check_output_dir
+    from ..grid.layout import GridLock, cells_document, prepare, read_status
+    from ..grid.spec import expand
+    from ..report.leaderboard import write_report
+    from ..runners.driver import select
+    from ..runners.local import run_local
+    from .track import load_track, write_manifest
+    track = load_track(args.track)
+    out = Path(args.out or track.committed_dir())
+    check_output_dir(out)
+    grid = track.spec(track.remedies)
+    planned = expand(grid)
+    with GridLock(out):
+        prepare(out, grid, planned)
+        write_manifest(track, out, cells_document(grid, planned))  # first: a killed run still has it
+        cells = [c.to_dict() for c in planned]
+        # Remedy by remedy (none first: it owns the reference cells), so a run cut short leaves whole remedies.
+        for remedy in track.remedies:
+            todo = select([c for c in cells if c["axes"]["remedy"] == remedy], out, retry_failed=False)
+            if todo:
+                print(f"track {track.name}: {remedy}: {len(todo)} cells", file=sys.stderr, flush=True)
+                from ..runners.progress import Progress
+                run_local(todo, str(out), args.workers,
+                          progress=Progress(f"track {track.name} {remedy}", len(todo), 0, 0, args.workers))
+    write_report(out, command=f"timbench track run {args.track} --out {out}")
+    failed = [c["id"] for c in cells if (read_status(out, c["id"]) or {}).get("status") != "done"]
+    print(f"track {track.name} v{track.version}: {len(cells) - len(failed)}/{len(cells)} cells done -> {out}")
+    return 1 if failed else 0
+
+
+def _cmd_track_list(args) -> int:
+    from ..grid.spec import expand
+    from .track import TRACKS_DIR, load_track
+    for p in sorted(TRACKS_DIR.glob("*.yaml")):
+        t = load_track(str(p))
+        n = sum(1 for c in expand(t.spec(["none", "tis_token"])) if c.axes["remedy"] == "tis_token")
+        print(f"{t.name:10s} v{t.version}  {n} cells per submitted remedy; committed: {', '.join(t.remedies)}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("submit", help="score a remedy on a track: run its cells only, write the merged leaderboard")
+    s.add_argument("remedy", help="a remedy spec: name, verl:<preset>, trl:<mode>, file.py:Class, pkg.module:Class "
+                                  "or an entry point")
+    s.add_argument("--track", required=True, help="track name (bench/tracks/NAME.yaml) or a track file")
+    s.add_argument("--out", help="output directory (default build/submit/<track>/<remedy>)")
+    s.add_argument("--committed", help="committed results to compare with (default results/tracks/<track>)")
+    s.add_argument("--set", action="append", metavar="remedy_args.NAME=VALUE", help="a remedy parameter override")
+    s.add_argument("--workers", type=int, default=1, help="parallel cells (default 1)")
+    s.add_argument("--allow-results", action="store_true", help="allow --out under results/")
+    s.set_defaults(func=_cmd_submit)
+
+    t = sub.add_parser("track", help="standard cell sets remedies are scored on (bench/tracks/)")
+    tsub = t.add_subparsers(dest="track_command", required=True)
+    r = tsub.add_parser("run", help="run the track's committed remedies (resumable) and write its manifest")
+    r.add_argument("track", help="track name or file")
+    r.add_argument("--out", help="results directory (default results/tracks/<track>)")
+    r.add_argument("--workers", type=int, default=1, help="parallel cells (default 1)")
+    r.set_defaults(func=_cmd_track_run)
+    ls = tsub.add_parser("list", help="the tracks and their cell counts")
+    ls.set_defaults(func=_cmd_track_list)
+
+
+

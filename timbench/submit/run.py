@@ -1,0 +1,138 @@
+"""`timbench submit`: run one remedy's cells of a track and place it on the track's merged leaderboard.
+
+Steps: load the track; check that the committed results (results/tracks/<track>/) were made by this track
+version, config, tasks and code (timbench.submit.track.check_committed: one-line refusal naming what
+differs); copy them into OUT (timbench.grid.merge), add the new remedy's cells to OUT/cells.json and run
+only those (resumable: a rerun skips finished cells); turn a finished cell that masked every token at every
+step into a failed cell; write the leaderboard (timbench grid report) and submission.md / submission.json
+with the new remedy's rank, score interval and paired comparisons against `none` and against the best
+committed remedy. A remedy that crashes or returns NaN weights fails its cells with the loop's one-line
+error; the other cells still run. OUT is never under results/ unless asked (`allow_results`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from ..atomic import atomic_write
+from ..grid.layout import GridLock, read_status, run_dir, write_status
+from ..grid.merge import merge
+from ..readfile import read_json
+from .paired import paired
+from .track import check_committed, load_track
+
+MASKED_ALL = "remedy masked every token at every step (nothing was trained)"
+
+
+def default_out(track: str, remedy: str) -> Path:
+    return Path("build/submit") / track / (re.sub(r"[^A-Za-z0-9_.+-]+", "-", remedy).strip("-") or "remedy")
+
+
+def _under_results(out: Path) -> bool:
+    return Path("results").resolve() in [out.resolve(), *out.resolve().parents]
+
+
+def plan_cells(track, remedy: str, remedy_args: dict) -> list[dict]:
+    """The new remedy's cells of the track (cells.json entries), each config validated now (one-line errors)."""
+    from ..grid.spec import expand
+    from ..rl.config import from_dict
+    cells = [c.to_dict() for c in expand(track.spec(["none", remedy])) if c.axes["remedy"] == remedy]
+    for c in cells:
+        c["config"]["remedy_args"] = dict(remedy_args)
+        from_dict(dict(c["config"]), f"cell {c['id']}")  # the remedy's parameters, checked before anything runs
+    return cells
+
+
+def masked_everything(out: Path, cid: str) -> bool:
+    """True when every logged step of a finished cell masked all its tokens (rollout_rs_masked_fraction 1)."""
+    path = run_dir(out, cid) / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    return bool(rows) and all(r.get("rollout_corr/rollout_rs_masked_fraction") == 1.0 for r in rows)
+
+
+def submit(remedy: str, track_name: str, out: str | Path | None = None, committed: str | Path | None = None,
+           remedy_args: dict | None = None, workers: int = 1, allow_results: bool = False, stream=None) -> dict:
+    """Run `remedy` on the track into `out` and write the merged leaderboard; returns the submission record."""
+    stream = stream or sys.stderr
+    track = load_track(track_name)
+    committed = Path(committed) if committed else track.committed_dir()
+    out = Path(out) if out else default_out(track.name, remedy)
+    if _under_results(out) and not allow_results:
+        raise ValueError(f"--out {out} is under results/; submissions go elsewhere (default build/submit/...) "
+                         "unless --allow-results")
+    if out.resolve() == committed.resolve():
+        raise ValueError(f"--out {out} is the committed results directory; give another one")
+    if remedy in track.remedies:
+        raise ValueError(f"remedy {remedy!r} already has committed results on track {track.name} ({committed})")
+    notes = check_committed(track, committed)
+    cells = plan_cells(track, remedy, dict(remedy_args or {}))
+    committed_ids = {c["id"] for c in read_json(committed / "cells.json")["cells"]}
+    missing = sorted({c["reference"] for c in cells if c["reference"]} - committed_ids)
+    if missing:
+        raise ValueError(f"committed results {committed} lack the reference cell {missing[0]}")
+    merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
+    doc = read_json(out / "cells.json")
+    have = {c["id"]: c for c in doc["cells"]}
+    for c in cells:
+        if c["id"] in have and have[c["id"]] != c:
+            raise ValueError(f"{out} already holds cell {c['id']} with another config (other remedy_args?); "
+                             "use another --out")
+    doc["cells"] += [c for c in cells if c["id"] not in have]
+    atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    from ..runners.local import run_local
+    with GridLock(out):
+        todo = [c for c in cells if (read_status(out, c["id"]) or {}).get("status") not in ("done", "failed")]
+        for note in notes:
+            print(f"note: {note}", file=stream)
+        print(f"submit {remedy} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
+              file=stream)
+        if todo:
+            from ..runners.progress import Progress
+            run_local(todo, str(out), workers, progress=Progress(f"submit {remedy}", len(todo), 0, 0, workers,
+                                                                 stream=stream))
+        for c in cells:
+            st = read_status(out, c["id"]) or {}
+            if st.get("status") == "done" and masked_everything(out, c["id"]):
+                write_status(out, c["id"], "failed", MASKED_ALL, st.get("wall_s", 0.0), st.get("attempts", 1))
+    return write_submission(out, remedy, track, cells, committed)
+
+
+def write_submission(out: Path, remedy: str, track, cells: list[dict], committed: Path) -> dict:
+    from ..report.leaderboard import fmt_interval, remedy_ranking, write_report
+    from ..report.results import load_results
+    from ..report.summary import summarize
+    write_report(out, command=f"timbench submit {remedy} --track {track.name} --out {out}")
+    rows = summarize(load_results(out))
+    ranked = remedy_ranking(rows)
+    rank = next(i for i, e in enumerate(ranked) if e["remedy"] == remedy)
+    entry = ranked[rank]
+    builtins = [e for e in ranked if e["remedy"] in track.remedies and e["remedy"] != "none" and e["score"] is not None]
+    best = builtins[0]["remedy"] if builtins else None
+    comparisons = [paired(rows, remedy, other) for other in ["none"] + ([best] if best else [])]
+    failed = [(c["id"], (read_status(out, c["id"]) or {}).get("error")) for c in cells
+              if (read_status(out, c["id"]) or {}).get("status") != "done"]
+    lines = [f"# Submission: {remedy} on track {track.name} (version {track.version})", "",
+             f"Committed results: `{committed}`; leaderboard: `{out}/leaderboard.md`.", "",
+             f"- rank {rank + 1} of {len(ranked)}" + (f", tied with ranks {', '.join(map(str, entry['tied_with']))}"
+                                                     if entry["tied_with"] else "")
+             + f"; score {fmt_interval(entry['interval'])} (95% CI, {entry['seeds']} seeds, "
+             f"{entry['collapses']}/{entry['cells']} cells collapsed)"]
+    for cmp in comparisons:
+        diffs = ", ".join(f"{d:+.3f}" for d in cmp["diffs"]) or "-"
+        lines.append(f"- vs {cmp['b']}: paired difference {fmt_interval(cmp['interval'])} over seeds "
+                     f"{', '.join(map(str, cmp['seeds'])) or '-'} (per seed {diffs}): **{cmp['verdict']}**")
+    for cid, err in failed:
+        lines.append(f"- FAILED {cid}: {err or 'not run'}")
+    text = "\n".join(lines) + "\n"
+    atomic_write(out / "submission.md", text)
+    record = {"remedy": remedy, "track": track.name, "track_version": track.version, "rank": rank + 1,
+              "of": len(ranked), "score": entry["score"], "score_lo": entry["interval"].lo,
+              "score_hi": entry["interval"].hi, "tied_with": entry["tied_with"], "failed": dict(failed),
+              "comparisons": [{"vs": c["b"], "seeds": c["seeds"], "diffs": c["diffs"], "mean": c["interval"].mean,
+                               "lo": c["interval"].lo, "hi": c["interval"].hi, "verdict": c["verdict"]}
+                              for c in comparisons]}
+    atomic_write(out / "submission.json", json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record | {"text": text}
