@@ -59,10 +59,11 @@ def test_shipped_condition_table():
     table = load_conditions(SHIPPED_CONDITIONS)
     kinds = {n: c.kind for n, c in table.items()}
     assert {k: kinds[k] for k in ("baseline", "bf16-engine", "torch-kernels", "production", "tp4", "splitkv4",
-                                  "moe-router-bf16", "noise-g2", "vllm-bf16")} == {
+                                  "moe-router-bf16", "noise-g2", "vllm-bf16", "nvfp4-rollout")} == {
         "baseline": "reference", "bf16-engine": "precision", "torch-kernels": "kernels", "production": "precision",
-        "tp4": "tp", "splitkv4": "kernels", "moe-router-bf16": "moe", "noise-g2": "noise", "vllm-bf16": "vllm"}
-    assert set(kinds.values()) == {"reference", "precision", "kernels", "tp", "moe", "noise", "vllm"}
+        "tp4": "tp", "splitkv4": "kernels", "moe-router-bf16": "moe", "noise-g2": "noise", "vllm-bf16": "vllm",
+        "nvfp4-rollout": "quant"}
+    assert set(kinds.values()) == {"reference", "precision", "quant", "kernels", "tp", "moe", "noise", "vllm"}
     assert table["production"].engine == "kernels=torch,dtype=bf16"
     assert all(len(c.doc) > 100 and "\n" not in c.doc for c in table.values())
 
