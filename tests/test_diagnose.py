@@ -162,3 +162,14 @@ def test_bad_input_is_one_line(capsys, args, msg):
     assert main(["diagnose", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and "\n" not in err and err.startswith("timbench diagnose: error:")
+
+
+def test_low_precision_keys_need_no_diagnose_code(moe):
+    # weight_quant + act_quant (act_quant alone is invalid, so it joins weight_quant's group) and the KV
+    # cache format, split one group at a time; the replay reproduces the quantized engine bitwise.
+    r = diagnose(moe, "weight_quant=nvfp4,act_quant=nvfp4,kv_cache_dtype=fp8_e4m3", "kernels=exact", batches=SMALL)
+    assert r["replay_max_abs_diff"] == 0.0
+    keys = {k["key"]: k for k in r["keys"]["keys"] if k["side"] == "engine"}
+    assert set(keys) == {"weight_quant=nvfp4,act_quant=nvfp4", "kv_cache_dtype=fp8_e4m3"}
+    assert all(k["gap_share"] > 0 for k in keys.values())
+    assert r["layers"]["first_level"] == "layer0"
