@@ -97,6 +97,10 @@ def test_bad_submissions_become_failed_cells(tiny, tmp_path, cls, error):
     rec = submit(f"{root / 'plugins.py'}:{cls}", str(root / "tiny.yaml"), tmp_path / "sub", committed, workers=2)
     assert len(rec["failed"]) == 2 and all(error in e and "\n" not in e for e in rec["failed"].values())
     assert (tmp_path / "sub" / "leaderboard.md").is_file() and "FAILED" in rec["text"]
+    if cls == "MaskAll":  # trained on nothing: an outcome, scored like a collapse (capped), not dropped
+        assert rec["score"] is not None and rec["score"] <= 0.5
+    else:  # a broken remedy has no score
+        assert rec["score"] is None
 
 
 def test_bypass_presets_are_refused_on_a_recompute_track(tiny, tmp_path):

@@ -4,11 +4,13 @@ seeds.csv and figures/*.png.
 Remedy score (the ranking): per seed, the mean over a remedy's finished cells under a mismatched
 condition (kind != reference) of final accuracy relative to the same seed's zero-mismatch reference
 cell, where a collapsed cell counts min(relative accuracy, SCORE_CAP = 0.5): a run that collapsed is
-never worth more than half the reference, even if its last eval happened to land high. The score is
+never worth more than half the reference, even if its last eval happened to land high. So does a cell
+whose remedy rejected every token at every step (failed with `seeds.NOTHING_TRAINED` by `timbench track
+run` / `timbench submit`): it kept the warm start by training on nothing. The score is
 the mean of the per-seed scores with a 95% Student t interval over seeds; with one seed, the interval
 propagates each cell's eval-set binomial error (SE = sqrt(p(1-p)/eval_n) / reference accuracy).
 Ranks whose intervals overlap are listed as tied. A cell counts once it is done, or failed with a
-collapse (a non-finite loss is the remedy's failure); cells still running, pending, failed for other
+collapse (a non-finite loss is the remedy's failure) or with nothing trained; cells still running, pending, failed for other
 reasons, or whose reference has no accuracy yet are listed but not scored.
 
 TIM tolerance of a remedy: the largest synthetic-noise sigma (engine spec `noise=KIND:SIGMA`) such
@@ -31,7 +33,7 @@ from . import stats
 from .collapse import rule_from_dict
 from .html import render_html
 from .results import Grid, load_results
-from .seeds import GROUP, SeedGroup, group_csv_row, group_key, seed_groups
+from .seeds import GROUP, SeedGroup, group_csv_row, group_key, is_finished, seed_groups, trained_nothing
 from .stats import Interval
 from .summary import csv_text, summarize, summary_csv
 
@@ -58,15 +60,14 @@ def fmt(x, digits: int = 3) -> str:
 
 def is_scored(row: dict) -> bool:
     """Finished mismatched cell with a relative accuracy (see the module docstring)."""
-    finished = row["status"] == "done" or (row["status"] == "failed" and bool(row["collapse/collapsed"]))
-    return row["kind"] != "reference" and finished and row["relative_accuracy_t1"] is not None
+    return row["kind"] != "reference" and is_finished(row) and row["relative_accuracy_t1"] is not None
 
 
 def cell_score(row: dict) -> float | None:
     if not is_scored(row):
         return None
     rel = row["relative_accuracy_t1"]
-    return min(rel, SCORE_CAP) if row["collapse/collapsed"] else rel
+    return min(rel, SCORE_CAP) if row["collapse/collapsed"] or trained_nothing(row) else rel
 
 
 def tim_tolerance(rows: list[dict]) -> str:
@@ -198,8 +199,9 @@ def _ranking_table(rows: list[dict], stamp: str) -> Table:
         ["rank", "tied with (overlapping intervals)", "remedy", "score [95% CI]", "seeds", "collapses/cells",
          "mean |delta|", "mean k3_kl", "TIM tolerance (sigma)"], body,
         f"{stamp}. Score: per seed, the mean over finished mismatched cells of final accuracy / the same seed's "
-        f"reference, a collapsed cell capped at {SCORE_CAP}; then the mean over seeds with a 95% Student t "
-        f"interval (one seed: the eval-set binomial error, propagated). Ranks whose intervals overlap are tied. "
+        f"reference, a collapsed cell (or one whose remedy trained on nothing) capped at {SCORE_CAP}; then the "
+        f"mean over seeds with a 95% Student t interval (one seed: the eval-set binomial error, propagated). "
+        f"Ranks whose intervals overlap are tied. "
         f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.")
 
 

@@ -28,9 +28,20 @@ MEAN_METRICS = {"mean_abs_delta": "mean/mismatch/mean_abs_delta", "k3_kl": "mean
 """Group field -> the summary column averaged over seeds."""
 
 
+NOTHING_TRAINED = "remedy masked every token at every step (nothing was trained)"
+"""The error of a cell whose remedy rejected every token at every step (`timbench track run` and
+`timbench submit` mark such cells failed): an outcome of the remedy, scored like a collapse."""
+
+
+def trained_nothing(row: dict) -> bool:
+    return row["status"] == "failed" and row.get("error") == NOTHING_TRAINED
+
+
 def is_finished(row: dict) -> bool:
-    """Done, or failed with a collapse (a non-finite loss is an outcome, not a broken run)."""
-    return row["status"] == "done" or (row["status"] == "failed" and bool(row["collapse/collapsed"]))
+    """Done, or failed with a collapse (a non-finite loss is an outcome, not a broken run) or because the
+    remedy trained on nothing (also an outcome of the remedy)."""
+    return row["status"] == "done" or (row["status"] == "failed" and bool(row["collapse/collapsed"])) \
+        or trained_nothing(row)
 
 
 def group_key(row: dict) -> tuple:

@@ -40,6 +40,8 @@ def _cmd_track_run(args) -> int:
     from ..report.leaderboard import write_report
     from ..runners.driver import select
     from ..runners.local import run_local
+    from ..report.seeds import NOTHING_TRAINED
+    from .run import mark_nothing_trained
     from .track import load_track, write_manifest
     track = load_track(args.track)
     out = Path(args.out or track.committed_dir())
@@ -58,8 +60,11 @@ def _cmd_track_run(args) -> int:
                 from ..runners.progress import Progress
                 run_local(todo, str(out), args.workers,
                           progress=Progress(f"track {track.name} {remedy}", len(todo), 0, 0, args.workers))
+        # The same rule as for a submission: a remedy that trained on nothing is a failed (scored) cell.
+        mark_nothing_trained(out, cells)
     write_report(out, command=f"timbench track run {args.track} --out {out}")
-    failed = [c["id"] for c in cells if (read_status(out, c["id"]) or {}).get("status") != "done"]
+    failed = [c["id"] for c in cells if (read_status(out, c["id"]) or {}).get("status") != "done"
+              and (read_status(out, c["id"]) or {}).get("error") != NOTHING_TRAINED]
     print(f"track {track.name} v{track.version}: {len(cells) - len(failed)}/{len(cells)} cells done -> {out}")
     return 1 if failed else 0
 

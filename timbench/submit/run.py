@@ -21,10 +21,11 @@ from ..atomic import atomic_write
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
 from ..readfile import read_json
+from ..report.seeds import NOTHING_TRAINED
 from .paired import paired
 from .track import check_committed, load_track
 
-MASKED_ALL = "remedy masked every token at every step (nothing was trained)"
+MASKED_ALL = NOTHING_TRAINED  # the report scores such a cell like a collapse (timbench.report.seeds)
 
 
 def default_out(track: str, remedy: str) -> Path:
@@ -51,6 +52,14 @@ def masked_everything(out: Path, cid: str) -> bool:
     path = run_dir(out, cid) / "metrics.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
     return bool(rows) and all(r.get("rollout_corr/rollout_rs_masked_fraction") == 1.0 for r in rows)
+
+
+def mark_nothing_trained(out: Path, cells: list[dict]) -> None:
+    """Fail every done cell whose remedy masked every token at every step, committed and submitted alike."""
+    for c in cells:
+        st = read_status(out, c["id"]) or {}
+        if st.get("status") == "done" and masked_everything(out, c["id"]):
+            write_status(out, c["id"], "failed", MASKED_ALL, st.get("wall_s", 0.0), st.get("attempts", 1))
 
 
 def submit(remedy: str, track_name: str, out: str | Path | None = None, committed: str | Path | None = None,
@@ -93,10 +102,7 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
             from ..runners.progress import Progress
             run_local(todo, str(out), workers, progress=Progress(f"submit {remedy}", len(todo), 0, 0, workers,
                                                                  stream=stream))
-        for c in cells:
-            st = read_status(out, c["id"]) or {}
-            if st.get("status") == "done" and masked_everything(out, c["id"]):
-                write_status(out, c["id"], "failed", MASKED_ALL, st.get("wall_s", 0.0), st.get("attempts", 1))
+        mark_nothing_trained(out, cells)
     return write_submission(out, remedy, track, cells, committed)
 
 
