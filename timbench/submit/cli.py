@@ -63,8 +63,8 @@ def _cmd_track_run(args) -> int:
         # The same rule as for a submission: a remedy that trained on nothing is a failed (scored) cell.
         mark_nothing_trained(out, cells)
     write_report(out, command=f"timbench track run {args.track} --out {out}")
-    failed = [c["id"] for c in cells if (read_status(out, c["id"]) or {}).get("status") != "done"
-              and (read_status(out, c["id"]) or {}).get("error") != NOTHING_TRAINED]
+    statuses = {c["id"]: read_status(out, c["id"]) or {} for c in cells}
+    failed = [i for i, st in statuses.items() if st.get("status") != "done" and st.get("error") != NOTHING_TRAINED]
     print(f"track {track.name} v{track.version}: {len(cells) - len(failed)}/{len(cells)} cells done -> {out}")
     return 1 if failed else 0
 
