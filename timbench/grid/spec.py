@@ -11,6 +11,14 @@ and maps every cell to its zero-mismatch reference cell.
     base: {steps: 200, eval_every: 20}
     axes: {condition: [baseline, bf16-engine], remedy: [none, tis_token], seed: [0, 1]}
     exclude: [{condition: baseline, remedy: tis_token}]
+
+A remedy axis value may also name an entry of `remedy_variants`: a label for a remedy with parameter
+overrides and RunConfig keys of its own, so one grid compares a remedy's variants side by side
+(the paper grid: K1 vs K3 criterion, rejection on rho vs on the PPO ratio, a tightened PPO clip):
+
+    remedy_variants:
+      rs_k1: {remedy: tis_token+seq_rs, remedy_args: {divergence: k1, threshold: 0.03}}
+      clip_0.05: {remedy: none, eps_low: 0.05, eps_high: 0.05}
 """
 
 from __future__ import annotations
@@ -82,14 +90,20 @@ class GridSpec:
     """Collapse-rule overrides, passed through to cells.json untouched (read by `timbench grid report`)."""
     workers: int | None = None
     """Default parallel cells for `timbench grid run` (None = os.cpu_count())."""
+    remedy_variants: dict = field(default_factory=dict)
+    """Remedy-axis labels -> {remedy: NAME, remedy_args: {...}, other RunConfig keys}: a remedy with its own
+    parameters and config (e.g. PPO clip eps) under one label; the label is what the axis, ids and reports show."""
 
     def to_dict(self) -> dict:
         """The resolved spec: self-contained (conditions inline, no file), so it reloads to the same cells."""
-        return {"name": self.name, "base": dict(self.base), "axes": dataclasses.asdict(self.axes),
-                "exclude": [dict(e) for e in self.exclude], "conditions_file": None,
-                "conditions": {n: {k: v for k, v in c.to_dict().items() if k != "name"}
-                               for n, c in self.conditions.items()},
-                "reference": self.reference, "collapse": dict(self.collapse), "workers": self.workers}
+        d = {"name": self.name, "base": dict(self.base), "axes": dataclasses.asdict(self.axes),
+             "exclude": [dict(e) for e in self.exclude], "conditions_file": None,
+             "conditions": {n: {k: v for k, v in c.to_dict().items() if k != "name"}
+                            for n, c in self.conditions.items()},
+             "reference": self.reference, "collapse": dict(self.collapse), "workers": self.workers}
+        if self.remedy_variants:  # only when used, so grids without variants keep their fingerprint
+            d["remedy_variants"] = {k: dict(v) for k, v in self.remedy_variants.items()}
+        return d
 
 
 @dataclass
@@ -130,6 +144,27 @@ def _axis_values(name: str, raw, source: str) -> list:
     dup = sorted({str(v) for v in out if out.count(v) > 1})
     if dup:
         raise ValueError(f"{source}: axes.{name} lists {dup} more than once")
+    return out
+
+
+def _remedy_variants(raw, source: str) -> dict:
+    """Validate `remedy_variants`: label -> {remedy, remedy_args, non-axis RunConfig keys}."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: 'remedy_variants' must be a mapping of label -> {{remedy: NAME, ...}}")
+    allowed = ["remedy"] + [f for f in _RUN_FIELDS if f not in _AXIS_OWNED]
+    out = {}
+    for label, v in raw.items():
+        where = f"{source}: remedy_variants.{label}"
+        if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", label):
+            raise ValueError(f"{source}: remedy_variants label {label!r} must be a string of [A-Za-z0-9_.+-]")
+        if not isinstance(v, dict) or not isinstance(v.get("remedy"), str) or not v["remedy"]:
+            raise ValueError(f"{where} must be a mapping with a 'remedy' name, e.g. {{remedy: tis_token, "
+                             "remedy_args: {C: 3.0}}")
+        bad = sorted(set(map(str, v)) - set(allowed))
+        if bad:
+            owner = f"; {bad[0]!r} is owned by axis {_AXIS_OWNED[bad[0]]!r}" if bad[0] in _AXIS_OWNED else ""
+            raise ValueError(f"{where}: unknown key(s) {bad}{owner}; valid: {', '.join(allowed)}")
+        out[label] = dict(v)
     return out
 
 
@@ -203,9 +238,10 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
     workers = doc.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"{source}: 'workers' must be an integer >= 1, got {workers!r}")
+    variants = _remedy_variants(doc.get("remedy_variants") or {}, source)
     return GridSpec(name=name, base=base, axes=axes, exclude=[dict(e) for e in exclude],
                     conditions_file=table_file, conditions=table, reference=reference,
-                    collapse=dict(doc.get("collapse") or {}), workers=workers)
+                    collapse=dict(doc.get("collapse") or {}), workers=workers, remedy_variants=variants)
 
 
 def load_grid(path: str | Path) -> GridSpec:
@@ -256,8 +292,9 @@ def expand(grid: GridSpec) -> list[Cell]:
                              "rename an axis value")
         seen[cid] = axes
         cond = grid.conditions[axes["condition"]]
-        raw = {"threads": 1, **grid.base, "task": axes["task"], "preset": axes["model"],
-               "engine": cond.engine_spec, "trainer": cond.trainer_spec, "remedy": axes["remedy"],
+        variant = grid.remedy_variants.get(axes["remedy"], {"remedy": axes["remedy"]})
+        raw = {"threads": 1, **grid.base, **variant, "task": axes["task"], "preset": axes["model"],
+               "engine": cond.engine_spec, "trainer": cond.trainer_spec,
                "mode": axes["mode"], "algorithm": axes["algorithm"], "seed": axes["seed"]}
         try:
             cfg = from_dict(raw, f"cell {cid}")

@@ -126,6 +126,16 @@ class Remedy:
     def __call__(self, batch: RemedyBatch) -> RemedyResult:
         raise NotImplementedError
 
+    def update_keep(self, log_r: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+        """Optional rejection inside each update pass, on the PPO ratio r = pi_theta / pi_old.
+
+        `log_r` [n, T] = clamp(log pi_theta - log pi_old) of one mini-batch (detached), `mask` [n, T] its
+        loss mask after `__call__`'s keep-mask. Return an [n, T] bool keep-mask that the loop ANDs into
+        that pass's loss, or None (the default: the update rejects nothing). This is the ablation the seed
+        paper runs against rejection on the correction ratio rho.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params})"
 

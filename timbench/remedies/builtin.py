@@ -77,6 +77,7 @@ class TRMAvgParams(ThresholdParams):
     threshold: float = param(0.001, "reject when mean_t k3 exceeds this")
 
 
+_REJECT_ON = ("rho", "ppo")
 _DIVERGENCES = ("k3", "k1")
 
 
@@ -85,11 +86,15 @@ class TISSeqRSParams:
     C: float = param(2.0, "cap on the token IS weight")
     threshold: float = param(0.001, "reject a sequence whose divergence exceeds this")
     divergence: str = param("k3", "sequence divergence: k3 = mean_t (rho - 1 - log rho) or k1 = |mean_t log rho|")
+    ratio: str = param("rho", "ratio the rejection reads: rho = pi_old / mu (the correction ratio, the paper's "
+                              "choice) or ppo = pi_theta / pi_old in each update pass (the paper's ablation)")
 
     def __post_init__(self):
         _positive(C=self.C, threshold=self.threshold)
         if self.divergence not in _DIVERGENCES:
             raise ValueError(f"divergence {self.divergence!r} is invalid; valid: {', '.join(_DIVERGENCES)}")
+        if self.ratio not in _REJECT_ON:
+            raise ValueError(f"ratio {self.ratio!r} is invalid; valid: {', '.join(_REJECT_ON)}")
 
 
 def _seq_rho(batch: RemedyBatch, lr: torch.Tensor) -> torch.Tensor:
@@ -217,15 +222,25 @@ class TISTokenSeqRS(Remedy):
     doc = ("The seed paper's best remedy (arXiv 2605.14220): token TIS w_t = min(rho_t, C), C = 2, plus rejection "
            "of sequence i when its divergence on the correction ratio exceeds 0.001. The paper rejects on a "
            "sequence divergence of rho (not of the PPO ratio) and finds K1 and K3 equally good; the default is "
-           "K3 = mean_t (rho_t - 1 - log rho_t), divergence=k1 uses |mean_t log rho_t|.")
+           "K3 = mean_t (rho_t - 1 - log rho_t), divergence=k1 uses |mean_t log rho_t|. ratio=ppo moves the "
+           "rejection onto the PPO ratio pi_theta / pi_old, re-evaluated in every update pass (the paper's ablation; "
+           "token TIS still reads rho).")
     Params = TISSeqRSParams
+
+    def _accept(self, log_r: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[N, T] keep-mask: sequences whose divergence of the ratio exp(log_r) is within the threshold."""
+        div = seq_mean(k3(log_r), mask) if self.params.divergence == "k3" else seq_mean(k1(log_r), mask).abs()
+        return per_token(div <= self.params.threshold, mask)
 
     def __call__(self, batch):
         lr = log_rho(batch)
         rho = fexp(lr)
-        div = seq_mean(k3(lr), batch.mask) if self.params.divergence == "k3" else seq_mean(k1(lr), batch.mask).abs()
-        return finish(batch, weights=rho.clamp(max=self.params.C), truncated=rho > self.params.C,
-                      keep=per_token(div <= self.params.threshold, batch.mask))
+        keep = self._accept(lr, batch.mask) if self.params.ratio == "rho" else None
+        return finish(batch, weights=rho.clamp(max=self.params.C), truncated=rho > self.params.C, keep=keep)
+
+    def update_keep(self, log_r, mask):
+        # ratio=ppo: the same criterion on pi_theta / pi_old, re-evaluated in every update pass.
+        return self._accept(log_r.double(), mask.bool()) if self.params.ratio == "ppo" else None
 
 
 class RoutingReplayR2(Remedy):

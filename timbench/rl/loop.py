@@ -27,6 +27,7 @@ from ..kernels.reduce import fmean, fstd, fsum, masked_mean
 from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
+from ..ratios import log_ratio, select
 from ..remedies import Remedy, RemedyBatch, check_result, per_sequence, replay_tensor
 from ..shipped import resolve_checkpoint
 from ..spec import ZERO_MISMATCH, Spec, quantized_reference
@@ -152,16 +153,29 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
 
     def objective(out, sl):
         w = out.logprobs.shape[1]
-        loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], mask[sl, :w],
+        msk, extra = mask[sl, :w], {}
+        # A remedy may also reject inside the update, on the PPO ratio of this pass (Remedy.update_keep).
+        keep = lane.remedy.update_keep(select(log_ratio(out.logprobs.detach(), old[sl, :w]), msk), msk)
+        if keep is not None:
+            if not (isinstance(keep, torch.Tensor) and keep.dtype == torch.bool and keep.shape == msk.shape):
+                raise ValueError(f"remedy {lane.remedy.name}: update_keep must return None or a bool tensor of "
+                                 f"shape {tuple(msk.shape)}, got {getattr(keep, 'dtype', type(keep).__name__)} "
+                                 f"{tuple(getattr(keep, 'shape', ()))}")
+            rows = msk.any(-1)
+            dropped = rows & ~(msk & keep).any(-1)
+            msk = msk & keep
+            extra = {"actor/ppo_rs_seq_masked_fraction": float(fsum(dropped.double()) / max(1, int(rows.sum())))}
+        loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], msk,
                             weights=None if weights is None else weights[sl, :w], **loss_kw)
+        m = m | extra
         if lane.ref is not None:
             with torch.no_grad():
                 ref_lp = sequence_logprobs(lane.ref, lane.compute, exp.seqs[sl], cfg.temperature).logprobs
-            kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), mask[sl, :w], algo.agg)
+            kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), msk, algo.agg)
             loss = loss + cfg.kl_coef * kl
             m = m | {"actor/kl_loss": float(kl.detach())}
         drift = objective_drift(out.logprobs.detach(), old_logprobs[sl, :w], exp.rollout_logprobs[sl, :w],
-                                adv[sl], mask[sl, :w])
+                                adv[sl], msk)
         return loss, m | drift
 
     try:
