@@ -453,3 +453,63 @@ def test_ray_backend_runs_a_two_cell_grid(ckpt, tmp_path):
     for cid in final:
         assert [r["step"] for r in _lines(tmp_path / "out" / "runs" / cid / "metrics.jsonl")] == [0, 1]
     assert "[grid ray] 2/2 done, 0 running, 0 failed, 0 pending" in stream.getvalue()
+
+
+# ---- remedy variants ------------------------------------------------------------------------------
+
+def test_remedy_variants_label_a_remedy_with_its_own_args_and_config(ckpt):
+    doc = _tiny(ckpt, "v", ["baseline"], axes={"remedy": ["none", "rs_k1", "clip"]},
+                remedy_variants={"rs_k1": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k1"}},
+                                 "clip": {"remedy": "none", "eps_low": 0.05, "eps_high": 0.05}})
+    grid = parse_grid(doc)
+    cells = {c.axes["remedy"]: c for c in expand(grid)}
+    assert cells["rs_k1"].id == "add-4d-v1.tiny-dense.baseline.rs_k1.recompute.grpo.s0"
+    assert cells["rs_k1"].config["remedy"] == "tis_token+seq_rs"
+    assert cells["rs_k1"].config["remedy_args"] == {"divergence": "k1"}
+    assert (cells["clip"].config["remedy"], cells["clip"].config["eps_low"], cells["clip"].config["eps_high"]) == \
+        ("none", 0.05, 0.05)
+    assert cells["none"].config["eps_low"] is None and cells["none"].config["remedy_args"] == {}
+    assert parse_grid(grid.to_dict()).remedy_variants == grid.remedy_variants  # the resolved spec reloads
+    # A grid without variants keeps its resolved spec (and so its fingerprint) as before the key existed.
+    assert "remedy_variants" not in parse_grid(_tiny(ckpt, "plain", ["baseline"])).to_dict()
+
+
+@pytest.mark.parametrize("variants, message", [
+    ({"x": {"remedy_args": {}}}, "remedy_variants.x must be a mapping with a 'remedy' name"),
+    ({"x": {"remedy": "none", "seed": 3}}, "unknown key(s) ['seed']; 'seed' is owned by axis 'seed'"),
+    ({"x": {"remedy": "none", "colour": 1}}, "remedy_variants.x: unknown key(s) ['colour']"),
+    ({"a/b": {"remedy": "none"}}, "remedy_variants label 'a/b' must be a string of [A-Za-z0-9_.+-]"),
+    ([1], "'remedy_variants' must be a mapping"),
+])
+def test_bad_remedy_variants_are_one_line_errors(variants, message):
+    with pytest.raises(ValueError) as e:
+        parse_grid({"name": "bad", "remedy_variants": variants})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_variant_with_a_bad_parameter_fails_at_plan_time_naming_the_cell():
+    doc = {"name": "bad", "axes": {"remedy": ["v"]},
+           "remedy_variants": {"v": {"remedy": "tis_token+seq_rs", "remedy_args": {"ratio": "pi"}}}}
+    with pytest.raises(ValueError) as e:
+        expand(parse_grid(doc))
+    assert "cell add-4d-v1.tiny-dense.baseline.v.recompute.grpo.s0" in str(e.value) and "ratio 'pi'" in str(e.value)
+
+
+def test_paper_grid_fits_three_hours_and_holds_every_figures_cells():
+    grid = load_grid(ROOT / "bench/grids/paper.yaml")
+    cells = expand(grid)
+    assert wall_seconds([cell_seconds(c.config) for c in cells], 2) <= 3 * 3600
+    settings = {}
+    for c in cells:
+        settings.setdefault((c.axes["condition"], c.axes["remedy"], c.axes["mode"]), []).append(c.axes["seed"])
+    assert all(len(seeds) >= 3 for seeds in settings.values())  # >= 3 seeds per compared setting
+    kinds = {c.axes["condition"]: c.condition.kind for c in cells}
+    assert {"quant", "precision", "noise", "reference"} <= set(kinds.values())
+    remedies = {c.axes["remedy"]: c.config for c in cells}
+    assert remedies["tis+rs_k3_ppo"]["remedy_args"]["ratio"] == "ppo"
+    assert remedies["ppo_clip_0.05"]["eps_low"] == 0.05
+    assert {remedies[r]["remedy_args"].get("divergence") for r in ("tis+rs_k1", "tis+rs_k3")} == {"k1", "k3"}
+    # every mismatched noise and real condition runs in both modes (F2 and the dose-response)
+    for cond, kind in kinds.items():
+        if kind != "reference":
+            assert {m for (c, r, m) in settings if c == cond and r == "none"} == {"recompute", "bypass"}, cond

@@ -152,6 +152,23 @@ def test_tis_token_plus_sequence_rejection():
     assert k1.mask[6].all()
 
 
+def test_rejection_on_the_ppo_ratio_moves_into_the_update():
+    rho = lambda i, t: math.exp(_lr(i, t))
+    remedy = load_remedy("tis_token+seq_rs", {"ratio": "ppo"})
+    r = remedy(_batch())  # token TIS on rho as before, but no sequence is rejected on rho
+    _check(r, weight=lambda i, t: min(rho(i, t), 2.0), truncated=lambda i, t: rho(i, t) > 2)
+    # In the update the same K3 criterion reads log r = log pi_theta - log pi_old, here the batch's deltas.
+    b = _batch()
+    keep = remedy.update_keep(b.old_logprobs - b.rollout_logprobs, b.mask)
+    assert keep.dtype == torch.bool and keep.shape == (8, 3)
+    assert [bool(keep[i].any()) for i in ROWS] == [_seq(i, _k3, "mean") <= 0.001 for i in ROWS]
+    assert load_remedy("tis_token+seq_rs").update_keep(b.old_logprobs, b.mask) is None
+    assert all(load_remedy(n).update_keep(b.old_logprobs, b.mask) is None for n in REMEDIES)
+    with pytest.raises(ValueError) as e:
+        load_remedy("tis_token+seq_rs", {"ratio": "pi"})
+    assert "ratio 'pi' is invalid; valid: rho, ppo" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_hook_remedies_act_earlier_and_leave_the_batch_alone():
     assert load_remedy("routing_replay_r2").replay == "old"
     assert load_remedy("routing_replay_r3").replay == "engine"
@@ -390,6 +407,38 @@ def test_zero_mismatch_training_is_byte_identical_to_none(name, ckpt, none_run, 
     else:
         assert same and specs == [({"kernels": "exact", "dtype": "fp32"},) * 2]
         assert len(_rows(tmp_path / "r")) == 2
+
+
+def test_ppo_ratio_rejection_in_training_sees_ratio_one_on_the_first_mini_batch(ckpt, tmp_path, parity_reward,
+                                                                               monkeypatch):
+    seen = []
+    cls = type(load_remedy("tis_token+seq_rs"))
+    real = cls.update_keep
+    monkeypatch.setattr(cls, "update_keep", lambda self, lr, m: seen.append(lr.clone()) or real(self, lr, m))
+    run(_cfg(ckpt, "remedy=tis_token+seq_rs", "remedy_args.ratio=ppo", "remedy_args.threshold=1e-6"),
+        tmp_path / "p", progress=False)
+    assert len(seen) == 4  # 2 steps x 2 mini-batches
+    # The recompute and the first update pass run the same weights through the same batch-invariant kernels:
+    # the PPO ratio is exactly 1 there, so nothing can be rejected; after one optimizer step it is not.
+    assert all(float(x.abs().max()) == 0.0 for x in seen[0::2]) and all(float(x.abs().max()) > 0 for x in seen[1::2])
+    rows = _rows(tmp_path / "p")
+    assert all(0.0 < r["actor/ppo_rs_seq_masked_fraction"] <= 0.5 for r in rows)  # mean of (0, >0)
+    assert all(r["rollout_corr/rollout_rs_seq_masked_fraction"] == 0.0 for r in rows)
+
+
+def test_a_plugin_update_keep_of_the_wrong_shape_is_a_one_line_error(ckpt, tmp_path, parity_reward):
+    f = tmp_path / "bad_keep.py"
+    f.write_text("from timbench.remedies import Remedy, finish\n"
+                 "class BadKeep(Remedy):\n"
+                 "    name = 'bad_keep'\n"
+                 "    def __call__(self, batch):\n"
+                 "        return finish(batch)\n"
+                 "    def update_keep(self, log_r, mask):\n"
+                 "        return mask[:1]\n")
+    with pytest.raises(ValueError) as e:
+        run(_cfg(ckpt, f"remedy={f}:BadKeep"), tmp_path / "b", progress=False)
+    assert "remedy bad_keep: update_keep must return None or a bool tensor of shape" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_replay_tensor_pads_the_never_needed_positions():

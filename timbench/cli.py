@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(grid_sub)
     add_report_parser(grid_sub)
 
+    from .report.paper import add_parser as add_paper  # `timbench paper DIR` (issue 16)
+    add_paper(sub)
+
     from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track` (issue 15)
     add_submit(sub)
 

@@ -1,0 +1,178 @@
+"""`timbench paper`: the claim verdicts on hand-built results whose outcome is pinned, the figures and files.
+
+The grid below is fabricated in the runner's layout (tests/gridfab.py explains why that is legitimate):
+every curve is chosen so each claim's rule has a known answer, and one variant flips a rule's answer
+to show the rule can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from gridfab import write_cells_json
+
+from timbench.cli import main
+from timbench.report.paper import paper_data, verdicts, write_paper
+from timbench.report.paper_claims import (NOT, PARTLY, REPRODUCED, REVERSED, Sub, Verdict, kl_alarm_step,
+                                          rose_before_collapse, spearman)
+from timbench.report.results import CellRun
+
+STEPS = 40
+CONDS = {"baseline": {"kind": "reference", "engine": "kernels=exact", "trainer": "kernels=exact"},
+         "q4": {"kind": "quant", "engine": "kernels=exact,weight_quant=nvfp4", "trainer": "kernels=exact"},
+         "noise-g1": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:1", "trainer": "kernels=exact"},
+         "noise-g2": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:2", "trainer": "kernels=exact"},
+         "noise-g3": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:3", "trainer": "kernels=exact"}}
+VARIANTS = {"none": {"remedy": "none"}, "tis_token": {"remedy": "tis_token"},
+            "tis+rs_k3": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k3", "threshold": 0.01}},
+            "tis+rs_k1": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k1", "threshold": 0.03}},
+            "tis+rs_k3_ppo": {"remedy": "tis_token+seq_rs",
+                              "remedy_args": {"divergence": "k3", "threshold": 0.01, "ratio": "ppo"}},
+            "clip": {"remedy": "none", "eps_low": 0.05, "eps_high": 0.05}}
+
+
+def curve(seed, *, collapse_at=None, spike_at=None, silent=False, k3=0.0, k3_rise_at=None, delta=0.0,
+          pos=0.0, neg=0.0, rej=0.0):
+    rows = []
+    for i in range(STEPS):
+        reward = 0.40 + 0.006 * i + 0.01 * seed
+        grad = 1.0 + 0.05 * ((i + seed) % 3)
+        if collapse_at is not None and i >= collapse_at:
+            reward, grad = 0.01, (0.0 if silent else grad)
+        if spike_at is not None and i == spike_at:
+            grad = 8.0
+        kl = k3 * (5.0 if k3_rise_at is not None and i >= k3_rise_at else 1.0)
+        rows.append({"step": i, "critic/rewards/mean": reward, "actor/grad_norm": grad, "actor/loss": 0.01,
+                     "actor/pg_loss": 0.01, "rollout_corr/k3_kl": kl, "rollout_corr/kl": kl / 2,
+                     "mismatch/mean_abs_delta": delta, "drift/diff_abs_mean": abs(pos) + abs(neg),
+                     "drift/diff_mean": pos + neg, "drift/diff_pos_adv_mean": pos * (1 + 0.1 * seed),
+                     "drift/diff_neg_adv_mean": neg * (1 + 0.1 * seed),
+                     "rollout_corr/rollout_rs_seq_masked_fraction": rej})
+    return rows
+
+
+def write(root, cond, remedy, mode, seed, rows, final_acc, decls):
+    cid = f"add-4d-v1.tiny-dense.{cond}.{remedy}.{mode}.grpo.s{seed}"
+    d = root / "runs" / cid
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = [{"step": 0, "accuracy_t1": 0.37, "accuracy_greedy": 0.6},
+             {"step": STEPS, "accuracy_t1": final_acc, "accuracy_greedy": 0.6}]
+    (d / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (d / "summary.json").write_text(json.dumps({"status": "finished", "error": None, "steps_done": STEPS}))
+    (d / "cell.json").write_text(json.dumps({"status": "done", "error": None, "wall_s": 1.0, "attempts": 1}))
+    v = VARIANTS[remedy]
+    config = {"task": "add-4d-v1", "remedy": v["remedy"], "remedy_args": v.get("remedy_args", {}), "mode": mode,
+              "steps": STEPS, "seed": seed, "eval_n": 256, "eps_low": v.get("eps_low"), "eps_high": v.get("eps_high")}
+    ref = None if cond == "baseline" else f"add-4d-v1.tiny-dense.baseline.none.recompute.grpo.s{seed}"
+    decls.append({"id": cid, "axes": {"task": "add-4d-v1", "model": "tiny-dense", "condition": cond, "remedy": remedy,
+                                      "mode": mode, "algorithm": "grpo", "seed": seed},
+                  "condition": {"name": cond, "doc": cond, **CONDS[cond]}, "reference": ref, "config": config})
+
+
+def paper_grid(root, k3_rise_at=None, clip_fixes=False):
+    decls = []
+    for s in range(3):
+        write(root, "baseline", "none", "recompute", s, curve(s), 0.60 + 0.01 * s, decls)
+        # q4: recompute rises, spikes and collapses at 26; bypass rises briefly and collapses silently at 12
+        q4 = dict(k3=0.02, k3_rise_at=k3_rise_at, delta=0.11, pos=0.01, neg=-0.004)
+        write(root, "q4", "none", "recompute", s, curve(s, collapse_at=26, spike_at=25, **q4), 0.30 + 0.01 * s, decls)
+        write(root, "q4", "none", "bypass", s, curve(s, collapse_at=12, silent=True, **q4), 0.05 + 0.01 * s, decls)
+        for mode, acc in (("recompute", 0.55), ("bypass", 0.45)):
+            write(root, "noise-g1", "none", mode, s, curve(s, delta=0.1, k3=0.01, pos=0.02, neg=-0.01), acc + 0.01 * s, decls)
+        for mode, acc in (("recompute", 0.45), ("bypass", 0.30)):
+            write(root, "noise-g2", "none", mode, s, curve(s, delta=0.5, k3=0.1, pos=0.1, neg=-0.05), acc + 0.01 * s,
+                  decls)
+        write(root, "noise-g3", "none", "recompute", s, curve(s, delta=0.9, k3=0.3, pos=0.2, neg=-0.1), 0.35 + 0.01 * s, decls)
+        write(root, "noise-g3", "none", "bypass", s, curve(s, delta=0.9, k3=0.3, collapse_at=14, silent=True),
+              0.02, decls)
+        for remedy, acc, rej in (("tis_token", 0.50, 0.0), ("tis+rs_k3", 0.58, 0.3), ("tis+rs_k1", 0.57, 0.32),
+                                 ("tis+rs_k3_ppo", 0.45, 0.0), ("clip", 0.31, 0.0)):
+            write(root, "q4", remedy, "recompute", s, curve(s, delta=0.11, k3=0.02, rej=rej),
+                  acc + 0.012 * s + 0.003 * (s == 1) + (0.02, -0.015, 0.0)[s] * (remedy == "tis+rs_k1"), decls)
+        write(root, "q4", "clip", "bypass", s, curve(s, delta=0.11, k3=0.02) if clip_fixes else
+              curve(s, collapse_at=12, silent=True, delta=0.11), 0.61 + 0.01 * s if clip_fixes else 0.05, decls)
+    write_cells_json(root, decls, name="paper")
+    return root
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    return paper_grid(tmp_path_factory.mktemp("paper"))
+
+
+def by_claim(vs):
+    return {v.claim: v for v in vs}
+
+
+def test_every_claim_gets_the_verdict_its_curves_imply(grid):
+    d, _ = paper_data(grid)
+    v = by_claim(verdicts(d))
+    assert [s.verdict for s in v["F1"].subs] == [REPRODUCED] * 3
+    assert v["F2"].verdict == REPRODUCED, v["F2"].subs
+    assert v["F3"].verdict == REPRODUCED and "0/" not in v["F3"].subs[0].numbers.split(" collapsed")[0]
+    assert v["F4"].verdict == REPRODUCED and "max |diff| = 0.0" in v["F4"].subs[0].numbers
+    f5 = {s.text.split(" (")[0]: s.verdict for s in v["F5"].subs}
+    assert f5["token TIS + sequence rejection is closest to the zero-mismatch run"] == REPRODUCED
+    assert f5["rejection on rho beats rejection on the PPO ratio"] == REPRODUCED
+    assert f5["K1 and K3 work about equally as the sequence criterion"] == REPRODUCED
+    assert f5["tightening the PPO clip is not a fix"] == REPRODUCED
+    assert v["dose-response"].verdict == REPRODUCED, v["dose-response"].subs
+
+
+def test_rules_can_fail(tmp_path):
+    # The KL rises 10 steps before each collapse: an early warning, so F3 is reversed.
+    d, _ = paper_data(paper_grid(tmp_path / "kl", k3_rise_at=5))
+    v = by_claim(verdicts(d))
+    assert v["F3"].verdict == REVERSED
+    # A tightened clip that rescues bypass reverses that sub-claim; the claim as a whole is then partly reproduced.
+    d, _ = paper_data(paper_grid(tmp_path / "clip", clip_fixes=True))
+    f5 = by_claim(verdicts(d))["F5"]
+    clip = [s for s in f5.subs if s.text.startswith("tightening") and "bypass" in s.text]
+    assert [s.verdict for s in clip] == [REVERSED] and f5.verdict == PARTLY
+
+
+def test_verdict_aggregation():
+    sub = lambda v: Sub("x", v, "")  # noqa: E731
+    assert Verdict("F", [sub(REPRODUCED), sub(REPRODUCED)]).verdict == REPRODUCED
+    assert Verdict("F", [sub(REPRODUCED), sub(NOT)]).verdict == PARTLY
+    assert Verdict("F", [sub(NOT), sub(REVERSED)]).verdict == REVERSED
+    assert Verdict("F", [sub(NOT)]).verdict == NOT and Verdict("F", []).verdict == NOT
+
+
+def test_helpers():
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0 and spearman([1, 2, 3], [1, 2, 3]) == 1.0
+    assert spearman([1, 2], [2, 1]) is None
+    cell = CellRun("c", {}, {}, None, {}, metrics=curve(0, k3=0.01, k3_rise_at=20))
+    assert kl_alarm_step(cell, 5) == 21  # smoothed 5 steps: 2x is passed on the second step at 5x
+    flat = CellRun("c", {}, {}, None, {}, metrics=curve(0, k3=0.01))
+    assert kl_alarm_step(flat, 5) is None
+    rising = CellRun("c", {}, {}, None, {}, metrics=curve(0, collapse_at=30))
+    assert rose_before_collapse(rising, {"collapse/step": 30}, 5)
+    early = CellRun("c", {}, {}, None, {}, metrics=curve(0, collapse_at=5))
+    assert not rose_before_collapse(early, {"collapse/step": 5}, 5)
+
+
+def test_cli_writes_every_figure_and_the_same_bytes_twice(grid, tmp_path):
+    assert main(["paper", str(grid)]) == 0
+    doc = json.loads((grid / "paper.json").read_text())
+    assert [c["claim"] for c in doc["claims"]] == ["F1", "F2", "F3", "F4", "F5", "dose-response"]
+    pngs = {c["figure"]: (grid / "figures" / c["figure"]).read_bytes() for c in doc["claims"]}
+    assert all(p[:8] == b"\x89PNG\r\n\x1a\n" and len(p) > 5000 for p in pngs.values())
+    md = (grid / "paper.md").read_text()
+    assert "## F1: reproduced" in md and "figures/paper_f5_remedies.png" in md and "cells: 45 done of 45" in md
+    write_paper(grid)
+    assert all((grid / "figures" / f).read_bytes() == b for f, b in pngs.items())
+
+
+def test_half_run_grid_and_bad_input(tmp_path, capsys):
+    root = paper_grid(tmp_path / "half")
+    for cid in [p.name for p in (root / "runs").iterdir() if ".q4." in p.name and ".s2" in p.name]:
+        (root / "runs" / cid / "cell.json").unlink()  # these cells are now pending
+    written = write_paper(root)
+    assert math.isfinite(len(written)) and "pending" in (root / "paper.md").read_text()
+    assert main(["paper", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing" in err[0] and "not a directory" in err[0]

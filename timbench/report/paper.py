@@ -1,0 +1,191 @@
+"""`timbench paper DIR`: the seed paper's figures F1-F5 and the dose-response, with a verdict per claim.
+
+Reads a grid result directory (normally results/paper, made by bench/grids/paper.yaml) the same way
+`timbench grid report` does, picks the settings each figure needs from what the grid holds, draws them
+with seed bands (timbench.report.plots_paper) and decides each claim (timbench.report.paper_claims).
+Writes, atomically, into DIR: paper.md (verdicts with their numbers, figure list, cell status),
+paper.json (the same, machine-readable) and figures/paper_*.png. Works on a half-run grid: unfinished
+cells are left out and counted.
+
+    timbench paper results/paper
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..atomic import atomic_write
+from .collapse import rule_from_dict
+from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, over_seeds, rejection, rel,
+                           remedy_condition)
+from .results import load_results
+from .seeds import is_finished
+from .summary import summarize
+
+CLAIMS = {
+    "F1": ("paper_f1_collapse.png", "A zero-mismatch run keeps improving while a mismatched engine's run rises, "
+                                    "then collapses (reward, eval accuracy, K3 KL, grad norm)."),
+    "F2": ("paper_f2_recompute_vs_bypass.png", "Recompute degrades and collapses with grad-norm spikes; bypass "
+                                               "degrades silently, without a spike."),
+    "F3": ("paper_f3_kl_warning.png", "K1/K3 stay nearly flat while the reward already falls: KL is a poor early "
+                                      "warning."),
+    "F4": ("paper_f4_objective_drift.png", "C(r) = -(r - 1) A with the trainer's vs the engine's old policy coincide "
+                                           "under zero mismatch and separate under mismatch, skewed by the sign of A."),
+    "F5": ("paper_f5_remedies.png", "Token TIS + sequence rejection is closest to zero mismatch; rejection on the "
+                                    "correction ratio beats the PPO ratio; K1 ~ K3; a tighter PPO clip is not a fix."),
+    "dose-response": ("paper_dose_response.png", "Damage grows with the realised mismatch |delta|; real conditions "
+                                                 "placed on the noise sweep's axis."),
+}
+"""Claim id -> (figure file, the paper's claim as the figure tests it)."""
+
+
+def paper_data(path: str | Path) -> tuple[PaperData, list[dict]]:
+    grid = load_results(path)
+    rows = summarize(grid)
+    by_id = {c.id: c for c in grid.cells}
+    cells, settings, kinds = {}, {}, {}
+    for r in rows:
+        kinds.setdefault(r["condition"], r["kind"])
+        if is_finished(r):
+            key = (r["condition"], r["remedy"], r["mode"])
+            settings.setdefault(key, []).append(r)
+            cells.setdefault(key, []).append(by_id[r["id"]])
+    ref = (grid.reference_condition, "none", "recompute")
+    d = PaperData(cells, settings, kinds, ref, rule_from_dict(grid.collapse).smooth)
+    return d, rows
+
+
+def _palette(names: list[str]) -> dict:
+    from .plots_paper import plt
+    cmap = plt.get_cmap("tab10")
+    return {n: cmap(i % 10) for i, n in enumerate(names)}
+
+
+def _figures(d: PaperData, variants: dict) -> dict:
+    from . import plots_paper as pp
+    colors = _palette([c for c in d.kinds if d.kinds[c] != "reference"])
+    ref = pp.Setting(f"{d.reference[0]} (zero mismatch)", d.cells.get(d.reference, []), "black",
+                     summary=d.rows.get(d.reference, []))
+
+    def setting(cond, remedy="none", mode="recompute", label=None, color=None):
+        key = (cond, remedy, mode)
+        return pp.Setting(label or f"{cond} / {mode}", d.cells.get(key, []), color or colors.get(cond, "gray"),
+                          "-" if mode == "recompute" else "--", d.rows.get(key, []))
+
+    real = [c for c in d.real() if d.cells.get((c, "none", "recompute"))]
+    both = [c for c in d.real() if d.cells.get((c, "none", "recompute")) and d.cells.get((c, "none", "bypass"))]
+    strongest = sorted(both, key=lambda c: -(over_seeds(d.setting(c), lambda r: r.get(
+        "mean/mismatch/mean_abs_delta")).mean or 0))[:2]
+    collapsed = sorted(((k, rows) for k, rows in d.rows.items() if k[1] == "none" and k != d.reference
+                        and any(r.get("collapse/collapsed") for r in rows)),
+                       key=lambda kr: (-sum(bool(r.get("collapse/collapsed")) for r in kr[1]), kr[0]))[:4]
+    drift_conds = [c for c in d.kinds if d.kinds[c] not in ("reference",) and d.rows.get((c, "none", "recompute"))]
+    bars4 = [(c, over_seeds(d.setting(c), lambda r, c=c: _step_mean(d, c, r, "drift/diff_pos_adv_mean")),
+              over_seeds(d.setting(c), lambda r, c=c: _step_mean(d, c, r, "drift/diff_neg_adv_mean")))
+             for c in drift_conds]
+    cond5 = remedy_condition(d)
+    bars5, bands5 = [], [ref]
+    if cond5:
+        for mode in ("recompute", "bypass"):
+            for lab in variants:
+                rows = d.setting(cond5, lab, mode)
+                if rows:
+                    rj = rejection(rows)
+                    bars5.append((f"{lab} ({mode})", over_seeds(rows, rel),
+                                  f"{len(rows)} seeds" + (f", rejects {rj:.0%} of seqs" if rj else "")))
+                    if mode == "recompute" and len(bands5) < 7:
+                        bands5.append(setting(cond5, lab, mode, f"{lab}", None))
+        cmap = _palette([s.label for s in bands5[1:]])
+        for s in bands5[1:]:
+            s.color = cmap[s.label]
+    sm = d.smooth
+    return {
+        "F1": lambda: pp.curves_figure([ref] + [setting(c) for c in real],
+                                       "F1: zero mismatch vs mismatched rollout engines (recompute mode, remedy none)",
+                                       sm),
+        "F2": lambda: pp.modes_figure([ref] + [setting(c, mode=m) for c in strongest for m in ("recompute", "bypass")],
+                                      "F2: recompute (solid) vs bypass (dashed), remedy none", sm),
+        "F3": lambda: pp.kl_warning_figure([setting(k[0], k[1], k[2]) for k, _ in collapsed],
+                                           "F3: reward vs KL (relative to its first 5 steps) in settings that collapsed",
+                                           sm),
+        "F4": lambda: pp.drift_figure([ref] + [setting(c) for c in real], bars4,
+                                      "F4: effective-objective drift C(r_train) - C(r_rollout) by the sign of A "
+                                      "(recompute mode)", sm),
+        "F5": lambda: pp.remedy_figure(bands5, bars5, f"F5: remedies on {cond5} (eval accuracy: recompute mode)"),
+        "dose-response": lambda: pp.dose_figure(dose_points(d), "Dose-response: relative final accuracy vs realised "
+                                                                "mean |delta|, remedy none"),
+    }
+
+
+def _step_mean(d: PaperData, cond: str, row: dict, key: str):
+    from .paper_claims import _mean_col
+    return _mean_col(d, cond, row, key)
+
+
+def remedy_variants(d: PaperData) -> dict[str, dict]:
+    """Remedy label -> {remedy, remedy_args, eps_low, eps_high} as the cells ran it (from their configs)."""
+    out = {}
+    for (cond, label, mode), cells in d.cells.items():
+        cfg = cells[0].config
+        out.setdefault(label, {"remedy": cfg.get("remedy", label), "remedy_args": cfg.get("remedy_args") or {},
+                               "eps_low": cfg.get("eps_low"), "eps_high": cfg.get("eps_high")})
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "none", kv[0])))
+
+
+def verdicts(d: PaperData) -> list[Verdict]:
+    return [f1(d), f2(d), f3(d), f4(d), f5(d, remedy_variants(d)), dose(d)]
+
+
+def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path) -> str:
+    status = {}
+    for r in rows:
+        status[r["status"]] = status.get(r["status"], 0) + 1
+    lines = [f"# Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", "",
+             f"regenerate: `{command}`", "",
+             "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}", "",
+             "Verdicts are decided by the rules in `timbench/report/paper_claims.py` from the committed cells; "
+             "intervals are 95% Student t over seeds (paired by seed where two settings are compared).", ""]
+    for v in vs:
+        fig, text = CLAIMS[v.claim]
+        lines += [f"## {v.claim}: {v.verdict}", "", f"Paper: {text}", "", f"![{v.claim}](figures/{fig})", ""]
+        lines += [f"- **{s.verdict}**: {s.text}. {s.numbers}" for s in v.subs] + [""]
+    return "\n".join(lines)
+
+
+def write_paper(path: str | Path, command: str | None = None) -> dict[str, Path]:
+    """Write paper.md, paper.json and figures/paper_*.png into the grid dir `path`; returns what was written."""
+    from .plots import png_bytes
+    path = Path(path)
+    d, rows = paper_data(path)
+    command = command or f"timbench paper {path}"
+    vs = verdicts(d)
+    written = {}
+    for claim, build in _figures(d, remedy_variants(d)).items():
+        p = path / "figures" / CLAIMS[claim][0]
+        atomic_write(p, png_bytes(build()))
+        written[claim] = p
+    written["paper.md"] = path / "paper.md"
+    atomic_write(written["paper.md"], _markdown(vs, rows, command, path))
+    doc = {"command": command, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
+                                           "subclaims": [vars(s) for s in v.subs]} for v in vs]}
+    written["paper.json"] = path / "paper.json"
+    atomic_write(written["paper.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    return written
+
+
+def _cmd(args) -> int:
+    written = write_paper(args.dir.rstrip("/"))
+    for p in written.values():
+        print(p)
+    print(f"timbench paper: wrote {len(written)} files into {args.dir}", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register `timbench paper DIR`."""
+    p = sub.add_parser("paper", help="the seed paper's figures F1-F5 + dose-response with seed bands, and a "
+                                     "verdict per claim, from a grid result dir (results/paper)")
+    p.add_argument("dir", help="grid result directory (results/paper, from bench/grids/paper.yaml)")
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,372 @@
+"""The seed paper's claims (arXiv 2605.14220) as tests over a grid's results: one verdict per claim.
+
+Each claim is split into sub-claims; each sub-claim is decided from the committed cells by a rule stated
+in its text and gets `reproduced`, `not reproduced` or `reversed`, with the numbers that decide it. A claim
+is `reproduced` when every sub-claim is, `reversed` when one is reversed and none reproduced, `partly
+reproduced` when some are, else `not reproduced`. Comparisons between settings are paired by seed (the
+same seed shares the warm start, prompts and sampler keys) and use 95% Student t intervals over seeds
+(timbench.report.stats); "no difference detected" means the interval of the paired difference contains 0.
+
+Pure functions of `PaperData` (built by timbench.report.paper); nothing here reads files or draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .collapse import moving_average
+from .leaderboard import fmt, fmt_interval
+from .results import CellRun
+from .stats import Interval, mean_interval
+
+REPRODUCED, NOT, REVERSED, PARTLY = "reproduced", "not reproduced", "reversed", "partly reproduced"
+SPIKE = 2.0
+"""A seed's grad norm 'spikes' when its maximum exceeds SPIKE x the same seed's zero-mismatch maximum."""
+KL_RISE = 2.0
+"""The KL 'warns' when its smoothed value first exceeds KL_RISE x its mean over the first 5 steps."""
+KL_LEAD = 5
+"""A warning at least KL_LEAD steps before the collapse counts as an early warning."""
+
+
+@dataclass
+class PaperData:
+    """What the claims read: settings keyed (condition, remedy, mode) -> finished cells and summary rows."""
+
+    cells: dict[tuple, list[CellRun]]
+    rows: dict[tuple, list[dict]]
+    kinds: dict[str, str]
+    """condition -> kind."""
+    reference: tuple
+    """The zero-mismatch setting (reference condition, none, recompute)."""
+    smooth: int = 5
+    ref_by_seed: dict = field(default_factory=dict)
+    """seed -> the reference cell's summary row."""
+
+    def setting(self, condition: str, remedy: str = "none", mode: str = "recompute") -> list[dict]:
+        return self.rows.get((condition, remedy, mode), [])
+
+    def real(self) -> list[str]:
+        """Real mismatched conditions (not noise, not the reference), in grid order."""
+        return [c for c, k in self.kinds.items() if k not in ("reference", "noise")]
+
+
+@dataclass
+class Sub:
+    text: str
+    verdict: str
+    numbers: str
+
+
+@dataclass
+class Verdict:
+    claim: str
+    subs: list[Sub]
+
+    @property
+    def verdict(self) -> str:
+        vs = [s.verdict for s in self.subs]
+        if not vs:
+            return NOT
+        if all(v == REPRODUCED for v in vs):
+            return REPRODUCED
+        if REPRODUCED in vs:
+            return PARTLY
+        return REVERSED if REVERSED in vs else NOT
+
+
+# ---------------------------------------------------------------- per-seed quantities
+
+def rel(r: dict) -> float | None:
+    return r.get("relative_accuracy_t1")
+
+
+def paired(a: list[dict], b: list[dict], key=rel) -> Interval:
+    """Interval over seeds of key(a_seed) - key(b_seed), on the seeds both have."""
+    bs = {r["seed"]: r for r in b}
+    diffs = [key(r) - key(bs[r["seed"]]) for r in a if r["seed"] in bs and key(r) is not None
+             and key(bs[r["seed"]]) is not None]
+    return mean_interval(diffs)
+
+
+def over_seeds(rows: list[dict], key) -> Interval:
+    return mean_interval([v for v in (key(r) for r in rows) if v is not None])
+
+
+def collapses(rows: list[dict]) -> tuple[int, int]:
+    return sum(bool(r.get("collapse/collapsed")) for r in rows), len(rows)
+
+
+def _column(cell: CellRun, key: str) -> list[float]:
+    return [float(r[key]) for r in cell.metrics if r.get(key) is not None]
+
+
+def max_grad_ratio(cell: CellRun, ref: CellRun | None) -> float | None:
+    g, gr = _column(cell, "actor/grad_norm"), (_column(ref, "actor/grad_norm") if ref else [])
+    return max(g) / max(gr) if g and gr and max(gr) > 0 else None
+
+
+def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
+    """The smoothed reward climbed above its first full-window value before the collapse step."""
+    rewards = moving_average(_column(cell, "critic/rewards/mean"), smooth)
+    step = row.get("collapse/step")
+    if step is None or len(rewards) < smooth:
+        return False
+    return max(rewards[smooth - 1:max(smooth, step)], default=0.0) > rewards[smooth - 1] * 1.05
+
+
+def kl_alarm_step(cell: CellRun, smooth: int) -> int | None:
+    """First step at which the smoothed k3_kl exceeds KL_RISE x its mean over steps 0-4."""
+    k3 = moving_average(_column(cell, "rollout_corr/k3_kl"), smooth)
+    first = _column(cell, "rollout_corr/k3_kl")[:5]
+    base = math.fsum(first) / len(first) if first else 0.0
+    return next((i for i, v in enumerate(k3) if base > 0 and v > KL_RISE * base), None)
+
+
+def _ci(iv: Interval) -> str:
+    return fmt_interval(iv)
+
+
+def _by_seed(cells: list[CellRun]) -> dict:
+    return {c.axes.get("seed"): c for c in cells}
+
+
+# ---------------------------------------------------------------- F1-F5 and the dose-response
+
+def f1(d: PaperData) -> Verdict:
+    ref_cells = _by_seed(d.cells.get(d.reference, []))
+    gains = [r["final_accuracy_t1"] - ref_cells[r["seed"]].evals[0]["accuracy_t1"]
+             for r in d.rows.get(d.reference, []) if ref_cells.get(r["seed"]) and ref_cells[r["seed"]].evals]
+    g = mean_interval(gains)
+    up = g.lo is not None and g.lo > 0
+    subs = [Sub("the zero-mismatch run keeps improving (final - initial eval accuracy T=1 > 0)",
+                REPRODUCED if up else (REVERSED if g.hi is not None and g.hi < 0 else NOT),
+                f"gain {_ci(g)} over {g.n} seeds")]
+    found, parts = [], []
+    for cond in d.real():
+        for mode in ("recompute", "bypass"):
+            rows = d.setting(cond, mode=mode)
+            if not rows:
+                continue
+            k, n = collapses(rows)
+            cells = _by_seed(d.cells[(cond, "none", mode)])
+            rose = sum(rose_before_collapse(cells[r["seed"]], r, d.smooth) for r in rows if r.get("collapse/collapsed"))
+            parts.append(f"{cond}/{mode} {k}/{n} collapsed ({rose} after a rise), rel acc {_ci(over_seeds(rows, rel))}")
+            if n and k * 3 >= 2 * n:
+                found.append((cond, mode, rose))
+    subs.append(Sub("a mismatched real engine's run collapses (>= 2/3 of seeds, remedy none)",
+                    REPRODUCED if found else NOT, "; ".join(parts) or "no mismatched cells"))
+    subs.append(Sub("... after first rising (smoothed reward above its first window before the collapse)",
+                    REPRODUCED if any(r for *_, r in found) else NOT,
+                    ", ".join(f"{c}/{m}: {r} seeds rose first" for c, m, r in found) or "no collapsed setting"))
+    return Verdict("F1", subs)
+
+
+def f2(d: PaperData) -> Verdict:
+    ref = _by_seed(d.cells.get(d.reference, []))
+    spike_re, silent_by, worse_by, parts = [], [], [], []
+    for cond in d.real() + [c for c, k in d.kinds.items() if k == "noise"]:
+        rec, byp = d.setting(cond, mode="recompute"), d.setting(cond, mode="bypass")
+        if not rec or not byp:
+            continue
+        ratios = {}
+        for mode, rows in (("recompute", rec), ("bypass", byp)):
+            cells = _by_seed(d.cells[(cond, "none", mode)])
+            ratios[mode] = [max_grad_ratio(cells[r["seed"]], ref.get(r["seed"])) for r in rows]
+        spikes = {m: sum(1 for x in v if x is not None and x > SPIKE) for m, v in ratios.items()}
+        (kr, nr), (kb, nb) = collapses(rec), collapses(byp)
+        diff = paired(byp, rec)
+        parts.append(f"{cond}: recompute rel {_ci(over_seeds(rec, rel))}, {kr}/{nr} collapsed, {spikes['recompute']}"
+                     f"/{nr} grad spikes (max {fmt(max([x for x in ratios['recompute'] if x] or [0]), 2)}x ref); bypass "
+                     f"rel {_ci(over_seeds(byp, rel))}, {kb}/{nb} collapsed, {spikes['bypass']}/{nb} spikes "
+                     f"(max {fmt(max([x for x in ratios['bypass'] if x] or [0]), 2)}x); bypass - recompute {_ci(diff)}")
+        if spikes["recompute"] * 3 >= 2 * nr and (kr or (over_seeds(rec, rel).hi or 2) < 1):
+            spike_re.append(cond)
+        if kb and spikes["bypass"] == 0:
+            silent_by.append(cond)
+        if diff.hi is not None and diff.hi < 0:
+            worse_by.append(cond)
+    return Verdict("F2", [
+        Sub("recompute degrades with grad-norm spikes (>= 2/3 seeds with max grad norm > "
+            f"{SPIKE:g}x the same seed's zero-mismatch max, and collapse or relative accuracy below 1)",
+            REPRODUCED if spike_re else NOT, f"conditions: {', '.join(spike_re) or 'none'}"),
+        Sub("bypass degrades silently (collapses without a grad-norm spike)",
+            REPRODUCED if silent_by else NOT, f"conditions: {', '.join(silent_by) or 'none'}"),
+        Sub("bypass ends below recompute (paired difference of relative accuracy < 0)",
+            REPRODUCED if worse_by else NOT, f"separated at: {', '.join(worse_by) or 'none'}; " + " | ".join(parts)),
+    ])
+
+
+def f3(d: PaperData) -> Verdict:
+    late, early, detail = 0, 0, []
+    for (cond, remedy, mode), rows in d.rows.items():
+        if remedy != "none" or d.kinds.get(cond) == "reference":
+            continue
+        cells = _by_seed(d.cells[(cond, remedy, mode)])
+        for r in rows:
+            if not r.get("collapse/collapsed") or r.get("collapse/step") is None:
+                continue
+            alarm = kl_alarm_step(cells[r["seed"]], d.smooth)
+            lead = None if alarm is None else r["collapse/step"] - alarm
+            if lead is not None and lead >= KL_LEAD:
+                early += 1
+            else:
+                late += 1
+            detail.append(f"{cond}/{mode}/s{r['seed']}: collapse {r['collapse/step']}, KL x{KL_RISE:g} at "
+                          f"{'never' if alarm is None else alarm}")
+    n = late + early
+    verdict = NOT if not n else REPRODUCED if late > early else REVERSED if early > late else NOT
+    return Verdict("F3", [Sub(f"K3 stays near its starting level until the reward falls (no rise above "
+                              f"{KL_RISE:g}x its first 5 steps at least {KL_LEAD} steps before the collapse)",
+                              verdict, f"{late}/{n} collapsed seeds without an early KL warning, {early}/{n} with "
+                                       "one; " + "; ".join(detail))])
+
+
+def f4(d: PaperData) -> Verdict:
+    ref_max = max((abs(x) for c in d.cells.get(d.reference, []) for x in _column(c, "drift/diff_abs_mean")),
+                  default=None)
+    subs = [Sub("zero mismatch: C(r_train) and C(r_rollout) coincide (max |difference| == 0.0 over every step)",
+                REPRODUCED if ref_max == 0.0 else NOT, f"max |diff| = {ref_max!r} over "
+                f"{len(d.cells.get(d.reference, []))} reference cells")]
+    sep, skew, parts = [], [], []
+    for cond in d.real() + [c for c, k in d.kinds.items() if k == "noise"]:
+        rows = d.setting(cond)
+        if not rows:
+            continue
+        absd = over_seeds(rows, lambda r: r.get("cum/drift/diff_abs_mean"))
+        pos = over_seeds(rows, lambda r: _mean_col(d, cond, r, "drift/diff_pos_adv_mean"))
+        neg = over_seeds(rows, lambda r: _mean_col(d, cond, r, "drift/diff_neg_adv_mean"))
+        if absd.mean and absd.mean > 0:
+            sep.append(cond)
+        if pos.lo is not None and neg.lo is not None and not pos.overlaps(neg):
+            skew.append(cond)
+        parts.append(f"{cond}: A>0 {_ci(pos)}, A<0 {_ci(neg)}")
+    subs.append(Sub("mismatch: they separate (cumulative |difference| > 0), recompute mode",
+                    REPRODUCED if sep else NOT, f"{len(sep)} conditions: {', '.join(sep) or 'none'}"))
+    subs.append(Sub("... skewed by the sign of A (the A > 0 and A < 0 means' intervals do not overlap)",
+                    REPRODUCED if skew and len(skew) * 2 >= len(parts) else NOT,
+                    f"skewed at {len(skew)}/{len(parts)}: " + "; ".join(parts)))
+    return Verdict("F4", subs)
+
+
+def _mean_col(d: PaperData, cond: str, row: dict, key: str) -> float | None:
+    cell = _by_seed(d.cells[(cond, row["remedy"], row["mode"])]).get(row["seed"])
+    xs = _column(cell, key) if cell else []
+    return math.fsum(xs) / len(xs) if xs else None
+
+
+def rejection(rows: list[dict]) -> float | None:
+    xs = [r.get("mean/rollout_corr/rollout_rs_seq_masked_fraction") for r in rows]
+    xs = [x for x in xs if x is not None]
+    return math.fsum(xs) / len(xs) if xs else None
+
+
+def f5(d: PaperData, variants: dict[str, dict]) -> Verdict:
+    """`variants`: remedy label -> its config ({remedy, remedy_args, eps_low, ...}) at the remedy condition."""
+    cond = remedy_condition(d)
+    if cond is None:
+        return Verdict("F5", [])
+    rec = {lab: d.setting(cond, lab) for lab in variants if d.setting(cond, lab)}
+    args = lambda lab: variants[lab].get("remedy_args") or {}  # noqa: E731
+    tis_rs = [l for l in rec if variants[l]["remedy"] == "tis_token+seq_rs" and args(l).get("ratio", "rho") == "rho"]
+    ranked = sorted(rec, key=lambda l: abs(1 - (over_seeds(rec[l], rel).mean or 0)))
+    best = ranked[0] if ranked else None
+    order = ", ".join(f"{l} {_ci(over_seeds(rec[l], rel))}" for l in ranked)
+    subs = [Sub("token TIS + sequence rejection is closest to the zero-mismatch run (relative accuracy nearest 1)",
+                REPRODUCED if best in tis_rs else NOT, f"{cond}, recompute, by |1 - rel|: {order}")]
+    ppo = [l for l in rec if variants[l]["remedy"] == "tis_token+seq_rs" and args(l).get("ratio") == "ppo"]
+    for p in ppo:
+        twin = next((l for l in tis_rs if {**args(l), "ratio": "ppo"} == args(p)), None)
+        if twin:
+            diff = paired(rec[twin], rec[p])
+            subs.append(Sub(f"rejection on rho beats rejection on the PPO ratio ({twin} - {p} > 0)", _signed(diff),
+                            f"paired difference {_ci(diff)}; rejected seqs: on rho {fmt(rejection(rec[twin]))}, "
+                            f"on PPO ratio {fmt(_ppo_rejection(d, cond, p))}"))
+    k1s = [l for l in tis_rs if args(l).get("divergence") == "k1"]
+    k3s = [l for l in tis_rs if args(l).get("divergence", "k3") == "k3"]
+    for a in k1s:
+        if not k3s:
+            break
+        b = min(k3s, key=lambda l: abs((rejection(rec[l]) or 0) - (rejection(rec[a]) or 0)))  # matched acceptance
+        diff = paired(rec[a], rec[b])
+        same = diff.lo is not None and diff.lo <= 0 <= diff.hi
+        subs.append(Sub(f"K1 and K3 work about equally as the sequence criterion ({a} vs {b}, matched rejection)",
+                        REPRODUCED if same else NOT,
+                        f"paired difference {_ci(diff)} (contains 0: {same}); rejected seqs {fmt(rejection(rec[a]))} "
+                        f"vs {fmt(rejection(rec[b]))}"))
+    clips = [l for l in variants if variants[l]["remedy"] == "none" and variants[l].get("eps_low") is not None]
+    for lab in clips:
+        for mode in ("recompute", "bypass"):
+            mine, none = d.setting(cond, lab, mode), d.setting(cond, "none", mode)
+            if not mine or not none:
+                continue
+            diff, r = paired(mine, none), over_seeds(mine, rel)
+            fixed = diff.lo is not None and diff.lo > 0 and r.hi is not None and r.hi >= 1 and not collapses(mine)[0]
+            subs.append(Sub(f"tightening the PPO clip is not a fix ({lab}, {mode}: no gain over none, or still "
+                            "short of the zero-mismatch run)", REVERSED if fixed else REPRODUCED,
+                            f"rel {_ci(r)}, {collapses(mine)[0]}/{len(mine)} collapsed; minus none {_ci(diff)}"))
+    return Verdict("F5", subs)
+
+
+def _ppo_rejection(d: PaperData, cond: str, lab: str) -> float | None:
+    vals = [_mean_col(d, cond, r, "actor/ppo_rs_seq_masked_fraction") for r in d.setting(cond, lab)]
+    vals = [v for v in vals if v is not None]
+    return math.fsum(vals) / len(vals) if vals else None
+
+
+def _signed(diff: Interval) -> str:
+    if diff.lo is None:
+        return NOT
+    return REPRODUCED if diff.lo > 0 else REVERSED if diff.hi < 0 else NOT
+
+
+def remedy_condition(d: PaperData) -> str | None:
+    """The condition the remedy ablation ran on: the one with the most remedies (ties: grid order)."""
+    counts: dict[str, int] = {}
+    for cond, remedy, _ in d.rows:
+        if d.kinds.get(cond) != "reference":
+            counts[cond] = counts.get(cond, 0) + (remedy != "none")
+    best = max(counts.items(), key=lambda kv: kv[1], default=(None, 0))
+    return best[0] if best[1] else None
+
+
+def dose_points(d: PaperData) -> list[dict]:
+    pts = []
+    for (cond, remedy, mode), rows in d.rows.items():
+        if remedy != "none" or d.kinds.get(cond) == "reference":
+            continue
+        k, n = collapses(rows)
+        pts.append({"label": cond, "mode": mode, "kind": d.kinds.get(cond), "collapses": k, "seeds": n,
+                    "x": over_seeds(rows, lambda r: r.get("mean/mismatch/mean_abs_delta")),
+                    "y": over_seeds(rows, rel), "sigma": rows[0].get("noise_sigma")})
+    return pts
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Rank correlation (no ties expected; ties get the order they come in)."""
+    if len(xs) < 3:
+        return None
+    rank = lambda v: {i: r for r, i in enumerate(sorted(range(len(v)), key=lambda i: v[i]))}  # noqa: E731
+    rx, ry = rank(xs), rank(ys)
+    n = len(xs)
+    return 1 - 6 * math.fsum((rx[i] - ry[i]) ** 2 for i in range(n)) / (n * (n * n - 1))
+
+
+def dose(d: PaperData) -> Verdict:
+    pts = dose_points(d)
+    subs, thresholds = [], {}
+    for mode in ("recompute", "bypass"):
+        noise = sorted((p for p in pts if p["mode"] == mode and p["kind"] == "noise" and p["y"].mean is not None),
+                       key=lambda p: p["sigma"] or 0)
+        rho = spearman([p["x"].mean for p in noise], [p["y"].mean for p in noise])
+        subs.append(Sub(f"{mode}: relative accuracy falls as the noise dose rises (Spearman over sigma < 0)",
+                        NOT if rho is None else REPRODUCED if rho < 0 else REVERSED,
+                        f"rho = {fmt(rho, 2)}; " + ", ".join(f"sigma {p['sigma']:g}: |delta| {fmt(p['x'].mean)} rel "
+                                                          f"{_ci(p['y'])} ({p['collapses']}/{p['seeds']})" for p in noise)))
+        thresholds[mode] = next((p["sigma"] for p in noise if p["collapses"] * 3 >= 2 * p["seeds"]), None)
+    r, b = thresholds.get("recompute"), thresholds.get("bypass")
+    ok = b is not None and (r is None or b < r)
+    subs.append(Sub("bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3)",
+                    REPRODUCED if ok else (REVERSED if r is not None and (b is None or r < b) else NOT),
+                    f"smallest sigma with >= 2/3 seeds collapsed: bypass {b}, recompute {r}"))
+    return Verdict("dose-response", subs)

@@ -1,0 +1,233 @@
+"""The paper figures (F1-F5 and the dose-response) with seed bands: mean and 95% interval across seeds.
+
+Each curve is one setting (condition, remedy, mode) of a grid; its band is the Student t interval of the
+per-step mean over the setting's seeds (timbench.report.stats.mean_interval), drawn only at steps every
+seed reached. Training reward is smoothed per seed first with the collapse rule's trailing moving average
+(the same curve the rule reads). On log axes the band's lower bound is floored at the axis' smallest
+positive value (a t interval can go below 0 there) and an exact 0 is drawn at the bottom, as in the grid
+report. The figure functions take `Setting`s built by timbench.report.paper and return matplotlib Figures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .collapse import moving_average
+from .plots import _no_data, plt
+from .results import CellRun
+from .stats import Interval, mean_interval
+
+REWARD = "critic/rewards/mean"
+BAND_ALPHA = 0.18
+LOG_FLOOR = 1e-9
+"""Smallest value drawn on a log axis; exact zeros and negative band bounds sit here."""
+
+
+@dataclass
+class Setting:
+    """One curve: the cells of one (condition, remedy, mode) that finished, one per seed."""
+
+    label: str
+    cells: list[CellRun]
+    color: object = "black"
+    style: str = "-"
+    summary: list[dict] = field(default_factory=list)
+    """The cells' summary rows (timbench.report.summary), same order."""
+
+
+def seed_band(cells: list[CellRun], key: str, rows: str = "metrics", smooth: int = 1,
+              transform=None) -> tuple[list[int], list[Interval]]:
+    """Steps every seed logged `key` at, and the interval across seeds of each step's value."""
+    per_seed = []
+    for c in cells:
+        src = c.metrics if rows == "metrics" else c.evals
+        pts = [(r["step"], float(r[key])) for r in src if r.get(key) is not None]
+        if not pts:
+            continue
+        steps, vals = [p[0] for p in pts], [p[1] for p in pts]
+        if smooth > 1:
+            vals = moving_average(vals, smooth)
+        if transform is not None:
+            vals = transform(vals)
+        per_seed.append(dict(zip(steps, vals)))
+    if not per_seed:
+        return [], []
+    common = sorted(set.intersection(*(set(d) for d in per_seed)))
+    return common, [mean_interval([d[s] for d in per_seed]) for s in common]
+
+
+def draw_band(ax, s: Setting, key: str, rows: str = "metrics", smooth: int = 1, log: bool = False,
+              transform=None, label: bool = True) -> None:
+    steps, ivs = seed_band(s.cells, key, rows, smooth, transform)
+    if not steps:
+        return
+    floor = (lambda x: max(x, LOG_FLOOR)) if log else (lambda x: x)
+    mean = [floor(iv.mean) for iv in ivs]
+    lo = [floor(iv.mean if iv.lo is None else iv.lo) for iv in ivs]
+    hi = [floor(iv.mean if iv.hi is None else iv.hi) for iv in ivs]
+    n = min(iv.n for iv in ivs)
+    ax.plot(steps, mean, s.style, color=s.color, linewidth=1.6 if s.color == "black" else 1.2,
+            label=f"{s.label} (n={n})" if label else None)
+    ax.fill_between(steps, lo, hi, color=s.color, alpha=BAND_ALPHA, linewidth=0)
+    if log:
+        ax.set_yscale("log")
+
+
+def _panels(settings: list[Setting], panels: list[tuple], title: str, width: float = 4.6):
+    """One row of panels; each panel (ylabel, key, rows, smooth, log, transform)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.6), squeeze=False)
+    if not any(s.cells for s in settings):
+        return _no_data(fig, "finished cells for this figure")
+    for i, (ax, (ylabel, key, rows, smooth, log, transform)) in enumerate(zip(axes[0], panels)):
+        for s in settings:
+            draw_band(ax, s, key, rows, smooth, log, transform, label=i == 0)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel, fontsize=8)
+    axes[0][0].legend(fontsize=6.5, loc="best")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def curves_figure(settings: list[Setting], title: str, smooth: int):
+    """F1: training reward (smoothed), eval accuracy T=1, K3 KL (log), grad norm (log)."""
+    return _panels(settings, [(f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
+                              ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
+                              ("rollout_corr/k3_kl (log)", "rollout_corr/k3_kl", "metrics", 1, True, None),
+                              ("actor/grad_norm (log)", "actor/grad_norm", "metrics", 1, True, None)], title)
+
+
+def modes_figure(settings: list[Setting], title: str, smooth: int):
+    """F2: reward, eval accuracy, grad norm (log) and the PPO loss, recompute (solid) vs bypass (dashed)."""
+    return _panels(settings, [(f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
+                              ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
+                              ("actor/grad_norm (log)", "actor/grad_norm", "metrics", 1, True, None),
+                              ("actor/pg_loss", "actor/pg_loss", "metrics", 1, False, None)], title)
+
+
+def _relative_to_start(vals: list[float], first: int = 5) -> list[float]:
+    base = math.fsum(vals[:first]) / max(1, len(vals[:first]))
+    return [v / base if base > 0 else float("nan") for v in vals]
+
+
+def kl_warning_figure(settings: list[Setting], title: str, smooth: int):
+    """F3: per setting, smoothed reward (left) and K1 / K3 relative to their first 5 steps (right, log)."""
+    n = max(1, len(settings))
+    fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 3.6), squeeze=False)
+    if not settings:
+        return _no_data(fig, "collapsed or degraded settings")
+    for ax, s in zip(axes[0], settings):
+        draw_band(ax, Setting("reward", s.cells, "black"), REWARD, smooth=smooth)
+        ax.set_ylabel(f"training reward (moving avg {smooth})", fontsize=8)
+        ax.set_xlabel("step")
+        right = ax.twinx()
+        draw_band(right, Setting("k3_kl / first 5 steps", s.cells, "tab:red"), "rollout_corr/k3_kl",
+                  smooth=smooth, log=True, transform=_relative_to_start)
+        draw_band(right, Setting("|kl| / first 5 steps", s.cells, "tab:blue", "--"), "rollout_corr/kl",
+                  smooth=smooth, log=True, transform=lambda v: _relative_to_start([abs(x) for x in v]))
+        right.set_ylabel("KL relative to its first 5 steps (log)", fontsize=8)
+        for r in s.summary:
+            if r.get("collapse/collapsed") and r.get("collapse/step") is not None:
+                ax.axvline(r["collapse/step"], color="gray", linestyle=":", linewidth=1)
+        ax.set_title(f"{s.label}\n(dotted: collapse step of a seed)", fontsize=8)
+        lines = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+        labels = ax.get_legend_handles_labels()[1] + right.get_legend_handles_labels()[1]
+        ax.legend(lines, labels, fontsize=6, loc="lower left")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def drift_figure(settings: list[Setting], bars: list[tuple[str, Interval, Interval]], title: str, smooth: int):
+    """F4: C(r_train) - C(r_rollout) over steps for A > 0 and A < 0 tokens (symlog), and per-setting means."""
+    fig, axes = plt.subplots(1, 3, figsize=(14.5, 3.8), squeeze=False)
+    if not any(s.cells for s in settings):
+        return _no_data(fig, "finished cells for this figure")
+    for ax, key, sign in ((axes[0][0], "drift/diff_pos_adv_mean", "A > 0"),
+                          (axes[0][1], "drift/diff_neg_adv_mean", "A < 0")):
+        for s in settings:
+            draw_band(ax, s, key, smooth=smooth, label=ax is axes[0][0])
+        ax.set_yscale("symlog", linthresh=1e-4)
+        ax.axhline(0.0, color="gray", linewidth=0.6)
+        ax.set_title(f"C(r_train) - C(r_rollout), tokens with {sign} (moving avg {smooth})", fontsize=8)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=6.5, loc="best")
+    ax = axes[0][2]
+    for i, (label, pos, neg) in enumerate(bars):
+        for off, iv, color in ((-0.18, pos, "tab:green"), (0.18, neg, "tab:purple")):
+            if iv.mean is None:
+                continue
+            err = None if iv.lo is None else [[iv.mean - iv.lo], [iv.hi - iv.mean]]
+            ax.bar(i + off, iv.mean, 0.34, color=color, yerr=err, capsize=2,
+                   label=("A > 0" if off < 0 else "A < 0") if i == 0 else None)
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right", fontsize=6.5)
+    ax.set_yscale("symlog", linthresh=1e-4)
+    ax.axhline(0.0, color="gray", linewidth=0.6)
+    ax.set_title("mean over steps, 95% interval over seeds", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def remedy_figure(settings: list[Setting], bars: list[tuple[str, Interval, str]], title: str):
+    """F5: relative final accuracy per remedy (95% interval over seeds) and eval-accuracy bands."""
+    fig, axes = plt.subplots(1, 2, figsize=(13.0, 0.9 + 0.42 * max(4, len(bars))), squeeze=False)
+    if not bars:
+        return _no_data(fig, "finished remedy cells")
+    ax = axes[0][0]
+    for i, (label, iv, note) in enumerate(bars):
+        if iv.mean is None:
+            continue
+        err = None if iv.lo is None else [[iv.mean - iv.lo], [iv.hi - iv.mean]]
+        ax.barh(i, iv.mean, color="tab:gray" if "none" in label.split(" ")[0] else "tab:blue", xerr=err, capsize=3)
+        ax.text(0.01, i, f" {note}", va="center", fontsize=6.5, color="white")
+    ax.axvline(1.0, color="black", linewidth=1.2, linestyle="--")
+    ax.set_yticks(range(len(bars)))
+    ax.set_yticklabels([b[0] for b in bars], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("final eval accuracy T=1 / zero-mismatch reference (same seed)", fontsize=8)
+    ax = axes[0][1]
+    for s in settings:
+        draw_band(ax, s, "accuracy_t1", rows="evals")
+    ax.set_xlabel("step")
+    ax.set_ylabel("eval accuracy T=1", fontsize=8)
+    ax.legend(fontsize=6, loc="best")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def dose_figure(points: list[dict], title: str):
+    """Dose-response: relative accuracy vs realised mean |delta| (both with 95% intervals), per mode.
+
+    `points`: {label, mode, kind, x: Interval, y: Interval, collapses, seeds}; noise settings are circles joined
+    in sigma order, real conditions squares; each point is annotated with its collapse count.
+    """
+    modes = sorted({p["mode"] for p in points}) or ["recompute"]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.2 * len(modes), 4.2), squeeze=False)
+    if not points:
+        return _no_data(fig, "finished mismatched cells")
+    for ax, mode in zip(axes[0], modes):
+        mine = [p for p in points if p["mode"] == mode and p["x"].mean is not None and p["y"].mean is not None]
+        noise = sorted((p for p in mine if p["kind"] == "noise"), key=lambda p: p["x"].mean)
+        if noise:
+            ax.plot([p["x"].mean for p in noise], [p["y"].mean for p in noise], "-", color="tab:gray", linewidth=0.8)
+        for p in mine:
+            xerr = None if p["x"].lo is None else [[p["x"].mean - max(p["x"].lo, 1e-12)], [p["x"].hi - p["x"].mean]]
+            yerr = None if p["y"].lo is None else [[p["y"].mean - p["y"].lo], [p["y"].hi - p["y"].mean]]
+            ax.errorbar(p["x"].mean, p["y"].mean, xerr=xerr, yerr=yerr, fmt="o" if p["kind"] == "noise" else "s",
+                        color="tab:gray" if p["kind"] == "noise" else "tab:orange", capsize=2, markersize=5)
+            ax.annotate(f"{p['label']} {p['collapses']}/{p['seeds']}", (p["x"].mean, p["y"].mean), fontsize=6.5,
+                        xytext=(3, 3), textcoords="offset points")
+        ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--")
+        ax.set_xscale("log")
+        ax.set_xlabel("realised mean |delta| = |log pi_old - log mu| (log)", fontsize=8)
+        ax.set_ylabel("final accuracy / reference (same seed)", fontsize=8)
+        ax.set_title(f"mode={mode}: circles = gaussian noise sweep, squares = real conditions; "
+                     "k/n = seeds collapsed", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
