@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup setup-vllm quick align test test-vllm test-ray bench clean
+.PHONY: setup setup-vllm quick paper align test test-vllm test-ray bench clean
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -39,6 +39,15 @@ quick: setup
 	$(VENV)/bin/timbench grid report $(QUICK_OUT)
 	cat $(QUICK_OUT)/leaderboard.md
 	$(VENV)/bin/timbench compare results/quick $(QUICK_OUT) --bytes
+
+# The paper reproduction (README "Paper figures"): 72 RL runs, ~55 min on 2 cores by the cost model; resumable
+# (rerun to continue), so it may run in parts. Then the leaderboard and the F1-F5 + dose-response figures with verdicts.
+PAPER_OUT ?= results/paper
+paper: setup
+	$(VENV)/bin/timbench grid run bench/grids/paper.yaml --out $(PAPER_OUT) --workers 2
+	$(VENV)/bin/timbench grid report $(PAPER_OUT)
+	$(VENV)/bin/timbench paper $(PAPER_OUT)
+	cat $(PAPER_OUT)/paper.md
 
 # Engine vs trainer mismatch of every condition on one workload (results/align/align_quick.md).
 align: setup

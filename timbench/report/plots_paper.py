@@ -3,9 +3,8 @@
 Each curve is one setting (condition, remedy, mode) of a grid; its band is the Student t interval of the
 per-step mean over the setting's seeds (timbench.report.stats.mean_interval), drawn only at steps every
 seed reached. Training reward is smoothed per seed first with the collapse rule's trailing moving average
-(the same curve the rule reads). On log axes the band's lower bound is floored at the axis' smallest
-positive value (a t interval can go below 0 there) and an exact 0 is drawn at the bottom, as in the grid
-report. The figure functions take `Setting`s built by timbench.report.paper and return matplotlib Figures.
+(the same curve the rule reads). On log axes mean and band are taken over log10 values (a geometric
+mean over seeds and its interval) and an exact 0 is drawn at LOG_FLOOR, the bottom. The figure functions take `Setting`s built by timbench.report.paper and return matplotlib Figures.
 """
 
 from __future__ import annotations
@@ -57,21 +56,37 @@ def seed_band(cells: list[CellRun], key: str, rows: str = "metrics", smooth: int
     return common, [mean_interval([d[s] for d in per_seed]) for s in common]
 
 
+def _log10(vals: list[float]) -> list[float]:
+    return [math.log10(max(v, LOG_FLOOR)) if v == v else v for v in vals]
+
+
 def draw_band(ax, s: Setting, key: str, rows: str = "metrics", smooth: int = 1, log: bool = False,
               transform=None, label: bool = True) -> None:
-    steps, ivs = seed_band(s.cells, key, rows, smooth, transform)
+    """One setting's mean and 95% band; on a log axis both are taken over log10 values (a geometric mean and
+    its interval, which stays positive), with exact zeros at LOG_FLOOR."""
+    tf = transform
+    if log == "symlog":  # values that reach exactly 0 (a silent collapse's grad norm): linear band, symlog axis
+        log, symlog = False, True
+    else:
+        symlog = False
+    if log:
+        tf = (lambda v: _log10(transform(v))) if transform is not None else _log10
+    steps, ivs = seed_band(s.cells, key, rows, smooth, tf)
     if not steps:
         return
-    floor = (lambda x: max(x, LOG_FLOOR)) if log else (lambda x: x)
-    mean = [floor(iv.mean) for iv in ivs]
-    lo = [floor(iv.mean if iv.lo is None else iv.lo) for iv in ivs]
-    hi = [floor(iv.mean if iv.hi is None else iv.hi) for iv in ivs]
+    back = (lambda x: 10.0 ** x) if log else (lambda x: x)
+    mean = [back(iv.mean) for iv in ivs]
+    lo = [back(iv.mean if iv.lo is None else iv.lo) for iv in ivs]
+    hi = [back(iv.mean if iv.hi is None else iv.hi) for iv in ivs]
     n = min(iv.n for iv in ivs)
     ax.plot(steps, mean, s.style, color=s.color, linewidth=1.6 if s.color == "black" else 1.2,
             label=f"{s.label} (n={n})" if label else None)
     ax.fill_between(steps, lo, hi, color=s.color, alpha=BAND_ALPHA, linewidth=0)
     if log:
         ax.set_yscale("log")
+    if symlog:
+        ax.set_yscale("symlog", linthresh=0.1)
+        ax.set_ylim(bottom=0.0)
 
 
 def _panels(settings: list[Setting], panels: list[tuple], title: str, width: float = 4.6):
@@ -94,15 +109,16 @@ def curves_figure(settings: list[Setting], title: str, smooth: int):
     """F1: training reward (smoothed), eval accuracy T=1, K3 KL (log), grad norm (log)."""
     return _panels(settings, [(f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
                               ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
-                              ("rollout_corr/k3_kl (log)", "rollout_corr/k3_kl", "metrics", 1, True, None),
-                              ("actor/grad_norm (log)", "actor/grad_norm", "metrics", 1, True, None)], title)
+                              ("rollout_corr/k3_kl (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", 1, True, None),
+                              ("actor/grad_norm (symlog)", "actor/grad_norm", "metrics", 1, "symlog", None)], title)
 
 
 def modes_figure(settings: list[Setting], title: str, smooth: int):
     """F2: reward, eval accuracy, grad norm (log) and the PPO loss, recompute (solid) vs bypass (dashed)."""
     return _panels(settings, [(f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
                               ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
-                              ("actor/grad_norm (log)", "actor/grad_norm", "metrics", 1, True, None),
+                              ("actor/grad_norm (symlog: 0 = nothing to learn)", "actor/grad_norm", "metrics", 1,
+                               "symlog", None),
                               ("actor/pg_loss", "actor/pg_loss", "metrics", 1, False, None)], title)
 
 
