@@ -15,7 +15,7 @@ from gridfab import write_cells_json
 
 from timbench.cli import main
 from timbench.report.paper import paper_data, verdicts, write_paper
-from timbench.report.paper_claims import (NOT, PARTLY, REPRODUCED, REVERSED, Sub, Verdict, kl_alarm_step,
+from timbench.report.paper_claims import (NOT, PARTLY, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
                                           rose_before_collapse, spearman)
 from timbench.report.results import CellRun
 
@@ -150,7 +150,8 @@ def test_verdict_aggregation():
     assert Verdict("F", [sub(REPRODUCED), sub(REPRODUCED)]).verdict == REPRODUCED
     assert Verdict("F", [sub(REPRODUCED), sub(NOT)]).verdict == PARTLY
     assert Verdict("F", [sub(NOT), sub(REVERSED)]).verdict == REVERSED
-    assert Verdict("F", [sub(NOT)]).verdict == NOT and Verdict("F", []).verdict == NOT
+    assert Verdict("F", [sub(NOT)]).verdict == NOT and Verdict("F", []).verdict == UNTESTED
+    assert Verdict("F", [sub(UNTESTED), sub(REPRODUCED)]).verdict == REPRODUCED
 
 
 def test_helpers():

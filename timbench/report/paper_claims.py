@@ -3,7 +3,8 @@
 Each claim is split into sub-claims; each sub-claim is decided from the committed cells by a rule stated
 in its text and gets `reproduced`, `not reproduced` or `reversed`, with the numbers that decide it. A claim
 is `reproduced` when every sub-claim is, `reversed` when one is reversed and none reproduced, `partly
-reproduced` when some are, else `not reproduced`. Comparisons between settings are paired by seed (the
+reproduced` when some are, else `not reproduced`; a sub-claim the grid has no (or too few) cells for is
+`not tested` and left out (a claim with only those is `not tested`). Comparisons between settings are paired by seed (the
 same seed shares the warm start, prompts and sampler keys) and use 95% Student t intervals over seeds
 (timbench.report.stats); "no difference detected" means the interval of the paired difference contains 0.
 
@@ -21,6 +22,8 @@ from .results import CellRun
 from .stats import Interval, mean_interval
 
 REPRODUCED, NOT, REVERSED, PARTLY = "reproduced", "not reproduced", "reversed", "partly reproduced"
+UNTESTED = "not tested"
+"""A sub-claim the grid holds no (or too few) cells for; left out of its claim's verdict."""
 SPIKE = 2.0
 """A seed's grad norm 'spikes' when its maximum exceeds SPIKE x the same seed's zero-mismatch maximum."""
 KL_RISE = 2.0
@@ -65,9 +68,9 @@ class Verdict:
 
     @property
     def verdict(self) -> str:
-        vs = [s.verdict for s in self.subs]
+        vs = [s.verdict for s in self.subs if s.verdict != UNTESTED]
         if not vs:
-            return NOT
+            return UNTESTED
         if all(v == REPRODUCED for v in vs):
             return REPRODUCED
         if REPRODUCED in vs:
@@ -157,7 +160,8 @@ def f1(d: PaperData) -> Verdict:
     subs.append(Sub("a mismatched real engine's run collapses (>= 2/3 of seeds, remedy none)",
                     REPRODUCED if found else NOT, "; ".join(parts) or "no mismatched cells"))
     subs.append(Sub("... after first rising (>= 2/3 of the seeds' smoothed reward rose 5% above its first window "
-                    "before the collapse)", REPRODUCED if any(r * 3 >= 2 * n for *_, r, n in found) else NOT,
+                    "before the collapse)", UNTESTED if not found else
+                    REPRODUCED if any(r * 3 >= 2 * n for *_, r, n in found) else NOT,
                     ", ".join(f"{c}/{m}: {r}/{n} seeds rose first" for c, m, r, n in found) or "no collapsed setting"))
     return Verdict("F1", subs)
 
@@ -227,7 +231,7 @@ def f3(d: PaperData) -> Verdict:
                           f"{'never' if alarm is None else alarm}")
     late, early = counts["real"]
     n = late + early
-    verdict = NOT if n < 3 else REPRODUCED if late > early else REVERSED if early > late else NOT
+    verdict = UNTESTED if n < 3 else REPRODUCED if late > early else REVERSED if early > late else NOT
     subs = [Sub(f"real conditions: K3 stays near its starting level until the reward falls (no rise above "
                 f"{KL_RISE:g}x its first 5 steps at least {KL_LEAD} steps before a collapse; decided on >= 3 seeds)",
                 verdict, f"{late}/{n} collapsed seeds without an early KL warning, {early}/{n} with one; noise "
@@ -246,7 +250,7 @@ def f3(d: PaperData) -> Verdict:
         parts.append(f"{cond}: rel {_ci(r_iv)}, K3 last 10 / first 5 steps = "
                      + ", ".join("-" if x is None else f"{x:.2f}" for x in ratios))
     subs.append(Sub(f"real conditions, recompute, accuracy lost (rel interval below 1): K3 ends within {KL_RISE:g}x "
-                    "its start in >= 2/3 of the seeds", NOT if not seen else REPRODUCED if flat * 3 >= 2 * seen
+                    "its start in >= 2/3 of the seeds", UNTESTED if not seen else REPRODUCED if flat * 3 >= 2 * seen
                     else REVERSED, f"{flat}/{seen} seeds flat; " + ("; ".join(parts) or "no such setting")))
     return Verdict("F3", subs)
 
@@ -272,10 +276,10 @@ def f4(d: PaperData) -> Verdict:
             skew.append(cond)
         parts.append(f"{cond}: A>0 {_ci(pos)}, A<0 {_ci(neg)}, A>0 minus A<0 {_ci(gap)}")
     subs.append(Sub("mismatch: they separate (cumulative |difference| > 0), recompute mode",
-                    REPRODUCED if sep else NOT, f"{len(sep)} conditions: {', '.join(sep) or 'none'}"))
+                    UNTESTED if not parts else REPRODUCED if sep else NOT, f"{len(sep)} conditions: {', '.join(sep) or 'none'}"))
     subs.append(Sub("... skewed by the sign of A (the seeds' A > 0 mean minus A < 0 mean has an interval excluding 0, "
                     "at >= half of the conditions)",
-                    REPRODUCED if skew and len(skew) * 2 >= len(parts) else NOT,
+                    UNTESTED if not parts else REPRODUCED if skew and len(skew) * 2 >= len(parts) else NOT,
                     f"skewed at {len(skew)}/{len(parts)}: " + "; ".join(parts)))
     return Verdict("F4", subs)
 
@@ -396,7 +400,7 @@ def dose(d: PaperData) -> Verdict:
                        key=lambda p: p["sigma"] or 0)
         rho = spearman([p["x"].mean for p in noise], [p["y"].mean for p in noise])
         subs.append(Sub(f"{mode}: relative accuracy falls as the noise dose rises (Spearman over sigma < 0)",
-                        NOT if rho is None else REPRODUCED if rho < 0 else REVERSED,
+                        UNTESTED if rho is None else REPRODUCED if rho < 0 else REVERSED,
                         f"rho = {fmt(rho, 2)}; " + ", ".join(f"sigma {p['sigma']:g}: |delta| {fmt(p['x'].mean)} rel "
                                                           f"{_ci(p['y'])} ({p['collapses']}/{p['seeds']})" for p in noise)))
         thresholds[mode] = next((p["sigma"] for p in noise if p["collapses"] * 3 >= 2 * p["seeds"]), None)
@@ -404,6 +408,7 @@ def dose(d: PaperData) -> Verdict:
     r, b = thresholds.get("recompute"), thresholds.get("bypass")
     ok = b is not None and (r is None or b < r)
     subs.append(Sub("bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3)",
+                    UNTESTED if not any(p["kind"] == "noise" for p in pts) else
                     REPRODUCED if ok else (REVERSED if r is not None and (b is None or r < b) else NOT),
                     f"smallest sigma with >= 2/3 seeds collapsed: bypass {b}, recompute {r}"))
     return Verdict("dose-response", subs)
@@ -437,5 +442,5 @@ def _on_the_noise_curve(pts: list[dict]) -> Sub:
                      f"{fmt(pred)}{'' if inside else ' (outside)'}")
     return Sub("mean |delta| alone predicts the damage: each real condition's relative accuracy interval contains "
                "the noise sweep's value at the same |delta| (>= 2/3 of real settings)",
-               NOT if not parts or hits * 3 < 2 * len(parts) else REPRODUCED,
+               UNTESTED if not parts else NOT if hits * 3 < 2 * len(parts) else REPRODUCED,
                f"{hits}/{len(parts)} on the curve; " + "; ".join(parts))
