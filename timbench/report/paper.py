@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
-from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, over_seeds, rejection, rel,
-                           remedy_condition)
+from .paper_claims import (PaperData, Verdict, mean_over_steps, dose, dose_points, f1, f2, f3, f4, f5, over_seeds, rejection,
+                           rel, remedy_condition)
 from .results import load_results
 from .seeds import is_finished
 from .summary import summarize
@@ -88,8 +88,8 @@ def _figures(d: PaperData, variants: dict) -> dict:
                   key=lambda kr: (d.kinds.get(kr[0][0]) == "noise", over_seeds(kr[1], rel).mean or 0, kr[0]))
     collapsed = hurt[:4]
     drift_conds = [c for c in d.kinds if d.kinds[c] not in ("reference",) and d.rows.get((c, "none", "recompute"))]
-    bars4 = [(c, over_seeds(d.setting(c), lambda r, c=c: _step_mean(d, c, r, "drift/diff_pos_adv_mean")),
-              over_seeds(d.setting(c), lambda r, c=c: _step_mean(d, c, r, "drift/diff_neg_adv_mean")))
+    bars4 = [(c, over_seeds(d.setting(c), lambda r, c=c: mean_over_steps(d, c, r, "drift/diff_pos_adv_mean")),
+              over_seeds(d.setting(c), lambda r, c=c: mean_over_steps(d, c, r, "drift/diff_neg_adv_mean")))
              for c in drift_conds]
     cond5 = remedy_condition(d)
     bars5, bands5 = [], [ref]
@@ -123,11 +123,6 @@ def _figures(d: PaperData, variants: dict) -> dict:
         "dose-response": lambda: pp.dose_figure(dose_points(d), "Dose-response: relative final accuracy vs realised "
                                                                 "mean |delta|, remedy none"),
     }
-
-
-def _step_mean(d: PaperData, cond: str, row: dict, key: str):
-    from .paper_claims import _mean_col
-    return _mean_col(d, cond, row, key)
 
 
 def remedy_variants(d: PaperData) -> dict[str, dict]:

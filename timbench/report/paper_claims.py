@@ -267,8 +267,8 @@ def f4(d: PaperData) -> Verdict:
         if not rows:
             continue
         absd = over_seeds(rows, lambda r: r.get("cum/drift/diff_abs_mean"))
-        pos = over_seeds(rows, lambda r: _mean_col(d, cond, r, "drift/diff_pos_adv_mean"))
-        neg = over_seeds(rows, lambda r: _mean_col(d, cond, r, "drift/diff_neg_adv_mean"))
+        pos = over_seeds(rows, lambda r: mean_over_steps(d, cond, r, "drift/diff_pos_adv_mean"))
+        neg = over_seeds(rows, lambda r: mean_over_steps(d, cond, r, "drift/diff_neg_adv_mean"))
         if absd.mean and absd.mean > 0:
             sep.append(cond)
         gap = over_seeds(rows, lambda r: _gap(d, cond, r))
@@ -285,11 +285,12 @@ def f4(d: PaperData) -> Verdict:
 
 
 def _gap(d: PaperData, cond: str, row: dict) -> float | None:
-    pos, neg = (_mean_col(d, cond, row, f"drift/diff_{s}_adv_mean") for s in ("pos", "neg"))
+    pos, neg = (mean_over_steps(d, cond, row, f"drift/diff_{s}_adv_mean") for s in ("pos", "neg"))
     return None if pos is None or neg is None else pos - neg
 
 
-def _mean_col(d: PaperData, cond: str, row: dict, key: str) -> float | None:
+def mean_over_steps(d: PaperData, cond: str, row: dict, key: str) -> float | None:
+    """Mean over steps of metric `key` in the cell of `row` (a seed of setting (cond, remedy, mode))."""
     cell = _by_seed(d.cells[(cond, row["remedy"], row["mode"])]).get(row["seed"])
     xs = _column(cell, key) if cell else []
     return math.fsum(xs) / len(xs) if xs else None
@@ -349,7 +350,7 @@ def f5(d: PaperData, variants: dict[str, dict]) -> Verdict:
 
 
 def _ppo_rejection(d: PaperData, cond: str, lab: str) -> float | None:
-    vals = [_mean_col(d, cond, r, "actor/ppo_rs_seq_masked_fraction") for r in d.setting(cond, lab)]
+    vals = [mean_over_steps(d, cond, r, "actor/ppo_rs_seq_masked_fraction") for r in d.setting(cond, lab)]
     vals = [v for v in vals if v is not None]
     return math.fsum(vals) / len(vals) if vals else None
 
