@@ -227,15 +227,19 @@ def _describe(t) -> str:
     return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
+def check_bool_mask(t, shape: tuple, requirement: str) -> None:
+    """One-line ValueError "<requirement> a bool tensor of shape ..., got ..." unless `t` is one."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.bool or tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{requirement} a bool tensor of shape {tuple(shape)}, got {_describe(t)}")
+
+
 def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyResult:
     """Validate what a (possibly third-party) remedy returned; one-line ValueError on any defect."""
     where = f"remedy {name}"
     if not isinstance(result, RemedyResult):
         raise ValueError(f"{where} returned {type(result).__name__}, not a RemedyResult")
     shape = tuple(batch.mask.shape)
-    mask = result.mask
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        raise ValueError(f"{where}: mask must be a bool tensor of shape {shape}, got {_describe(mask)}")
+    check_bool_mask(result.mask, shape, f"{where}: mask must be")
     if result.weights is not None:
         w = result.weights
         if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
-from .paper_claims import (PaperData, Verdict, mean_over_steps, dose, dose_points, f1, f2, f3, f4, f5, over_seeds, rejection,
-                           rel, remedy_condition)
+from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
+                           rejection, rel, remedy_condition)
 from .results import load_results
 from .seeds import is_finished
 from .summary import summarize

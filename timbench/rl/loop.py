@@ -28,7 +28,7 @@ from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..ratios import log_ratio, select
-from ..remedies import Remedy, RemedyBatch, check_result, per_sequence, replay_tensor
+from ..remedies import Remedy, RemedyBatch, check_bool_mask, check_result, per_sequence, replay_tensor
 from ..shipped import resolve_checkpoint
 from ..spec import ZERO_MISMATCH, Spec, quantized_reference
 from ..threads import set_threads
@@ -157,10 +157,7 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
         # A remedy may also reject inside the update, on the PPO ratio of this pass (Remedy.update_keep).
         keep = lane.remedy.update_keep(select(log_ratio(out.logprobs.detach(), old[sl, :w]), msk), msk)
         if keep is not None:
-            if not (isinstance(keep, torch.Tensor) and keep.dtype == torch.bool and keep.shape == msk.shape):
-                raise ValueError(f"remedy {lane.remedy.name}: update_keep must return None or a bool tensor of "
-                                 f"shape {tuple(msk.shape)}, got {getattr(keep, 'dtype', type(keep).__name__)} "
-                                 f"{tuple(getattr(keep, 'shape', ()))}")
+            check_bool_mask(keep, msk.shape, f"remedy {lane.remedy.name}: update_keep must return None or")
             rows = msk.any(-1)
             dropped = rows & ~(msk & keep).any(-1)
             msk = msk & keep
