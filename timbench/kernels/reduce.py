@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from .pointwise import fsqrt
+
 
 @njit(parallel=True, cache=True, fastmath=False, nogil=True)
 def _rowsum(x):
@@ -70,13 +72,13 @@ def fmean(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> tor
 
 
 def fstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False, correction: int = 1) -> torch.Tensor:
-    """Fixed-order standard deviation: sqrt(fsum((x - fmean)^2) / (n - correction)), two passes.
+    """Fixed-order standard deviation: sqrt(fsum((x - fmean)^2) / (n - correction)), two passes, IEEE sqrt.
 
     correction=1 is torch.std's default (unbiased, divides by n - 1).
     """
     n = x.numel() if dim is None else x.shape[dim]
     centred = x - fmean(x, dim, keepdim=True)
-    return (fsum(centred * centred, dim, keepdim) / (n - correction)).sqrt()  # a 0 / 0 gives NaN, as torch
+    return fsqrt(fsum(centred * centred, dim, keepdim) / (n - correction))  # a 0 / 0 gives NaN, as torch
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

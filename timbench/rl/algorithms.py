@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from ..kernels.pointwise import fexp
+from ..kernels.pointwise import fsqrt
 from ..kernels.reduce import fmean, fstd, fsum
 from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
 
@@ -87,7 +88,7 @@ def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
     n = fsum(w)
     m = fsum(w * r) / n.clamp(min=1e-12)
     v = fsum(w * (r - m) ** 2) / (n - 1).clamp(min=1)
-    return (r - m) * torch.rsqrt(v + 1e-8)
+    return (r - m) * (1 / fsqrt(v + 1e-8))  # ATen's rsqrt, 1 / sqrt, with the IEEE sqrt
 
 
 def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

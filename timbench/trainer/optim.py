@@ -6,7 +6,8 @@ not, and whose SIMD width (and so which elements land in a tail) depends on the
 CPU; `clip_grad_norm_` sums squares with a CPU-dependent order. Here the AdamW
 update is a numba elementwise loop without fastmath (no FMA contraction, each
 element the same IEEE fp32 operations in the same order on every machine), and
-the global norm is a float64 left-to-right sum (`timbench.kernels.reduce`).
+the global norm is a float64 left-to-right sum (`timbench.kernels.reduce`) and an
+IEEE square root (`fsqrt`: torch.sqrt runs MKL's vendor-dispatched VML).
 
 The update formula and hyper-parameters are torch's AdamW (decoupled weight
 decay, bias correction, its defaults), in torch's operation order:
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from ..kernels.pointwise import fsqrt
 from ..kernels.reduce import fsum
 
 
@@ -127,7 +129,7 @@ def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float) -> torch.Ten
         return torch.tensor(0.0)
     with torch.no_grad():
         sq = torch.cat([g.detach().reshape(-1).to(torch.float64) for g in grads])
-        total = fsum(sq * sq).sqrt().to(torch.float32)
+        total = fsqrt(fsum(sq * sq)).to(torch.float32)  # torch.sqrt is MKL VML: not IEEE, CPU-dependent
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         for g in grads:
             g.mul_(coef.to(g.dtype))
