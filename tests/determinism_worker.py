@@ -26,6 +26,7 @@ from timbench.kernels import get_kernels
 from timbench.kernels import numba_ops as nb
 from timbench.kernels.reduce import masked_sum
 from timbench.model import Compute, load_checkpoint
+from timbench.spec import Spec
 from timbench.trainer import sequence_logprobs
 from timbench.trainer.optim import AdamW, clip_grad_norm
 
@@ -53,7 +54,7 @@ def update(model_name: str, dtype: str, kernels: str) -> dict:
     else:
         opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.01)
         clip = torch.nn.utils.clip_grad_norm_
-    out = sequence_logprobs(model, Compute(get_kernels(kernels), DTYPES[dtype]), seqs)
+    out = sequence_logprobs(model, Compute(get_kernels(kernels), Spec(dtype=dtype)), seqs)
     pg = out.logprobs * adv[:, None]
     if kernels == "exact":
         loss = -masked_sum(pg, out.mask) / out.mask.sum()
