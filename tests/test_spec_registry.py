@@ -3,6 +3,7 @@
 
 import dataclasses
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,11 @@ def test_noise_kinds_are_one_table():
     for bad in ("gaussian", "gaussian:1:2", "student_t:1", "student_t:1:0", "gaussian:-1", "cauchy:1"):
         with pytest.raises(ValueError):
             parse_noise(bad)
+
+
+def test_condition_kinds_are_one_table():
+    from timbench.grid.conditions import KINDS, load_conditions
+    from timbench.report.plots_cells import KIND_MARKERS
+    assert KIND_MARKERS is KINDS and len(set(KINDS.values())) == len(KINDS)  # one distinct marker per family
+    table = Path(__file__).resolve().parents[1] / "timbench/grid/conditions.yaml"
+    assert {c.kind for c in load_conditions(table).values()} <= set(KINDS)
