@@ -21,3 +21,8 @@ run moe-bf16-r3 --set preset=tiny-moe --set engine.dtype=bf16 --set engine.route
 "$TB" diagnose --model tiny-dense --engine kernels=torch,dtype=bf16 --json > "$OUT/diagnose.json"
 "$TB" diagnose --model tiny-moe --engine dtype=bf16,router_noise=0.1,kv_cache_dtype=fp8 --json > "$OUT/diagnose-moe.json"
 echo "byte_check: wrote $OUT"
+# warm start: 6 SFT steps, probe evals every 2 steps (card.json without its wall time)
+"$TB" warmstart --task add-3d-v1 --model tiny-dense --out "$OUT/warmstart" --max-steps 6 --eval-every 2 \
+    --band 0,1 --eval-n 16 --batch-size 8 --no-progress >/dev/null
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c.pop('wall_time_s'); json.dump(c, open(sys.argv[1],'w'), indent=1)" \
+    "$OUT/warmstart/card.json"
