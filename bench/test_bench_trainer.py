@@ -13,15 +13,13 @@ import pytest
 
 from timbench.kernels import get_kernels
 from timbench.model import Compute
+from timbench.spec import Spec
 from timbench.trainer.forward import sequence_logprobs
 
 from conftest import ROUNDS, record
 
-import torch
-
 N_SEQS, PROMPT_LEN, RESPONSE_LEN = 256, 10, 18
 CASES = [(dt, k) for dt in ("fp32", "bf16") for k in ("exact", "torch")]
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def sequences(cfg):
@@ -32,7 +30,7 @@ def sequences(cfg):
 
 @pytest.mark.parametrize("dtype,kernels", CASES, ids=[f"{dt}-{k}" for dt, k in CASES])
 def test_trainer_fwd_bwd(benchmark, cfg, model, dtype, kernels):
-    compute = Compute(get_kernels(kernels), DTYPES[dtype])
+    compute = Compute(get_kernels(kernels), Spec(dtype=dtype))
     seqs = sequences(cfg)
 
     def step():

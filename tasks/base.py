@@ -19,8 +19,10 @@ import abc
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator
+
+from .io import to_dataset
+from .problem import Problem
 
 SPLITS = ("train", "eval")
 # Rejection sampling halves the acceptance rate; 200 misses in a row means the
@@ -29,22 +31,6 @@ _MAX_REJECTIONS = 200
 # Canonical integer: no sign but '-', no leading zeros; bounded so a huge
 # malformed response can never reach int() (which raises past 4300 digits).
 CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]{0,63})")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem. `answer` is the canonical final answer, `solution` a correct
-    response in the task's documented format (for supervised warm start)."""
-
-    prompt: str
-    answer: str
-    task: str
-    meta: dict = field(default_factory=dict, hash=False)  # hashable despite the dict
-    solution: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "answer": self.answer, "task": self.task,
-                "meta": dict(self.meta), "solution": self.solution}
 
 
 def split_of(prompt: str) -> str:
@@ -161,7 +147,6 @@ class Task(abc.ABC):
 
     # ---- export ---------------------------------------------------------
     def to_dataset(self, problems):
-        from .io import to_dataset
         return to_dataset(problems)
 
     def make_problem(self, prompt: str, answer: str, solution: str, **meta: Any) -> Problem:

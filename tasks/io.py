@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from timbench.atomic import atomic_path
 
-from .base import Problem
+from .problem import Problem
 
 COLUMNS = ("prompt", "answer", "task", "meta", "solution")
 SPLIT_EXTENSIONS = (".parquet", ".jsonl")

@@ -27,6 +27,7 @@ from timbench.kernels import get_kernels
 from timbench.kernels import numba_ops as nb
 from timbench.fingerprint import CASES, RUNS, run_case, update_case
 from timbench.model import Compute, load_checkpoint
+from timbench.spec import Spec
 from timbench.trainer import sequence_logprobs
 
 CKPT = Path(__file__).resolve().parents[1] / "timbench" / "assets" / "checkpoints"
@@ -49,7 +50,7 @@ def torch_update(model_name: str) -> dict:
     adv = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75, -0.25])
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.01)
-    out = sequence_logprobs(model, Compute(get_kernels("torch"), torch.float32), seqs)
+    out = sequence_logprobs(model, Compute(get_kernels("torch"), Spec(dtype="fp32")), seqs)
     loss = -(out.logprobs * adv[:, None] * out.mask).sum() / out.mask.sum()
     opt.zero_grad(set_to_none=True)
     loss.backward()

@@ -20,7 +20,7 @@ from timbench.kernels.noise_ops import row_keyed_normal
 from timbench.kernels.split_kv import attend_split, split_decode_attention_torch
 from timbench.kernels.tensor_parallel import all_reduce, row_parallel_linear
 from timbench.model import Compute
-from timbench.spec import Noise, SpecError, parse_spec
+from timbench.spec import Noise, Spec, SpecError, parse_spec
 
 BATCHES = (1, 3, 24)
 
@@ -103,19 +103,19 @@ def test_all_reduce_orders():
     assert torch.equal(all_reduce(parts[:2], "ring"), all_reduce(parts[:2], "tree"))  # a+b == b+a
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_tp_matches_tp1_within_tolerance_but_not_bitwise(dense, dtype):
     ids = torch.randint(3, dense.config.vocab_size, (6, 20), generator=torch.Generator().manual_seed(1))
     kn = get_kernels("exact")
     with torch.no_grad():
-        ref, _ = dense(ids, Compute(kn, dtype))
+        ref, _ = dense(ids, Compute(kn, Spec(dtype=dtype)))
         for tp in (2, 4, 8):
-            out, _ = dense(ids, Compute(kn, dtype, tp=tp))
-            tol = 1e-5 if dtype == torch.float32 else 0.1
+            out, _ = dense(ids, Compute(kn, Spec(dtype=dtype, tp=tp)))
+            tol = 1e-5 if dtype == "fp32" else 0.1
             assert (out.float() - ref.float()).abs().max() < tol
             assert not torch.equal(out, ref), f"tp={tp} should round differently from tp=1"
-        ring, _ = dense(ids, Compute(kn, dtype, tp=4))
-        tree, _ = dense(ids, Compute(kn, dtype, tp=4, tp_reduce="tree"))
+        ring, _ = dense(ids, Compute(kn, Spec(dtype=dtype, tp=4)))
+        tree, _ = dense(ids, Compute(kn, Spec(dtype=dtype, tp=4, tp_reduce="tree")))
         assert not torch.equal(ring, tree)
 
 

@@ -8,6 +8,7 @@ import torch
 from timbench.engine import Engine, Request, SamplingParams
 from timbench.kernels import get_kernels
 from timbench.model import Compute
+from timbench.spec import Spec
 from timbench.trainer import sequence_logprobs
 
 
@@ -18,7 +19,7 @@ def _requests(seed, n, vocab=99, max_prompt=20, max_new=24, start_id=0):
 
 
 def _trainer_lps(model, spec_dtype, completions, order, sizes, kernels="exact"):
-    c = Compute(get_kernels(kernels), spec_dtype)
+    c = Compute(get_kernels(kernels), Spec(dtype=spec_dtype))
     out = {}
     i = 0
     with torch.no_grad():
@@ -47,7 +48,7 @@ def test_exact_engine_and_trainer_agree_bitwise(model, dtype, seed):
         i += b
     order = list(range(len(comps)))
     rng.shuffle(order)
-    lps = _trainer_lps(model, engine.compute.dtype, comps, order, (1, 7, 2, 30))
+    lps = _trainer_lps(model, engine.spec.dtype, comps, order, (1, 7, 2, 30))
     for j, c in enumerate(comps):
         lp, routing = lps[j]
         assert lp.shape == c.logprobs.shape
@@ -69,7 +70,7 @@ def test_exact_stays_exact_after_weight_update(moe):
     engine.load_weights(model)
     after = engine.generate(reqs)
     assert any(a.token_ids != b.token_ids or not torch.equal(a.logprobs, b.logprobs) for a, b in zip(before, after))
-    lps = _trainer_lps(model, torch.float32, after, list(range(8)), (8,))
+    lps = _trainer_lps(model, "fp32", after, list(range(8)), (8,))
     assert all(torch.equal(lps[j][0], c.logprobs) for j, c in enumerate(after))
 
 
@@ -77,7 +78,7 @@ def test_torch_kernels_mismatch_the_exact_trainer(dense):
     engine = Engine(dense.config, "kernels=torch", max_num_seqs=64)
     engine.load_weights(dense)
     comps = engine.generate(_requests(3, 64)) + engine.generate(_requests(4, 3, start_id=100))
-    lps = _trainer_lps(dense, torch.float32, comps, list(range(len(comps)))[::-1], (5, 62))
+    lps = _trainer_lps(dense, "fp32", comps, list(range(len(comps)))[::-1], (5, 62))
     diff = torch.cat([(lps[j][0] - c.logprobs).abs() for j, c in enumerate(comps)])
     assert diff.max().item() > 0.0
     assert diff.max().item() < 1e-3  # a kernel mismatch, not a bug

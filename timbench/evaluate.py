@@ -15,6 +15,7 @@ from typing import Sequence
 from .data import decode_response, max_new_tokens, requests_for
 from .engine import SamplingParams, make_engine
 from .spec import Spec
+from .schema import ACCURACY_GREEDY, ACCURACY_T1
 
 
 def evaluate(model, task, problems: Sequence, engine_spec: Spec | str = "kernels=exact", temperature: float = 1.0,
@@ -55,6 +56,6 @@ def evaluate_both(model, task, problems: Sequence, engine_spec: Spec | str = "ke
                              weights=model)
     t1 = evaluate(model, task, problems, temperature=1.0, seed=seed, engine=engine)
     gr = evaluate(model, task, problems, temperature=0.0, seed=seed, engine=engine)
-    return {"accuracy_t1": t1["accuracy"], "accuracy_greedy": gr["accuracy"], "n": t1["n"],
+    return {ACCURACY_T1: t1["accuracy"], ACCURACY_GREEDY: gr["accuracy"], "n": t1["n"],
             "mean_response_tokens_t1": t1["mean_response_tokens"],
             "mean_response_tokens_greedy": gr["mean_response_tokens"]}

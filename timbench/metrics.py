@@ -13,6 +13,7 @@ import torch
 from .kernels.pointwise import fexp
 from .kernels.reduce import fmean
 from .ratios import k1, k3, log_rho, masked_mean, select, seq_log_ratio, seq_mean
+from .schema import K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, P99_ABS_DELTA, PROBS_DIFF_MAX, PROBS_DIFF_MEAN
 
 # Fixed |delta| histogram bins, shared by every run so histograms add across steps and cells.
 # Bin 0 holds |delta| == 0 exactly (the zero-mismatch signature); bin 1 is (0, 1e-9); bins 2..10
@@ -53,18 +54,18 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
         "tokens": n_tok,
         "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
         # Unclamped, as verl logs it: the +-20 clamp guards weights, not a divergence estimate.
-        "rollout_corr/k3_kl": float(masked_mean(k3(delta), mask)),
+        K3_KL: float(masked_mean(k3(delta), mask)),
         "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1) if n_tok else 0.0,
         "rollout_corr/chi2_seq": float(fmean(fexp(log_rho_seq[seq_rows] * 2)) - 1) if seq_rows.any() else 0.0,
         "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,
         "rollout_corr/log_ppl_abs_diff": float(fmean(log_ppl_diff.abs())) if len(log_ppl_diff) else 0.0,
         "rollout_corr/ppl_ratio": float(fmean(fexp(log_ppl_diff))) if len(log_ppl_diff) else 1.0,
         "rollout_corr/eff_sample_size": float(1.0 / fmean((w / fmean(w)) ** 2)) if n_tok else 1.0,
-        "training/rollout_probs_diff_max": float(probs_diff.max()) if n_tok else 0.0,
-        "training/rollout_probs_diff_mean": float(fmean(probs_diff)) if n_tok else 0.0,
-        "mismatch/max_abs_delta": float(abs_delta.max()) if n_tok else 0.0,
-        "mismatch/mean_abs_delta": float(fmean(abs_delta)) if n_tok else 0.0,
-        "mismatch/p99_abs_delta": float(torch.quantile(abs_delta, 0.99)) if n_tok else 0.0,
+        PROBS_DIFF_MAX: float(probs_diff.max()) if n_tok else 0.0,
+        PROBS_DIFF_MEAN: float(fmean(probs_diff)) if n_tok else 0.0,
+        MAX_ABS_DELTA: float(abs_delta.max()) if n_tok else 0.0,
+        MEAN_ABS_DELTA: float(fmean(abs_delta)) if n_tok else 0.0,
+        P99_ABS_DELTA: float(torch.quantile(abs_delta, 0.99)) if n_tok else 0.0,
         "mismatch/frac_tokens_differ": float(fmean((abs_delta != 0).double())) if n_tok else 0.0,
     }
     ext = torch.maximum(rho, 1 / rho)[mask]

@@ -3,11 +3,14 @@
 A spec says how one side of the RL system computes: which engine, kernel set,
 precision, tensor-parallel layout, MoE router arithmetic and synthetic noise.
 Each key is data: a parser, its default, its valid values, the sides it makes
-sense on and a one-line doc. A new mismatch condition adds an entry here (and
-the arithmetic it selects in the model, kernels or sampler), nothing else;
-every bad spec produces the same kind of one-line error naming the key and
-what is valid. The defaults are the zero-mismatch reference: exact kernels,
-fp32, no TP, no noise.
+sense on, a one-line doc and (optionally) a check against the other keys. The
+`Spec` dataclass is generated from that registry, and the model's `Compute`
+carries the parsed Spec itself, so a new mismatch condition adds an entry here
+(and the arithmetic it selects in the model, kernels or sampler, and its test),
+nothing else: tests/test_spec_registry.py adds a throwaway key to a copy of the
+registry and follows it from a spec string to `Compute`. Every bad spec produces
+the same kind of one-line error naming the key and what is valid. The defaults
+are the zero-mismatch reference: exact kernels, fp32, no TP, no noise.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from .noise import NOISE_KINDS, Noise, parse_noise  # noqa: F401  (re-exported: the noise= key)
 from .quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
 
 # fp64: the float64 reference of `timbench diagnose` (trainer side; the engine's KV cache is fp32).
@@ -31,10 +35,20 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SpecKey:
+    """One condition key: how its value is parsed and checked, and what it means."""
+
     parse: Callable[[str], Any]
+    """Raw string -> value; raises ValueError/TypeError on an invalid value."""
     valid: str
+    """The valid values, as printed in errors and help."""
     doc: str
+    """One line: what the key selects."""
     sides: tuple[str, ...] = SIDES
+    """The sides (engine, trainer) on which a non-default value makes sense."""
+    default: Any = None
+    """The zero-mismatch value (the Spec field's default)."""
+    check: Callable[[Any], str | None] | None = None
+    """Optional cross-key check on the whole Spec: a message (without the `what:` prefix) when it is invalid."""
 
 
 def _choice(*options: str) -> Callable[[str], str]:
@@ -79,98 +93,61 @@ def _kv_cache_dtype(v: str) -> str:
     return _choice(*_KV)(KV_ALIASES.get(v, v))
 
 
-@dataclass(frozen=True)
-class Noise:
-    """Synthetic logit noise on the engine's sampler: `kind:sigma[:df]`."""
-
-    kind: str = "none"
-    sigma: float = 0.0
-    df: int = 0
-
-    def __str__(self) -> str:
-        if self.kind == "none":
-            return "none"
-        return f"{self.kind}:{self.sigma:g}" + (f":{self.df}" if self.kind == "student_t" else "")
+def _needs_tp(spec) -> str | None:
+    return f"tp_reduce={spec.tp_reduce} needs tp > 1" if spec.tp_reduce != "ring" and spec.tp == 1 else None
 
 
-NOISE_KINDS = {"gaussian": 1, "lowprob": 1, "student_t": 2}  # kind -> number of parameters after it
+def _needs_weight_quant(spec) -> str | None:
+    if spec.act_quant != "none" and spec.weight_quant == "none":
+        return (f"act_quant={spec.act_quant} needs weight_quant (activations are quantized at the inputs of "
+                f"quantized linears); valid weight_quant: {SPEC_KEYS['weight_quant'].valid}")
+    return None
 
 
-def parse_noise(v: str) -> Noise:
-    """`none`, `gaussian:SIGMA`, `lowprob:SIGMA` or `student_t:SIGMA:DF` (DF a positive integer)."""
-    if v == "none":
-        return Noise()
-    kind, *args = v.split(":")
-    if NOISE_KINDS.get(kind) != len(args):
-        raise ValueError
-    sigma = _nonneg_float(args[0])
-    df = _positive_int(args[1]) if kind == "student_t" else 0
-    return Noise(kind, sigma, df)
-
-
+# The one definition of every condition key; `Spec` (below) is generated from it, in this order.
 SPEC_KEYS: dict[str, SpecKey] = {
     "engine": SpecKey(_choice("timbench", "vllm"), "timbench|vllm",
-                      "rollout engine: timbench's own, or a real vLLM (optional extra)", ("engine",)),
+                      "rollout engine: timbench's own, or a real vLLM (optional extra)", ("engine",), "timbench"),
     "kernels": SpecKey(_choice("exact", "torch"), "exact|torch",
-                       "exact: fixed-order batch-invariant kernels; torch: plain PyTorch (MKL, SDPA)"),
-    "dtype": SpecKey(_choice(*DTYPES), "|".join(DTYPES), "dtype of weights and activations"),
+                       "exact: fixed-order batch-invariant kernels; torch: plain PyTorch (MKL, SDPA)",
+                       default="exact"),
+    "dtype": SpecKey(_choice(*DTYPES), "|".join(DTYPES), "dtype of weights and activations", default="fp32"),
     "logits_dtype": SpecKey(_choice("auto", *DTYPES), "auto|" + "|".join(DTYPES),
-                            "dtype of the LM head matmul (auto = dtype); fp32 is the usual fp32 lm_head"),
+                            "dtype of the LM head matmul (auto = dtype); fp32 is the usual fp32 lm_head",
+                            default="auto"),
     "attn_splits": SpecKey(_positive_int, "integer >= 1",
                            "decode attention splits the KV range into S chunks merged by log-sum-exp "
-                           "(flash-decoding / split-KV)", ("engine",)),
+                           "(flash-decoding / split-KV)", ("engine",), 1),
     "tp": SpecKey(_int_in(1, 2, 4, 8), "1|2|4|8",
-                  "simulated tensor parallelism: row-parallel o_proj/down_proj partial sums all-reduced"),
-    "tp_reduce": SpecKey(_choice("ring", "tree"), "ring|tree", "all-reduce summation order for tp > 1"),
+                  "simulated tensor parallelism: row-parallel o_proj/down_proj partial sums all-reduced", default=1),
+    "tp_reduce": SpecKey(_choice("ring", "tree"), "ring|tree", "all-reduce summation order for tp > 1",
+                         default="ring", check=_needs_tp),
     "router_dtype": SpecKey(_choice("auto", *DTYPES), "auto|" + "|".join(DTYPES),
-                            "MoE router (gate) matmul dtype (auto = dtype)"),
+                            "MoE router (gate) matmul dtype (auto = dtype)", default="auto"),
     "router_noise": SpecKey(_nonneg_float, "float >= 0",
-                            "std of gaussian noise on MoE router logits, keyed by the token's activations"),
+                            "std of gaussian noise on MoE router logits, keyed by the token's activations",
+                            default=0.0),
     "weight_quant": SpecKey(_choice(*_WQ), "|".join(_WQ),
                             "fake-quantize the weights of every decoder linear (q/k/v/o, MLP and experts) onto a "
                             "low-precision format (timbench.quant.schemes.WEIGHT_QUANT); embedding, norms, router "
-                            "and LM head stay unquantized"),
+                            "and LM head stay unquantized", default="none"),
     "act_quant": SpecKey(_choice(*_AQ), "|".join(_AQ),
                          "dynamic per-token quantization of the inputs of the quantized linears "
-                         "(timbench.quant.schemes.ACT_QUANT); needs weight_quant"),
+                         "(timbench.quant.schemes.ACT_QUANT); needs weight_quant", default="none",
+                         check=_needs_weight_quant),
     "kv_cache_dtype": SpecKey(_kv_cache_dtype, "|".join((*_KV, *KV_ALIASES)),
                               "KV cache storage format (vLLM's kv_cache_dtype): keys and values are rounded to it "
-                              "as they are written, and every attention read sees the stored values", ("engine",)),
-    "noise": SpecKey(parse_noise, "none|gaussian:SIGMA|lowprob:SIGMA|student_t:SIGMA:DF",
-                     "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",)),
+                              "as they are written, and every attention read sees the stored values", ("engine",),
+                              "auto"),
+    "noise": SpecKey(parse_noise, "none|" + "|".join(f"{k}:SIGMA" + ":DF" * (n.n_params - 1)
+                                                     for k, n in NOISE_KINDS.items()),
+                     "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",),
+                     Noise()),
 }
 
 
-@dataclass(frozen=True)
-class Spec:
-    """How one side (engine or trainer) computes. Defaults are the zero-mismatch reference."""
-
-    engine: str = "timbench"
-    """Rollout engine backend (engine side only): timbench or vllm."""
-    kernels: str = "exact"
-    """Kernel set name (see `timbench.kernels`)."""
-    dtype: str = "fp32"
-    """Weights/activations dtype: fp32, bf16 or fp16."""
-    logits_dtype: str = "auto"
-    """LM-head dtype; auto follows dtype."""
-    attn_splits: int = 1
-    """Split-KV chunks in decode attention (1 = one pass over all keys)."""
-    tp: int = 1
-    """Simulated tensor-parallel degree."""
-    tp_reduce: str = "ring"
-    """All-reduce order of the row-parallel partial sums (ring or tree)."""
-    router_dtype: str = "auto"
-    """MoE router matmul dtype; auto follows dtype."""
-    router_noise: float = 0.0
-    """Gaussian noise std on MoE router logits."""
-    weight_quant: str = "none"
-    """Low-precision weight format of the decoder linears (none = the dtype's own weights)."""
-    act_quant: str = "none"
-    """Dynamic per-token quantization of the quantized linears' inputs (none = off)."""
-    kv_cache_dtype: str = "auto"
-    """KV cache storage format (engine only; auto = the activation dtype, exact)."""
-    noise: Noise = Noise()
-    """Synthetic sampler-logit noise (engine only)."""
+class _SpecMethods:
+    """What every generated Spec can do besides holding its keys."""
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -209,6 +186,19 @@ class Spec:
         return parse_spec({**{k: str(v) for k, v in self.to_dict().items()}, **changes}, what, side)
 
 
+def make_spec_class(keys: dict[str, SpecKey], name: str = "Spec") -> type:
+    """A frozen dataclass with one field per registry key (its default from the registry), in registry order."""
+    cls = dataclasses.make_dataclass(name, [(k, Any, dataclasses.field(default=sk.default)) for k, sk in keys.items()],
+                                     bases=(_SpecMethods,), frozen=True)
+    cls.__module__ = __name__  # pickled by reference (Ray workers, multiprocessing)
+    cls.__doc__ = ("How one side (engine or trainer) computes; generated from SPEC_KEYS (one field per key, "
+                   "documented there). Defaults are the zero-mismatch reference.")
+    return cls
+
+
+Spec = make_spec_class(SPEC_KEYS)
+
+
 ZERO_MISMATCH = Spec()
 """The reference both sides of a zero-mismatch run use: exact kernels, fp32, no TP, no noise."""
 
@@ -226,24 +216,27 @@ def quantized_reference(spec: Spec) -> Spec | None:
     return dataclasses.replace(ZERO_MISMATCH, **keys) if keys else None
 
 
-def _check_side(spec: Spec, what: str, side: str | None) -> Spec:
+def _check_side(spec: Spec, what: str, side: str | None, keys: dict[str, SpecKey]) -> Spec:
     if side is not None:
         for f in dataclasses.fields(spec):
-            sk = SPEC_KEYS[f.name]
+            sk = keys[f.name]
             if side not in sk.sides and getattr(spec, f.name) != f.default:
                 raise SpecError(f"{what}: {f.name} is an {'/'.join(sk.sides)}-only key ({sk.doc})")
     return spec
 
 
-def parse_spec(text: str | dict | Spec | None, what: str = "spec", side: str | None = None) -> Spec:
+def parse_spec(text: str | dict | Spec | None, what: str = "spec", side: str | None = None,
+               keys: dict[str, SpecKey] | None = None, spec_cls: type | None = None) -> Spec:
     """Parse `kernels=torch,dtype=bf16` (or a dict of the same) into a Spec; raise SpecError on any bad part.
 
     `side` ("engine" or "trainer") rejects keys that make no sense there (noise on the trainer, say).
     A Spec is returned as it is (after the side check): specs are parsed once, at the edge
     (config file, CLI, condition table), and travel as Spec objects from there on.
+    `keys` / `spec_cls` replace the registry and its class (tests of the registry itself).
     """
-    if isinstance(text, Spec):  # already parsed (and valid): only the side can still be wrong
-        return _check_side(text, what, side)
+    keys, spec_cls = keys or SPEC_KEYS, spec_cls or Spec
+    if isinstance(text, spec_cls):  # already parsed (and valid): only the side can still be wrong
+        return _check_side(text, what, side, keys)
     if text is None:
         items = {}
     elif isinstance(text, dict):
@@ -253,24 +246,23 @@ def parse_spec(text: str | dict | Spec | None, what: str = "spec", side: str | N
         for part in text.split(",") if text.strip() else []:
             key, sep, value = part.strip().partition("=")
             if not sep or not key:
-                raise SpecError(f"{what}: {part.strip()!r} is not key=value; valid keys: {', '.join(SPEC_KEYS)}")
+                raise SpecError(f"{what}: {part.strip()!r} is not key=value; valid keys: {', '.join(keys)}")
             items[key.strip()] = value.strip()
     values = {}
     for key, raw in items.items():
-        if key not in SPEC_KEYS:
+        if key not in keys:
             raise SpecError(f"{what}: unknown key {key!r}; valid keys: "
-                            + ", ".join(f"{k}={s.valid}" for k, s in SPEC_KEYS.items()))
-        sk = SPEC_KEYS[key]
+                            + ", ".join(f"{k}={s.valid}" for k, s in keys.items()))
+        sk = keys[key]
         if side is not None and side not in sk.sides:
             raise SpecError(f"{what}: {key} is an {'/'.join(sk.sides)}-only key ({sk.doc})")
         try:
             values[key] = sk.parse(raw)
         except (ValueError, TypeError):
             raise SpecError(f"{what}: invalid value {raw!r} for {key}; valid: {sk.valid}") from None
-    spec = Spec(**values)
-    if spec.tp_reduce != "ring" and spec.tp == 1:
-        raise SpecError(f"{what}: tp_reduce={spec.tp_reduce} needs tp > 1")
-    if spec.act_quant != "none" and spec.weight_quant == "none":
-        raise SpecError(f"{what}: act_quant={spec.act_quant} needs weight_quant (activations are quantized at the "
-                        f"inputs of quantized linears); valid weight_quant: {SPEC_KEYS['weight_quant'].valid}")
+    spec = spec_cls(**values)
+    for sk in keys.values():
+        problem = sk.check(spec) if sk.check else None
+        if problem:
+            raise SpecError(f"{what}: {problem}")
     return spec

@@ -78,31 +78,19 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
               progress: bool = True, command: str | None = None) -> dict:
     """Run a warm start; write the checkpoint (with card.json) to `out` if given; return the card.
 
-    Raises WarmstartError when the band is not reached within `max_steps` (or is overshot
-    between two evaluations), UnknownTaskError for a bad task, ValueError for bad arguments.
+    Phases: check the arguments, build the model / optimizer / engine, train until the eval accuracy
+    is in the band (`_train_to_band`), write the card. Raises WarmstartError when the band is not
+    reached within `max_steps` (or is overshot between two evaluations), UnknownTaskError for a bad
+    task, ValueError for bad arguments.
     """
-    from tqdm import tqdm
-
     from .engine import make_engine
-    from .evaluate import evaluate, evaluate_both
     from .model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
     from .spec import parse_spec
-    from .tasks import get_task
-    from .trainer import MiniBatch, update_policy
     from .trainer.optim import AdamW
 
-    t_obj = get_task(task)
-    if model not in PRESETS:
-        raise WarmstartError(f"unknown model preset {model!r}; valid: {', '.join(PRESETS)}")
-    band = parse_band(band) if isinstance(band, str) else tuple(float(b) for b in band)
-    if len(band) != 2 or not (0.0 <= band[0] <= band[1] <= 1.0):
-        raise WarmstartError(f"band {band} needs 0 <= LO <= HI <= 1")
-    for name, v in (("eval_n", eval_n), ("max_steps", max_steps), ("batch_size", batch_size),
-                    ("eval_every", eval_every), ("probe_n", probe_n), ("threads", threads)):
-        if int(v) < 1:
-            raise WarmstartError(f"{name} must be >= 1, got {v}")
+    t_obj, band = _check_args(task, model, band, eval_n=eval_n, max_steps=max_steps, batch_size=batch_size,
+                              eval_every=eval_every, probe_n=probe_n, threads=threads)
     set_threads(threads)
-
     t0 = time.perf_counter()
     net = Qwen3ForCausalLM(PRESETS[model], seed=seed)
     compute = Compute.from_spec(parse_spec(TRAINER_SPEC, "trainer spec", side="trainer"))
@@ -111,48 +99,10 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     probe = eval_set[:min(probe_n, eval_n)]
     engine = make_engine(net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"),
                          max_num_seqs=min(256, eval_n), weights=net)
-
-    history: list[list] = []  # [step, probe accuracy at T=1]
-    final = None
-    loss_v = float("nan")
-    last_acc = "-"
-    step = 0
-    bar = tqdm(total=max_steps, desc=f"warmstart {task} {model}", file=sys.stderr,
-               disable=not progress, dynamic_ncols=True)
-    try:
-        for step in range(1, max_steps + 1):
-            net.train()
-            seqs = sft_batch(t_obj.train_batch(seed, step, batch_size))
-            loss_v = update_policy(net, opt, compute, [MiniBatch(slice(0, len(seqs)), seqs)], sft_objective,
-                                   epochs=1, grad_clip=1.0, temperature=1.0)[0]["actor/loss"]
-            bar.update(1)
-            if step % eval_every and step != max_steps:
-                bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc, refresh=False)
-                continue
-            engine.load_weights(net)
-            acc = evaluate(net, t_obj, probe, temperature=1.0, seed=seed, engine=engine)["accuracy"]
-            history.append([step, round(acc, 4)])
-            last_acc = f"{acc:.3f}"
-            bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc)
-            if acc < band[0] and step != max_steps:
-                continue
-            full = evaluate_both(net, t_obj, eval_set, seed=seed, engine=engine)
-            if _in_band(full["accuracy_t1"], band):
-                final = full
-                break
-            if full["accuracy_t1"] > band[1]:
-                raise WarmstartError(
-                    f"{task}/{model}: T=1 accuracy {full['accuracy_t1']:.3f} on {eval_n} eval problems "
-                    f"overshot the band {band[0]:g}-{band[1]:g} at step {step}; "
-                    f"evaluate more often (eval_every={eval_every}) or widen the band")
-            if step == max_steps:
-                raise WarmstartError(
-                    f"{task}/{model}: T=1 accuracy {full['accuracy_t1']:.3f} on {eval_n} eval problems is "
-                    f"below the band {band[0]:g}-{band[1]:g} after max_steps={max_steps}; raise --max-steps")
-    finally:
-        bar.close()
+    final, history, step, loss_v = _train_to_band(
+        net, opt, compute, engine, t_obj, eval_set, probe, band, (task, model), seed=seed, eval_n=eval_n,
+        max_steps=max_steps, batch_size=batch_size, eval_every=eval_every, progress=progress)
     wall = time.perf_counter() - t0
-
     card = {
         "task": t_obj.name,
         "task_version": t_obj.version,
@@ -187,6 +137,81 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     if out is not None:
         save_checkpoint(net, out, card=card)
     return card
+
+
+def _check_args(task: str, model: str, band, **counts: int):
+    """The task object and the band as a (lo, hi) tuple; WarmstartError on a bad preset, band or count."""
+    from .model import PRESETS
+    from .tasks import get_task
+
+    t_obj = get_task(task)
+    if model not in PRESETS:
+        raise WarmstartError(f"unknown model preset {model!r}; valid: {', '.join(PRESETS)}")
+    band = parse_band(band) if isinstance(band, str) else tuple(float(b) for b in band)
+    if len(band) != 2 or not (0.0 <= band[0] <= band[1] <= 1.0):
+        raise WarmstartError(f"band {band} needs 0 <= LO <= HI <= 1")
+    for name, v in counts.items():
+        if int(v) < 1:
+            raise WarmstartError(f"{name} must be >= 1, got {v}")
+    return t_obj, band
+
+
+def _train_to_band(net, opt, compute, engine, t_obj, eval_set, probe, band, task_model: tuple[str, str], *,
+                   seed: int, eval_n: int, max_steps: int, batch_size: int, eval_every: int, progress: bool):
+    """SFT steps until the full eval's T=1 accuracy is in `band`: (final eval, probe history, steps, last loss).
+
+    The cheap probe runs every `eval_every` steps; the full eval only once the probe reaches the band.
+    """
+    from tqdm import tqdm
+
+    from .evaluate import evaluate, evaluate_both
+    from .trainer import MiniBatch, update_policy
+
+    history: list[list] = []  # [step, probe accuracy at T=1]
+    loss_v = float("nan")
+    last_acc = "-"
+    step = 0
+    what = "/".join(task_model)
+    bar = tqdm(total=max_steps, desc=f"warmstart {' '.join(task_model)}", file=sys.stderr,
+               disable=not progress, dynamic_ncols=True)
+    try:
+        for step in range(1, max_steps + 1):
+            net.train()
+            seqs = sft_batch(t_obj.train_batch(seed, step, batch_size))
+            loss_v = update_policy(net, opt, compute, [MiniBatch(slice(0, len(seqs)), seqs)], sft_objective,
+                                   epochs=1, grad_clip=1.0, temperature=1.0)[0]["actor/loss"]
+            bar.update(1)
+            if step % eval_every and step != max_steps:
+                bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc, refresh=False)
+                continue
+            engine.load_weights(net)
+            acc = evaluate(net, t_obj, probe, temperature=1.0, seed=seed, engine=engine)["accuracy"]
+            history.append([step, round(acc, 4)])
+            last_acc = f"{acc:.3f}"
+            bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc)
+            if acc < band[0] and step != max_steps:
+                continue
+            full = evaluate_both(net, t_obj, eval_set, seed=seed, engine=engine)
+            if _in_band(full["accuracy_t1"], band):
+                return full, history, step, loss_v
+            _check_not_past_band(full["accuracy_t1"], band, what, step, eval_n, eval_every, max_steps)
+    finally:
+        bar.close()
+    raise AssertionError("unreachable: the last step always evaluates")  # pragma: no cover
+
+
+def _check_not_past_band(acc: float, band, what: str, step: int, eval_n: int, eval_every: int,
+                         max_steps: int) -> None:
+    """WarmstartError when `acc` overshot the band, or is still below it at the last step."""
+    if acc > band[1]:
+        raise WarmstartError(
+            f"{what}: T=1 accuracy {acc:.3f} on {eval_n} eval problems "
+            f"overshot the band {band[0]:g}-{band[1]:g} at step {step}; "
+            f"evaluate more often (eval_every={eval_every}) or widen the band")
+    if step == max_steps:
+        raise WarmstartError(
+            f"{what}: T=1 accuracy {acc:.3f} on {eval_n} eval problems is "
+            f"below the band {band[0]:g}-{band[1]:g} after max_steps={max_steps}; raise --max-steps")
 
 
 # ---- CLI ---------------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ class Engine:
     def _sample(self, seqs, logits, params):
         req = torch.tensor([s.request.request_id for s in seqs])
         pos = torch.tensor([s.length for s in seqs])  # absolute position of the token to sample
-        return sample(logits, params, req, pos, self.compute.kernels, self.spec.noise)
+        return sample(logits, params, req, pos, self.compute.kernels, self.compute.noise)  # the spec it carries
 
     def _prefill(self, seqs: list[Sequence], params: SamplingParams) -> None:
         lens = [len(s.request.prompt_ids) for s in seqs]

@@ -21,9 +21,8 @@ import torch
 
 from ..kernels import KernelSet
 from ..kernels.logprobs import token_logprobs_all
-from ..kernels.noise_ops import keyed_normal, keyed_student_t, one_minus_prob
 from ..kernels.numba_ops import keyed_gumbel, top_p_logprobs
-from ..spec import Noise
+from ..noise import NOISE_STREAM_LOGITS, NOISE_STREAM_SAMPLING, Noise, key_ids, perturb_logits  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -42,45 +41,9 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
-NOISE_STREAM_SAMPLING = 0
-NOISE_STREAM_LOGITS = 1  # student_t also uses streams 2 .. 1 + df for its chi-square draws
-
-
-def _ids(t: torch.Tensor):
-    return t.numpy().astype("int64")
-
-
-def _gaussian(noise: Noise, logits, params, req, pos, kernels):
-    return keyed_normal(params.seed, NOISE_STREAM_LOGITS, _ids(req), _ids(pos), logits.shape[-1])
-
-
-def _student_t(noise: Noise, logits, params, req, pos, kernels):
-    return keyed_student_t(params.seed, NOISE_STREAM_LOGITS, _ids(req), _ids(pos), logits.shape[-1], noise.df)
-
-
-def _lowprob(noise: Noise, logits, params, req, pos, kernels):
-    # Scale unit noise by 1 - p (p from the clean tempered distribution): the model's likely
-    # tokens barely move, its unlikely ones take the full sigma, where real mismatch concentrates.
-    lp = token_logprobs_all(logits, params.temperature, kernels)
-    return _gaussian(noise, logits, params, req, pos, kernels) * one_minus_prob(lp.contiguous().numpy())
-
-
-# noise kind -> unit-scale noise [B, V] (float64); the sampler multiplies by sigma.
-LOGIT_NOISE = {"gaussian": _gaussian, "student_t": _student_t, "lowprob": _lowprob}
-
-
-def perturb_logits(logits: torch.Tensor, noise: Noise, params: "SamplingParams", req: torch.Tensor,
-                   pos: torch.Tensor, kernels: KernelSet) -> torch.Tensor:
-    """fp32 logits + sigma * keyed noise (unchanged for `none` or sigma 0)."""
-    if noise.kind == "none" or noise.sigma == 0:
-        return logits
-    unit = LOGIT_NOISE[noise.kind](noise, logits.float(), params, req, pos, kernels)
-    return (logits.double() + noise.sigma * torch.from_numpy(unit)).float()
-
-
 def gumbel(seed: int, req: torch.Tensor, pos: torch.Tensor, width: int, stream: int = NOISE_STREAM_SAMPLING):
     """Standard Gumbel noise [len(req), width] in float64, keyed by (seed, stream, request, position)."""
-    return torch.from_numpy(keyed_gumbel(seed, stream, _ids(req), _ids(pos), width))
+    return torch.from_numpy(keyed_gumbel(seed, stream, key_ids(req), key_ids(pos), width))
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,

@@ -21,8 +21,10 @@ from pathlib import Path
 from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
-KINDS = ("reference", "precision", "quant", "kernels", "tp", "moe", "noise", "vllm")
-"""Mismatch families; `reference` is the zero-mismatch baseline every other cell is compared with."""
+KINDS = {"reference": "*", "precision": "s", "quant": "p", "kernels": "D", "tp": "^", "moe": "v", "noise": "o",
+         "vllm": "P"}
+"""Mismatch families, each with its matplotlib marker in the reports (one table: a new family is one entry);
+`reference` is the zero-mismatch baseline every other cell is compared with."""
 
 
 @dataclass(frozen=True)

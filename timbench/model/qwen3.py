@@ -21,44 +21,52 @@ from ..kernels.fixed_grad import embed, scale_rows
 from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
 from . import quantized as Q
+from ..spec import ZERO_MISMATCH, Spec
 from .config import ModelConfig
 
 
 @dataclass
 class Compute:
-    """How to run a forward: kernel set, dtypes, and the arithmetic conditions of one side's spec."""
+    """How to run a forward: a kernel set instance and the parsed spec of one side.
+
+    The spec is carried whole, not mirrored field by field: every spec key reads
+    through (`compute.tp`, `compute.weight_quant`, and any key added to
+    `timbench.spec.SPEC_KEYS` later), and only the dtypes are resolved to torch
+    dtypes here.
+    """
 
     kernels: KernelSet
-    dtype: torch.dtype = torch.float32
-    """Weights and activations."""
-    logits_dtype: torch.dtype | None = None
-    """LM-head matmul dtype; None follows `dtype`."""
-    router_dtype: torch.dtype | None = None
-    """MoE gate matmul dtype; None follows `dtype`."""
-    router_noise: float = 0.0
-    """Std of gaussian noise on MoE router logits (keyed by the logits' own bits and the layer)."""
-    tp: int = 1
-    """Simulated tensor-parallel degree of the row-parallel o_proj / down_proj."""
-    tp_reduce: str = "ring"
-    """All-reduce order for tp > 1 (ring or tree)."""
-    attn_splits: int = 1
-    """Split-KV chunks of decode attention (engine only; the trainer never decodes)."""
-    weight_quant: str = "none"
-    """Low-precision format of the decoder linears' weights (`timbench.quant.schemes.WEIGHT_QUANT`)."""
-    act_quant: str = "none"
-    """Dynamic per-token format of the quantized linears' inputs (`ACT_QUANT`)."""
-    kv_cache_dtype: str = "auto"
-    """Storage format of keys and values (`KV_CACHE`; auto = unchanged)."""
+    spec: Spec = ZERO_MISMATCH
+    """The side's spec (`timbench.spec.Spec`); its kernels name is the kernel set's."""
     quant_cache: "QuantCache | None" = None
     """Quantized weights kept between forwards (the engine's `timbench.quant.QuantCache`, cleared at each
     weight sync); None = quantize at every forward (a trainer)."""
 
     @classmethod
-    def from_spec(cls, spec) -> "Compute":
+    def from_spec(cls, spec: Spec) -> "Compute":
         """The Compute a `timbench.spec.Spec` asks for (a fresh kernel set instance)."""
-        return cls(get_kernels(spec.kernels), spec.torch_dtype, spec.torch_logits_dtype, spec.torch_router_dtype,
-                   spec.router_noise, spec.tp, spec.tp_reduce, spec.attn_splits, spec.weight_quant,
-                   spec.act_quant, spec.kv_cache_dtype)
+        return cls(get_kernels(spec.kernels), spec)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Weights and activations."""
+        return self.spec.torch_dtype
+
+    @property
+    def logits_dtype(self) -> torch.dtype:
+        """LM-head matmul dtype (auto resolved to `dtype`)."""
+        return self.spec.torch_logits_dtype
+
+    @property
+    def router_dtype(self) -> torch.dtype:
+        """MoE gate matmul dtype (auto resolved to `dtype`)."""
+        return self.spec.torch_router_dtype
+
+    def __getattr__(self, name: str):
+        # Only called for names that are not attributes: the spec's keys (router_noise, tp, attn_splits, ...).
+        if name.startswith("__") or "spec" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.spec, name)
 
 
 def rope_table(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:

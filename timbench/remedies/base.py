@@ -29,18 +29,10 @@ import torch
 from .. import ratios
 from ..coerce import coerce, field_kind
 from ..kernels.reduce import fmean
+from ..schema import METRIC_NAMES  # noqa: F401  (re-exported: remedies import it from here)
 
 REPLAY_MODES = (None, "engine", "old")
 
-METRIC_NAMES = {
-    "remedy/token_masked_frac": "rollout_corr/rollout_rs_masked_fraction",
-    "remedy/seq_masked_frac": "rollout_corr/rollout_rs_seq_masked_fraction",
-    "remedy/token_truncated_frac": "rollout_corr/rollout_is_ratio_fraction_high",
-    "remedy/is_weight_mean": "rollout_corr/rollout_is_mean",
-    "remedy/is_weight_min": "rollout_corr/rollout_is_min",
-    "remedy/is_weight_max": "rollout_corr/rollout_is_max",
-}
-"""Generic name -> the verl name actually logged."""
 
 
 @dataclass(frozen=True)

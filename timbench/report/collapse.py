@@ -39,10 +39,12 @@ import re
 import statistics
 from dataclasses import dataclass
 
-REWARD = "critic/rewards/mean"
-GRAD = "actor/grad_norm"
+from ..schema import ACCURACY_T1, GRAD_NORM, K3_KL, REWARD_MEAN
+
+REWARD = REWARD_MEAN
+GRAD = GRAD_NORM
 LOSS = "actor/loss"
-K3 = "rollout_corr/k3_kl"
+K3 = K3_KL
 _MIN_MEDIAN_HISTORY = 3  # a median of one or two grad norms is too jumpy to call spikes against
 
 
@@ -164,7 +166,7 @@ def _non_finite_failure(summary: dict | None) -> bool:
 
 def accuracy_drop_step(eval_rows: list[dict], rule: CollapseRule) -> int | None:
     """First eval step where criterion 4 holds (a persistent drop of eval accuracy_t1 below (1-alpha) x peak)."""
-    pts = [(int(e["step"]), float(e["accuracy_t1"])) for e in eval_rows if e.get("accuracy_t1") is not None]
+    pts = [(int(e["step"]), float(e[ACCURACY_T1])) for e in eval_rows if e.get(ACCURACY_T1) is not None]
     peak = -math.inf
     for i, (step, acc) in enumerate(pts):
         peak = max(peak, acc)
@@ -176,7 +178,7 @@ def accuracy_drop_step(eval_rows: list[dict], rule: CollapseRule) -> int | None:
 
 
 def _acc(eval_rows: list[dict]) -> tuple[float | None, float | None]:
-    accs = [float(e["accuracy_t1"]) for e in eval_rows if e.get("accuracy_t1") is not None]
+    accs = [float(e[ACCURACY_T1]) for e in eval_rows if e.get(ACCURACY_T1) is not None]
     return (max(accs), accs[-1]) if accs else (None, None)
 
 

@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 
+from ..grid.conditions import KINDS
 from ..metrics import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
 from .results import CellRun
 
-KIND_MARKERS = {"reference": "*", "noise": "o", "precision": "s", "kernels": "D", "tp": "^", "moe": "v",
-                "vllm": "P", "quant": "p"}
+KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)
 DELTA_KEYS = ("mismatch/mean_abs_delta", "mismatch/p99_abs_delta", "mismatch/max_abs_delta")
 HIST_KEY = "mismatch/abs_delta_hist"
 

@@ -18,15 +18,16 @@ import math
 from pathlib import Path
 
 from ..atomic import atomic_write
-from ..remedies.base import METRIC_NAMES as REMEDY_METRIC_NAMES
+from ..schema import METRIC_NAMES as REMEDY_METRIC_NAMES
 from ..spec import parse_spec
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
 from .results import CellRun, Grid, load_results
+from ..schema import ACCURACY_GREEDY, K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, PROBS_DIFF_MAX, QUANTIZED_ACCURACY_GREEDY
 
 FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
 DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
-MEAN_KEYS = ("mismatch/mean_abs_delta", "rollout_corr/k3_kl", "training/rollout_probs_diff_max")
-MAX_KEYS = ("training/rollout_probs_diff_max", "mismatch/max_abs_delta")  # exactness: 0.0 at every step
+MEAN_KEYS = (MEAN_ABS_DELTA, K3_KL, PROBS_DIFF_MAX)
+MAX_KEYS = (PROBS_DIFF_MAX, MAX_ABS_DELTA)  # exactness: 0.0 at every step
 REMEDY_KEYS = tuple(sorted(REMEDY_METRIC_NAMES.values()))
 """What every remedy logs (verl's rollout_corr/rollout_is_* and rollout_rs_* names), averaged over steps."""
 COLLAPSE_KEYS = {"collapsed": "collapse/collapsed", "collapse_step": "collapse/step",
@@ -79,8 +80,8 @@ def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
     # Greedy accuracy of the fp32 policy and, for a quantized engine, of the quantized policy itself at the
     # last eval: their gap is what quantization costs the policy, apart from what mismatch cost training.
     last = cell.evals[-1] if cell.evals else {}
-    row["final_accuracy_greedy"] = last.get("accuracy_greedy")
-    row["final_quantized_accuracy_greedy"] = last.get("quantized/accuracy_greedy")
+    row["final_accuracy_greedy"] = last.get(ACCURACY_GREEDY)
+    row["final_quantized_accuracy_greedy"] = last.get(QUANTIZED_ACCURACY_GREEDY)
     for k in DRIFT_KEYS:
         xs = _values(m, k)
         row[f"cum/{k}"] = math.fsum(xs) if xs else None

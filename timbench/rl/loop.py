@@ -39,6 +39,8 @@ from .config import Loaded, RunConfig, load
 from .drift import objective_drift
 from .rollout import Experience, collect
 from .rundir import RunDir, one_line
+from ..schema import (ABS_DELTA_HIST, ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX,
+                      QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN)
 
 __all__ = ["Lane", "NonFiniteError", "StepBatch", "run", "summarize", "train_step"]
 
@@ -188,14 +190,14 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
     exp, mask, old_logprobs = batch.exp, batch.mask, batch.old_logprobs
     lens = fsum(exp.mask, 1)
     metrics = {
-        "critic/rewards/mean": float(fmean(exp.rewards)), "critic/rewards/std": float(fstd(exp.rewards.double())),
+        REWARD_MEAN: float(fmean(exp.rewards)), "critic/rewards/std": float(fstd(exp.rewards.double())),
         "response_length/mean": float(fmean(lens)), "response_length/max": float(lens.max()),
         "actor/entropy": float(masked_mean(batch.entropy[:, : mask.shape[1]], exp.mask)),
         "batch/kept_frac": float(fmean(mask.any(1).float())),
         **_mean(batch.updates),
         **{k: v for k, v in mismatch_metrics(old_logprobs, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
         # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
-        "mismatch/abs_delta_hist": abs_delta_histogram(old_logprobs, exp.rollout_logprobs, exp.mask),
+        ABS_DELTA_HIST: abs_delta_histogram(old_logprobs, exp.rollout_logprobs, exp.mask),
     }
     clash = sorted(metrics.keys() & batch.remedy_metrics.keys())
     if clash:
@@ -280,13 +282,13 @@ class _Session:
             self.eval_engine.load_weights(lane.model)
             r = evaluate_both(lane.model, self.run.task_impl, self.run.eval_problems, seed=self.run.seed,
                               engine=self.eval_engine)
-            prefix = "" if lane.name == "main" else "twin/"
-            row.update({prefix + "accuracy_t1": r["accuracy_t1"], prefix + "accuracy_greedy": r["accuracy_greedy"]})
+            prefix = "" if lane.name == "main" else TWIN
+            row.update({prefix + ACCURACY_T1: r[ACCURACY_T1], prefix + ACCURACY_GREEDY: r[ACCURACY_GREEDY]})
             if lane.name == "main" and self.quant_engine is not None:
                 self.quant_engine.load_weights(lane.model)
                 q = evaluate(lane.model, self.run.task_impl, self.run.eval_problems, temperature=0.0,
                              seed=self.run.seed, engine=self.quant_engine)
-                row["quantized/accuracy_greedy"] = q["accuracy"]
+                row[QUANTIZED_ACCURACY_GREEDY] = q["accuracy"]
         self.logs["eval"].write(row)
 
     def step(self, step: int) -> dict:
@@ -296,7 +298,7 @@ class _Session:
         row, timing = {"step": step, **metrics}, batch.timing
         if self.run.twin:
             twin_m, twin_batch = results[1]
-            row["twin/critic/rewards/mean"] = twin_m["critic/rewards/mean"]
+            row[TWIN + REWARD_MEAN] = twin_m[REWARD_MEAN]
             row["twin/frac_tokens_differ"] = _token_diff(batch.exp, twin_batch.exp)
             if self.extra["first_divergence_step"] is None and row["twin/frac_tokens_differ"] > 0:
                 self.extra["first_divergence_step"] = step
@@ -376,12 +378,12 @@ def summarize(path, cfg: RunConfig | Loaded, status: str, error, extra: dict) ->
          "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
          **extra}
     if evals:
-        s.update(initial_accuracy_t1=evals[0]["accuracy_t1"], final_accuracy_t1=evals[-1]["accuracy_t1"],
-                 final_accuracy_greedy=evals[-1]["accuracy_greedy"],
-                 peak_accuracy_t1=max(e["accuracy_t1"] for e in evals))
+        s.update(initial_accuracy_t1=evals[0][ACCURACY_T1], final_accuracy_t1=evals[-1][ACCURACY_T1],
+                 final_accuracy_greedy=evals[-1][ACCURACY_GREEDY],
+                 peak_accuracy_t1=max(e[ACCURACY_T1] for e in evals))
     if rows:
-        for k in ("rollout_corr/k3_kl", "training/rollout_probs_diff_max", "mismatch/mean_abs_delta",
+        for k in (K3_KL, PROBS_DIFF_MAX, MEAN_ABS_DELTA,
                   "drift/diff_mean", "drift/diff_abs_mean"):
             s[f"mean/{k}"] = sum(r[k] for r in rows) / len(rows)
-        s["final/critic/rewards/mean"] = rows[-1]["critic/rewards/mean"]
+        s["final/critic/rewards/mean"] = rows[-1][REWARD_MEAN]
     return s
