@@ -138,8 +138,11 @@ def test_other_code_is_refused_only_when_it_changes_results(tiny, tmp_path):
     m["code"] = "0123456789abcdef"
     (other / "track.json").write_text(json.dumps(m))
     track = load_track(str(root / "tiny.yaml"))
-    notes = check_committed(track, other)  # same results: the replayed step matches
+    said = []
+    notes = check_committed(track, other, say=said.append)  # same results: the replayed step matches
     assert len(notes) == 1 and "matched byte for byte" in notes[0]
+    # the preflight says what it does while it runs, with counts (issue 29)
+    assert len(said) == 2 and "step 0/1" in said[0] and said[1].startswith("preflight: step 1/1, took ")
     metrics = other / "runs" / m["replay_cell"] / "metrics.jsonl"
     metrics.write_text(metrics.read_text().replace('"actor/', '"actor/x', 1))
     with pytest.raises(ValueError, match="by other code .* changes results: a replay of cell .* step 0 differs"):

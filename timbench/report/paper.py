@@ -13,7 +13,6 @@ cells are left out and counted.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from ..atomic import atomic_write
@@ -155,38 +154,37 @@ def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path) -> 
     return "\n".join(lines)
 
 
-def write_paper(path: str | Path, command: str | None = None) -> dict[str, Path]:
-    """Write paper.md, paper.json and figures/paper_*.png into the grid dir `path`; returns what was written."""
+def check_paper_cells(d: PaperData, path) -> None:
+    """Refuse (one-line ValueError) a grid without the cells F1/F2 read: the zero-mismatch reference and a real
+    mismatched condition finished in both recompute and bypass mode (bench/grids/paper.yaml has them)."""
+    both = [c for c in d.real() if d.setting(c, "none", "recompute") and d.setting(c, "none", "bypass")]
+    if d.setting(*d.reference) and both:
+        return
+    have = ", ".join(f"{c}/{m}" for (c, r, m) in sorted(d.rows) if r == "none") or "no finished cells"
+    raise ValueError(f"{path} is not a paper grid: F1/F2 need the reference {d.reference[0]!r} and a real "
+                     f"mismatched condition in both recompute and bypass mode; it has {have} "
+                     "(run bench/grids/paper.yaml, see README 'Paper figures')")
+
+
+def write_paper(path: str | Path, command: str | None = None, out: str | Path | None = None) -> dict[str, Path]:
+    """Write paper.md, paper.json and figures/paper_*.png for the grid dir `path` into `out` (default
+    `path`); returns what was written. A grid without the paper's cells is refused (`check_paper_cells`)."""
     from .plots import png_bytes
     path = Path(path)
+    out = Path(out) if out is not None else path
     d, rows = paper_data(path)
+    check_paper_cells(d, path)
     command = command or f"timbench paper {path}"
     vs = verdicts(d)
     written = {}
     for claim, build in _figures(d, remedy_variants(d)).items():
-        p = path / "figures" / CLAIMS[claim][0]
+        p = out / "figures" / CLAIMS[claim][0]
         atomic_write(p, png_bytes(build()))
         written[claim] = p
-    written["paper.md"] = path / "paper.md"
+    written["paper.md"] = out / "paper.md"
     atomic_write(written["paper.md"], _markdown(vs, rows, command, path))
     doc = {"command": command, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
                                            "subclaims": [vars(s) for s in v.subs]} for v in vs]}
-    written["paper.json"] = path / "paper.json"
+    written["paper.json"] = out / "paper.json"
     atomic_write(written["paper.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return written
-
-
-def _cmd(args) -> int:
-    written = write_paper(args.dir.rstrip("/"))
-    for p in written.values():
-        print(p)
-    print(f"timbench paper: wrote {len(written)} files into {args.dir}", file=sys.stderr)
-    return 0
-
-
-def add_parser(sub) -> None:
-    """Register `timbench paper DIR`."""
-    p = sub.add_parser("paper", help="the seed paper's figures F1-F5 + dose-response with seed bands, and a "
-                                     "verdict per claim, from a grid result dir (results/paper)")
-    p.add_argument("dir", help="grid result directory (results/paper, from bench/grids/paper.yaml)")
-    p.set_defaults(func=_cmd)

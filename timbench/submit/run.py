@@ -76,7 +76,9 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         raise ValueError(f"--out {out} is the committed results directory; give another one")
     if remedy in track.remedies:
         raise ValueError(f"remedy {remedy!r} already has committed results on track {track.name} ({committed})")
-    notes = check_committed(track, committed)
+    print(f"submit {remedy} on track {track.name}: preflight of the committed results {committed}", file=stream,
+          flush=True)
+    notes = check_committed(track, committed, say=lambda line: print(line, file=stream, flush=True))
     cells = plan_cells(track, remedy, dict(remedy_args or {}))
     committed_ids = {c["id"] for c in read_json(committed / "cells.json")["cells"]}
     missing = sorted({c["reference"] for c in cells if c["reference"]} - committed_ids)
