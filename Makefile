@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup setup-vllm quick paper align test test-vllm test-ray bench clean
+.PHONY: setup setup-vllm quick paper align test test-vllm test-ray test-browser bench clean
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -60,11 +60,17 @@ align: setup
 	cat $(ALIGN_OUT)/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q -m "not slow and not ray_cluster" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray
+	$(PY) -m pytest -q -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
 
 # A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
 test-ray: setup
 	TIMBENCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m ray_cluster tests/test_ray_cluster.py
+
+# The HTML pages rendered in headless Chromium (installed here when missing: apt, as root or via sudo).
+test-browser: setup
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium; }
+	TIMBENCH_REQUIRE_CHROMIUM=1 $(PY) -m pytest -q -m browser tests/test_html_browser.py
 
 bench: setup
 	$(PY) -m pytest bench/ -q --benchmark-json results/bench/bench.json

@@ -57,6 +57,14 @@ class Progress:
                 f"{self.failed} failed, {self.pending} pending, ETA {self.eta()}")
 
 
+    def emit(self, force: bool = False) -> None:
+        key = (self.done, self.running, self.failed)
+        now = time.monotonic()
+        if force or key != self._last or now - self._last_t >= self.every_s:
+            print(self.line(), file=self.stream or sys.stderr, flush=True)
+            self._last, self._last_t = key, now
+
+
 def steps_of(out: str, cells: list[dict]) -> tuple[int, int]:
     """(steps logged, steps configured) summed over `cells`: a metrics.jsonl line per finished step."""
     from timbench.grid.layout import run_dir
@@ -68,10 +76,3 @@ def steps_of(out: str, cells: list[dict]) -> tuple[int, int]:
         except OSError:  # not started yet
             pass
     return done, total
-
-    def emit(self, force: bool = False) -> None:
-        key = (self.done, self.running, self.failed)
-        now = time.monotonic()
-        if force or key != self._last or now - self._last_t >= self.every_s:
-            print(self.line(), file=self.stream or sys.stderr, flush=True)
-            self._last, self._last_t = key, now
