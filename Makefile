@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "make setup: creating $(VENV) and installing timbench with its test and ray extras (~4 min)"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install --progress-bar off -e '.[test,ray]' | grep -E '^(Collecting|Successfully)' || true
+	$(PIP) install --progress-bar off -e '.[test,ray]'
 	touch $@
 
 setup: $(VENV)/.installed
