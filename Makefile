@@ -5,15 +5,17 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper align test test-vllm test-ray bench clean
+.PHONY: setup setup-vllm quick paper align test test-vllm test-ray test-browser bench clean
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
 
+# Not -q: the install takes minutes, and pip's own lines say what it is doing.
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@echo "make setup: creating $(VENV) and installing timbench with its test and ray extras (~4 min)"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(CONSTRAINTS) -e '.[test,ray]'
+	$(PIP) install --progress-bar off $(CONSTRAINTS) -e '.[test,ray]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -44,24 +46,33 @@ quick: setup
 
 # The paper reproduction (README "Paper figures"): 72 RL runs, ~55 min on 2 cores by the cost model; resumable
 # (rerun to continue), so it may run in parts. Then the leaderboard and the F1-F5 + dose-response figures with verdicts.
-PAPER_OUT ?= results/paper
+# Writes under build/ (results/paper holds the committed run); `make paper PAPER_OUT=results/paper` updates that.
+PAPER_OUT ?= build/paper
 paper: setup
 	$(VENV)/bin/timbench grid run bench/grids/paper.yaml --out $(PAPER_OUT) --workers 2
 	$(VENV)/bin/timbench grid report $(PAPER_OUT)
-	$(VENV)/bin/timbench paper $(PAPER_OUT)
+	$(VENV)/bin/timbench paper $(PAPER_OUT) --out $(PAPER_OUT)
 	cat $(PAPER_OUT)/paper.md
 
-# Engine vs trainer mismatch of every condition on one workload (results/align/align_quick.md).
+# Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;
+# `make align ALIGN_OUT=results/align` updates it).
+ALIGN_OUT ?= build/align
 align: setup
-	$(VENV)/bin/timbench align --table bench/align_quick.yaml --out results/align
-	cat results/align/align_quick.md
+	$(VENV)/bin/timbench align --table bench/align_quick.yaml --out $(ALIGN_OUT)
+	cat $(ALIGN_OUT)/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q -m "not slow and not ray_cluster" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray
+	$(PY) -m pytest -q -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
 
 # A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
 test-ray: setup
 	TIMBENCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m ray_cluster tests/test_ray_cluster.py
+
+# The HTML pages rendered in headless Chromium (installed here when missing: apt, as root or via sudo).
+test-browser: setup
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium; }
+	TIMBENCH_REQUIRE_CHROMIUM=1 $(PY) -m pytest -q -m browser tests/test_html_browser.py
 
 bench: setup
 	$(PY) -m pytest bench/ -q --benchmark-json results/bench/bench.json

@@ -44,11 +44,13 @@ def _cmd_run(args) -> int:
 
 def add_run_parser(grid_sub) -> None:
     """Register `run` on the `timbench grid` subparsers (timbench.grid.cli.add_parser's result)."""
+    from timbench.grid.cli import add_workers_arg
+
     from . import BACKENDS
     p = grid_sub.add_parser("run", help="run every cell of a grid that is not done yet (resumable)")
     p.add_argument("grid", help="grid spec YAML")
     p.add_argument("--out", required=True, help="results directory, e.g. results/NAME")
-    p.add_argument("--workers", type=int, help="parallel cells (default: the grid's, else the CPU count)")
+    add_workers_arg(p)
     p.add_argument("--backend", default="local", choices=list(BACKENDS), help="where cells run")
     p.add_argument("--address", help="with --backend ray: local (default), auto, or a cluster address")
     p.add_argument("--resources", help="with --backend ray: custom Ray resources each cell needs, as JSON, "

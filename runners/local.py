@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 from timbench.grid.layout import read_status, write_status
 
 from .cell import run_cell
-from .progress import Progress
+from .progress import Progress, steps_of
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -70,6 +70,8 @@ def run_local(cells: list[dict], out: str, workers: int | None = None, address: 
     workers = workers or os.cpu_count() or 1
     ctx = mp.get_context("spawn")  # never fork a process that has torch/numba thread pools running
     queue, running, results = list(cells), {}, {}
+    if progress:  # the progress line counts the running cells' steps
+        progress.running_steps = lambda: steps_of(out, [cell for _, cell, _ in running.values()])
     try:
         while queue or running:
             while queue and len(running) < workers:

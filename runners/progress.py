@@ -24,6 +24,8 @@ class Progress:
         self.label, self.total, self.workers, self.stream, self.every_s = label, total, max(1, workers), stream, every_s
         self.done, self.failed, self.running = done, failed, 0
         self.walls: list[float] = []
+        self.running_steps = None
+        """Optional callable -> (steps done, steps in all) of the running cells (runner-set; see `steps_of`)."""
         self._last: tuple | None = None
         self._last_t = 0.0
 
@@ -47,8 +49,13 @@ class Progress:
         return fmt_seconds(sum(self.walls) / len(self.walls) * left / self.workers)
 
     def line(self) -> str:
-        return (f"[grid {self.label}] {self.done}/{self.total} done, {self.running} running, "
+        steps = ""
+        if self.running and self.running_steps is not None:
+            done, total = self.running_steps()
+            steps = f" (steps {done}/{total})"
+        return (f"[grid {self.label}] {self.done}/{self.total} done, {self.running} running{steps}, "
                 f"{self.failed} failed, {self.pending} pending, ETA {self.eta()}")
+
 
     def emit(self, force: bool = False) -> None:
         key = (self.done, self.running, self.failed)
@@ -56,3 +63,16 @@ class Progress:
         if force or key != self._last or now - self._last_t >= self.every_s:
             print(self.line(), file=self.stream or sys.stderr, flush=True)
             self._last, self._last_t = key, now
+
+
+def steps_of(out: str, cells: list[dict]) -> tuple[int, int]:
+    """(steps logged, steps configured) summed over `cells`: a metrics.jsonl line per finished step."""
+    from timbench.grid.layout import run_dir
+    done = total = 0
+    for cell in cells:
+        total += int(cell["config"].get("steps") or 0)
+        try:
+            done += (run_dir(out, cell["id"]) / "metrics.jsonl").read_bytes().count(b"\n")
+        except OSError:  # not started yet
+            pass
+    return done, total

@@ -55,9 +55,14 @@ def test_align_table_writes_and_resumes(tmp_path):
     from timbench.align_table import read_table, run_table
     table = tmp_path / "t.yaml"
     table.write_text("models: [tiny-dense]\nseed: 0\nbatches: [1, 5]\nconditions:\n"
-                     "  - {name: a, engine: kernels=exact, trainer: kernels=exact}\n")
-    rows = run_table(table, tmp_path / "out", progress=lambda m: None)
+                     "  - {name: a, engine: kernels=exact, trainer: kernels=exact}\n"
+                     "  - {name: b, engine: kernels=exact, trainer: kernels=exact}\n")
+    said = []
+    rows = run_table(table, tmp_path / "out", progress=said.append)
     assert rows[0]["max_abs_diff"] == 0.0
+    # counts and an ETA on every row, so a long table is never silent (issue 29)
+    assert "2 rows to run" in said[0]
+    assert said[1].startswith("[row 1/2, ETA ") and said[2].startswith("[row 2/2, took "), said
     res = tmp_path / "out" / "t.json"
     before = res.read_text()
     run_table(table, tmp_path / "out", progress=lambda m: pytest.fail("a finished row was recomputed"))

@@ -81,6 +81,12 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     rec = json.loads((out / "submission.json").read_text())
     assert rec["of"] == 3 and [c["vs"] for c in rec["comparisons"]] == ["none", "tis_token"]
     assert all(len(c["seeds"]) == 2 and c["lo"] is not None for c in rec["comparisons"])
+    # per condition too, so a loss under one condition is not hidden by an overall tie (issue 29)
+    for c in rec["comparisons"]:
+        assert [p["setting"] for p in c["by_setting"]] == ["noise-g2/recompute"]
+        assert c["by_setting"][0]["remedy"]["mean"] is not None and c["by_setting"][0]["other"]["lo"] is not None
+    assert "  - noise-g2/recompute: " in text and "paired difference" in text.split("noise-g2/recompute: ")[1]
+    assert (out / "figures" / "remedy_scores.png").is_file()  # the forest plot, the submission highlighted
     new = [d.name for d in (out / "runs").iterdir() if "Halve" in d.name]
     assert len(new) == 2  # noise-g2 x 2 seeds; the reference cells come from the committed results
     board = (out / "leaderboard.md").read_text()
@@ -138,8 +144,11 @@ def test_other_code_is_refused_only_when_it_changes_results(tiny, tmp_path):
     m["code"] = "0123456789abcdef"
     (other / "track.json").write_text(json.dumps(m))
     track = load_track(str(root / "tiny.yaml"))
-    notes = check_committed(track, other)  # same results: the replayed step matches
+    said = []
+    notes = check_committed(track, other, say=said.append)  # same results: the replayed step matches
     assert len(notes) == 1 and "matched byte for byte" in notes[0]
+    # the preflight says what it does while it runs, with counts (issue 29)
+    assert len(said) == 2 and "step 0/1" in said[0] and said[1].startswith("preflight: step 1/1, took ")
     metrics = other / "runs" / m["replay_cell"] / "metrics.jsonl"
     metrics.write_text(metrics.read_text().replace('"actor/', '"actor/x', 1))
     with pytest.raises(ValueError, match="by other code .* changes results: a replay of cell .* step 0 differs"):
@@ -159,3 +168,24 @@ def test_submit_guards(tiny, tmp_path, capsys):
     assert main(["submit", "icepop", "--track", str(root / "tiny.yaml"), "--committed", str(committed),
                  "--out", str(tmp_path / "s"), "--set", "steps=3"]) == 2
     assert "submit takes only remedy_args" in capsys.readouterr().err
+
+
+def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
+    from timbench.submit.repro import SETTINGS, is_plugin, reproducibility_warning
+    (tmp_path / "plug.py").write_text(
+        "import torch\nfrom timbench.remedies import Remedy, fexp, finish, fsum, log_rho\n"
+        "class Threads(Remedy):  # its metric depends on the thread count, as a racy reduction's bits would\n"
+        "    name = 'threads'\n"
+        "    def __call__(self, batch):\n"
+        "        return finish(batch, extra={'x': float(torch.get_num_threads())})\n"
+        "class Fixed(Remedy):\n"
+        "    name = 'fixed'\n"
+        "    def __call__(self, batch):\n"
+        "        w = fexp(log_rho(batch))\n"
+        "        return finish(batch, weights=w, extra={'x': float(fsum(w * batch.mask))})\n")
+    two = SETTINGS[:2]  # 1 vs 2 threads: enough to tell them apart, at 2 processes each
+    warning = reproducibility_warning(f"{tmp_path / 'plug.py'}:Threads", {}, settings=two)
+    assert warning and "2 threads" in warning and "fexp" in warning and "\n" not in warning
+    assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, settings=two) is None
+    assert is_plugin("x.py:C") and is_plugin("pkg.mod:C") and not is_plugin("tis_token")
+    assert not is_plugin("verl:decoupled_token_is") and not is_plugin("trl:token_mask")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .align import ENGINE_BATCHES, align
 from .atomic import atomic_write
+from .eta import Eta
 from .model import load_model
 from .readfile import read_yaml
 from .spec import parse_spec
@@ -49,16 +50,24 @@ def run_table(path: str | Path, out: str | Path, progress=print) -> list[dict]:
     done = {(r["model_name"], r["condition"]) for r in rows}
     seed = int(t.get("seed", 0))
     batches = tuple(t.get("batches", ENGINE_BATCHES))
-    for model_name in t.get("models", ["tiny-dense"]):
+    models = t.get("models", ["tiny-dense"])
+    todo = [(m, c) for m in models for c in t["conditions"]
+            if (m, c["name"]) not in done and m in c.get("models", [m])]
+    eta = Eta(len(todo))
+    if todo:
+        progress(f"align table {path}: {len(todo)} rows to run ({len(rows)} already in {res_path})")
+    for model_name in models:
+        mine = [c for m, c in todo if m == model_name]
+        if not mine:
+            continue
         model = load_model(model_name, seed=seed)
-        for c in t["conditions"]:
-            if (model_name, c["name"]) in done or model_name not in c.get("models", [model_name]):
-                continue
+        for c in mine:
             r = align(model, c["engine"], c["trainer"], seed=seed, batches=batches)
             rows.append({"model_name": model_name, "condition": c["name"], **r,
                          **({"kind": c["kind"]} if "kind" in c else {})})
             atomic_write(res_path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
-            progress(f"{model_name:11s} {c['name']:55s} max|d|={r['max_abs_diff']:.3g} k3={r['k3_kl']:.3g}")
+            progress(f"[row {eta.tick()}] {model_name:11s} {c['name']:55s} max|d|={r['max_abs_diff']:.3g} "
+                     f"k3={r['k3_kl']:.3g}")
     atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
     if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
         from .report.plots_align import save_delta_axis

@@ -1,20 +1,26 @@
-"""The `timbench` command: one subcommand per job, each a thin layer over the library."""
+"""The `timbench` command: one subcommand per job, each a thin layer over the library.
+
+Building the parser imports no torch/numba (each command imports its library when it runs, packages export
+lazily: timbench.lazy), so `timbench --help`, `--version` and argument errors answer in well under a second.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from .spec import SpecError
+from . import __version__
 
 
 def _cmd_align(args) -> int:
     if args.table:
         from .align_table import run_table
         from .atomic import check_output_dir
-        check_output_dir(args.out or "results/align")
-        run_table(args.table, args.out or "results/align", progress=lambda m: print(m, file=sys.stderr))
+        out = args.out or "build/align"
+        check_output_dir(out)
+        run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr, flush=True))
         return 0
     from .align import align
     from .model import load_model
@@ -31,24 +37,67 @@ def _cmd_align(args) -> int:
     return 0
 
 
+def _dist_version(name: str) -> str:
+    """An installed distribution's version from its metadata (no import of the package itself)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _git_revision() -> str | None:
+    """The checkout's commit (+ "-dirty" with uncommitted changes), or None outside a git checkout."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def version_text() -> str:
+    """`timbench --version`: one line naming timbench's version, the git revision and the numeric stack."""
+    rev = _git_revision()
+    stack = ", ".join(f"{n} {_dist_version(n)}" for n in ("torch", "numba", "vllm"))
+    return f"timbench {__version__}" + (f" (git {rev})" if rev else "") + f"; {stack}; python {sys.version.split()[0]}"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kw.get("help"))
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="timbench", description="Training-inference mismatch benchmark suite")
+    p.add_argument("--version", action=_VersionAction, help="timbench, git revision, torch/numba/vLLM versions")
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("align", help="measure engine vs trainer logprob mismatch on a mixed workload")
     a.add_argument("--model", default="tiny-dense", help="preset (tiny-dense, tiny-moe) or checkpoint directory")
     a.add_argument("--engine", default="kernels=exact", help="engine spec, e.g. kernels=torch,dtype=bf16")
     a.add_argument("--trainer", default="kernels=exact", help="trainer spec")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--temperature", type=float, default=1.0)
+    a.add_argument("--seed", type=int, default=0, help="model init and sampling seed")
+    a.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--table", help="YAML table of conditions (e.g. bench/align_quick.yaml) to run instead")
-    a.add_argument("--out", help="with --table: output directory (default results/align)")
+    a.add_argument("--out", help="with --table: output directory (default build/align; "
+                                 "--out results/align updates the committed tables)")
     a.set_defaults(func=_cmd_align)
 
     from .diagnose.cli import add_parser as add_diagnose
     add_diagnose(sub)
-    from .warmstart import add_parser as add_warmstart
+    from .warmstart_cli import add_parser as add_warmstart
     add_warmstart(sub)
     from .rl.cli import add_parser as add_train
     add_train(sub)
@@ -62,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(grid_sub)
     add_report_parser(grid_sub)
 
-    from .report.paper import add_parser as add_paper  # `timbench paper DIR` (issue 16)
-    add_paper(sub)
+    from .report.cli import add_paper_parser  # `timbench paper DIR` (issue 16)
+    add_paper_parser(sub)
 
     from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track` (issue 15)
     add_submit(sub)
@@ -79,14 +128,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def _closed_pipe() -> int:
+    """stdout's reader went away (`timbench remedies list | head`): no traceback, and no second error when
+    Python flushes stdout at exit (stdout is pointed at /dev/null, as the Python docs advise)."""
     try:
-        return args.func(args) or 0
-    except (SpecError, ValueError, FileNotFoundError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"timbench {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        try:
+            return args.func(args) or 0
+        except (ValueError, FileNotFoundError, KeyError) as e:  # SpecError is a ValueError
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+            print(f"timbench {args.command}: error: {msg}", file=sys.stderr)
+            return 2
+    except BrokenPipeError:
+        return _closed_pipe()
 
 
 if __name__ == "__main__":

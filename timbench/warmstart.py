@@ -17,7 +17,6 @@ explicit generator, the data of step s is `task.train_batch(seed, s, batch)`
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
@@ -28,7 +27,7 @@ import torch
 from .kernels.reduce import fsum, masked_sum
 from .threads import set_threads
 
-DEFAULT_MODEL = "tiny-dense"
+from .warmstart_cli import DEFAULT_MODEL  # noqa: E402  (one definition, in the torch-free CLI module)
 TRAINER_SPEC = "kernels=torch,dtype=fp32"
 ENGINE_SPEC = "kernels=exact,dtype=fp32"
 
@@ -213,45 +212,3 @@ def _check_not_past_band(acc: float, band, what: str, step: int, eval_n: int, ev
             f"{what}: T=1 accuracy {acc:.3f} on {eval_n} eval problems is "
             f"below the band {band[0]:g}-{band[1]:g} after max_steps={max_steps}; raise --max-steps")
 
-
-# ---- CLI ---------------------------------------------------------------------------------------
-
-def _band_arg(text: str) -> tuple[float, float]:
-    try:
-        return parse_band(text)
-    except WarmstartError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _cmd(args) -> int:
-    from .atomic import check_output_dir
-    check_output_dir(args.out)  # before minutes of training, not after
-    card = warmstart(args.task, args.model, args.out, seed=args.seed, band=args.band, eval_n=args.eval_n,
-                     max_steps=args.max_steps, threads=args.threads, batch_size=args.batch_size,
-                     lr=args.lr, eval_every=args.eval_every, probe_n=args.probe_n,
-                     progress=not args.no_progress)
-    print(f"{args.out}: {card['task']} {card['model']} steps={card['steps']} "
-          f"wall={card['wall_time_s']}s acc_t1={card['accuracy_t1']:.3f} "
-          f"acc_greedy={card['accuracy_greedy']:.3f} (n={card['eval_n']})")
-    return 0
-
-
-def add_parser(sub) -> None:
-    """Register `timbench warmstart` on the CLI's subparsers."""
-    from .tasks import DEFAULT_TASK
-    w = sub.add_parser("warmstart", help="supervised warm start of a preset on a task, stopped inside an accuracy band")
-    w.add_argument("--task", default=DEFAULT_TASK, help=f"task name (default {DEFAULT_TASK})")
-    w.add_argument("--model", default=DEFAULT_MODEL, help="preset: tiny-dense or tiny-moe")
-    w.add_argument("--out", required=True, help="checkpoint directory to write")
-    w.add_argument("--seed", type=int, default=0, help="init, data order and eval sampling seed")
-    w.add_argument("--band", type=_band_arg, default=(0.2, 0.6), metavar="LO,HI",
-                   help="target T=1 accuracy band (default 0.2,0.6)")
-    w.add_argument("--eval-n", type=int, default=256, help="eval problems for the final accuracies")
-    w.add_argument("--max-steps", type=int, default=1000)
-    w.add_argument("--threads", type=int, default=2, help="torch and numba threads")
-    w.add_argument("--batch-size", type=int, default=128)
-    w.add_argument("--lr", type=float, default=1e-3)
-    w.add_argument("--eval-every", type=int, default=10, help="steps between probe evaluations")
-    w.add_argument("--probe-n", type=int, default=128, help="eval problems in each probe")
-    w.add_argument("--no-progress", action="store_true", help="no progress bar")
-    w.set_defaults(func=_cmd)

@@ -9,6 +9,8 @@ ties them together, `figures` draws them, `table` runs a condition table, `cli`
 is the command.
 """
 
-from .run import align_groups, diagnose, diagnose_rollouts
+from ..lazy import lazy_exports
 
-__all__ = ["align_groups", "diagnose", "diagnose_rollouts"]
+_EXPORTS = {".run": ["align_groups", "diagnose", "diagnose_rollouts"]}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = [n for names in _EXPORTS.values() for n in names]

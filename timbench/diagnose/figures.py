@@ -12,12 +12,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ..atomic import atomic_path  # noqa: E402
+from ..atomic import atomic_path
+from ..report.style import DPI, legend, plt
 
 
 def _pos(x):
@@ -29,7 +25,8 @@ def _save(fig, path: Path) -> Path:
         warnings.simplefilter("ignore")
         fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=90, format="png", metadata={"Software": None})  # no version stamp: stable bytes
+        fig.savefig(tmp, dpi=DPI, format="png", metadata={"Software": None},  # no version stamp: stable bytes
+                    bbox_inches="tight", pad_inches=0.08)
     plt.close(fig)
     return path
 
@@ -41,7 +38,7 @@ def _axes(figsize=(9, 4.5)):
 
 
 def _legend(ax):
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # many lines: always outside
 
 
 def _lines(rows, out, name, view, ylabel, title):
@@ -71,7 +68,7 @@ def attribution(rows, out):
     ax.set_yscale("log")
     ax.set_ylabel("rms logprob error vs float64 reference")
     ax.set_title("Per-side attribution")
-    ax.legend(fontsize=7)
+    legend(ax)
     return _save(fig, out / "attribution.png")
 
 
@@ -103,8 +100,8 @@ def argmax(rows, out):
              label="argmax flip rate (engine vs trainer)")
     ax2.set_ylabel("argmax flip rate")
     ax.set_xticks([i + 0.17 for i in range(len(rows))], [lbl for lbl, _ in rows], rotation=60, ha="right", fontsize=7)
-    ax.legend(fontsize=7, loc="upper left")
-    ax2.legend(fontsize=7, loc="upper right")
+    legend(ax)
+    legend(ax2)
     ax.set_title("Argmax tokens vs the rest")
     return _save(fig, out / "argmax.png")
 

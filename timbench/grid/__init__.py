@@ -2,7 +2,9 @@
 the result layout (the single owner of cells.json and cell.json). Reports live in `timbench.report`,
 runners in `timbench.runners`."""
 
-from .conditions import KINDS, Condition, load_conditions
-from .spec import AXES, Axes, Cell, GridSpec, expand, load_grid
+from ..lazy import lazy_exports
 
-__all__ = ["KINDS", "Condition", "load_conditions", "AXES", "Axes", "Cell", "GridSpec", "expand", "load_grid"]
+_EXPORTS = {".conditions": ["KINDS", "Condition", "load_conditions"],
+            ".spec": ["AXES", "Axes", "Cell", "GridSpec", "expand", "load_grid"]}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = [n for names in _EXPORTS.values() for n in names]

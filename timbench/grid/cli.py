@@ -40,12 +40,25 @@ def _cmd_plan(args) -> int:
     return 0
 
 
+WORKERS_HELP = "parallel cells (default: the grid's workers, else the CPU count)"
+"""The one `--workers` default of grid plan/run, submit and track run."""
+
+
+def default_workers(workers: int | None, grid_workers: int | None = None) -> int:
+    """`--workers` as given, else the grid's, else the CPU count (the same rule for every command)."""
+    return workers or grid_workers or os.cpu_count() or 1
+
+
+def add_workers_arg(p) -> None:
+    """Add `--workers N` (default: `default_workers`) to a command's parser."""
+    p.add_argument("--workers", type=int, help=WORKERS_HELP)
+
+
 def add_plan_parser(grid_sub) -> None:
     p = grid_sub.add_parser("plan", help="list the cells of a grid and estimate its cost")
     p.add_argument("grid", help="grid spec YAML (e.g. bench/grids/example.yaml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--workers", type=int, help="parallel cells for the wall-time estimate (default: the grid's, "
-                                               "else the CPU count)")
+    add_workers_arg(p)
     p.set_defaults(func=_cmd_plan)
 
 

@@ -1,6 +1,7 @@
-"""The report commands: `timbench grid report DIR` and `timbench compare BASELINE CANDIDATE`.
+"""The report commands: `timbench grid report DIR`, `timbench paper DIR` and `timbench compare BASELINE CANDIDATE`.
 
     timbench grid report results/NAME
+    timbench paper results/paper [--out build/paper]
     timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json] [--bytes]
 """
 
@@ -29,6 +30,39 @@ def add_report_parser(subparsers, name: str = "report") -> None:
     p.set_defaults(func=_cmd_report)
 
 
+def default_out(source: str, fallback: str) -> str:
+    """Where a regeneration from `source` writes by default: `results/X` -> `build/X` (committed results change
+    only when told `--out results/...`), anything else into `source` itself (e.g. build/paper from make paper)."""
+    parts = source.rstrip("/").split("/")
+    if "results" in parts:
+        rest = parts[parts.index("results") + 1:]
+        return "/".join(["build", *rest]) if rest else fallback
+    return source.rstrip("/")
+
+
+def _cmd_paper(args) -> int:
+    from ..atomic import check_output_dir
+    from .paper import write_paper
+    d = args.dir.rstrip("/")
+    out = args.out or default_out(d, "build/paper")
+    check_output_dir(out)
+    written = write_paper(d, out=out)
+    for p in written.values():
+        print(p)
+    print(f"timbench paper: wrote {len(written)} files into {out}", file=sys.stderr)
+    return 0
+
+
+def add_paper_parser(sub) -> None:
+    """Register `timbench paper DIR`."""
+    p = sub.add_parser("paper", help="the seed paper's figures F1-F5 + dose-response with seed bands, and a "
+                                     "verdict per claim, from a grid result dir (results/paper)")
+    p.add_argument("dir", help="grid result directory (results/paper, from bench/grids/paper.yaml)")
+    p.add_argument("--out", help="where paper.md/.json and figures/ go (default: results/X -> build/X, "
+                                 "else DIR itself; give --out results/X to update the committed files)")
+    p.set_defaults(func=_cmd_paper)
+
+
 def _cmd_compare(args) -> int:
     from .compare import compare, format_verdict, load_tolerances
     verdict = compare(args.baseline, args.candidate, load_tolerances(args.tolerances), require_bytes=args.bytes)
@@ -38,7 +72,7 @@ def _cmd_compare(args) -> int:
 
 def add_compare_parser(sub) -> None:
     """Register `compare` on the top-level `timbench` subparsers."""
-    from .compare import Tolerances
+    from .tolerances import Tolerances
     p = sub.add_parser("compare", help="regression gate: compare two grid result dirs or two align tables; "
                                        "exit 1 on any regression, 2 when they cannot be compared")
     p.add_argument("baseline", help="baseline grid dir (results/NAME) or align table JSON")

@@ -153,7 +153,9 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                                                   if r["mean/mismatch/mean_abs_delta"] is not None]),
                     "mean_k3_kl": stats.mean([r["mean/rollout_corr/k3_kl"] for r in scored
                                               if r["mean/rollout_corr/k3_kl"] is not None]),
-                    "tolerance": tim_tolerance(mine)})
+                    "tolerance": tim_tolerance(mine),
+                    # failed runs and remedies that trained on nothing, marked apart from their (capped) score
+                    "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r))})
     out.sort(key=lambda e: (e["score"] is None, -(e["score"] or 0.0), e["remedy"]))
     for i, e in enumerate(out):
         e["tied_with"] = [j + 1 for j, o in enumerate(out) if j != i and e["score"] is not None
@@ -192,16 +194,16 @@ def fmt_interval(iv: Interval, digits: int = 3) -> str:
 def _ranking_table(rows: list[dict], stamp: str) -> Table:
     ranked = remedy_ranking(rows)
     body = [[str(i + 1), ", ".join(map(str, e["tied_with"])) or "-", e["remedy"], fmt_interval(e["interval"]),
-             str(e["seeds"]), f"{e['collapses']}/{e['cells']}", fmt(e["mean_abs_delta"]), fmt(e["mean_k3_kl"]),
-             e["tolerance"]] for i, e in enumerate(ranked)]
+             str(e["seeds"]), f"{e['collapses']}/{e['cells']}", f"failed {e['failed']}" if e["failed"] else "0",
+             fmt(e["mean_abs_delta"]), fmt(e["mean_k3_kl"]), e["tolerance"]] for i, e in enumerate(ranked)]
     return Table(
         "Remedies ranked by score",
         ["rank", "tied with (overlapping intervals)", "remedy", "score [95% CI]", "seeds", "collapses/cells",
-         "mean |delta|", "mean k3_kl", "TIM tolerance (sigma)"], body,
+         "failed", "mean |delta|", "mean k3_kl", "TIM tolerance (sigma)"], body,
         f"{stamp}. Score: per seed, the mean over finished mismatched cells of final accuracy / the same seed's "
         f"reference, a collapsed cell (or one whose remedy trained on nothing) capped at {SCORE_CAP}; then the "
         f"mean over seeds with a 95% Student t interval (one seed: the eval-set binomial error, propagated). "
-        f"Ranks whose intervals overlap are tied. "
+        f"Ranks whose intervals overlap are tied. failed: the remedy's cells that failed or trained on nothing. "
         f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.")
 
 
@@ -237,7 +239,8 @@ def tables(grid: Grid, rows: list[dict], command: str, groups: list[SeedGroup] |
         c = r["collapse/collapsed"]
         collapse = "-" if c is None else (f"collapsed@{r['collapse/step']} ({r['collapse/reason']})" if c else "no")
         cell_rows.append([fmt(r[k]) for k in varying] + [
-            r["condition"], fmt(r["kind"]), r["remedy"], r["mode"], r["status"], collapse,
+            r["condition"], fmt(r["kind"]), r["remedy"], r["mode"],
+            "failed: nothing trained" if trained_nothing(r) else r["status"], collapse,
             fmt(r["final_accuracy_t1"]), fmt(r["relative_accuracy_t1"]), fmt(r["mean/mismatch/mean_abs_delta"]),
             fmt(r["mean/rollout_corr/k3_kl"]), fmt(r["cum/drift/diff_mean"]), fmt(r["collapse/kl_lead_steps"])])
     cells = Table(
@@ -283,21 +286,27 @@ def markdown(title: str, preamble: list[str], tabs: list[Table]) -> str:
     return "\n".join(out)
 
 
-def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None) -> list[tuple[str, str, object]]:
-    """(file name, caption, figure builder) for every figure of the report."""
+def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None,
+            highlight: str | None = None) -> list[tuple[str, str, object]]:
+    """(file name, caption, figure builder) for every figure of the report; `highlight`: a submitted remedy."""
     groups = seed_groups(rows) if groups is None else groups
     # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
     from .plots import drift_figure, kl_grad_figure, reward_accuracy_figure
     from .plots_cells import (delta_distribution_figure, delta_histogram_figure, dose_response_figure,
                               has_histograms, relative_accuracy_heatmap)
+    from .plots_forest import forest_figure
     cells = grid.cells
-    out = [("reward_accuracy.png", "(a) training reward and eval accuracy per condition vs the zero-mismatch reference",
+    out = [("remedy_scores.png", "remedy scores with 95% intervals (forest plot; the submitted remedy highlighted, "
+                                 "failed cells marked)", lambda: forest_figure(remedy_ranking(rows), highlight)),
+           ("reward_accuracy.png", "(a) training reward and eval accuracy per condition vs the zero-mismatch "
+                                   "reference (mean, 95% band over seeds)",
             lambda: reward_accuracy_figure(cells)),
-           ("kl_grad_norm.png", "(b) rollout_corr/k3_kl and actor/grad_norm (log); exact zeros marked at the bottom",
+           ("kl_grad_norm.png", "(b) rollout_corr/k3_kl (log, geometric band; exact zeros at the bottom) and "
+                                "actor/grad_norm (95% band over seeds)",
             lambda: kl_grad_figure(cells)),
            ("relative_accuracy_heatmap.png", "(c) final accuracy / reference, condition x remedy, per mode",
             lambda: relative_accuracy_heatmap(rows)),
-           ("drift_by_adv_sign.png", "(d) C(r) drift split by advantage sign per condition",
+           ("drift_by_adv_sign.png", "(d) C(r) drift split by advantage sign per condition (95% band over seeds)",
             lambda: drift_figure(cells)),
            ("abs_delta_distribution.png", "(e) per-step mean / p99 / max |delta| per condition (log)",
             lambda: delta_distribution_figure(cells)),
@@ -312,8 +321,9 @@ def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None)
     return out
 
 
-def write_report(path: str | Path, command: str | None = None) -> dict[str, Path]:
-    """Write the report files into the grid dir `path`; returns {name: path written}."""
+def write_report(path: str | Path, command: str | None = None, highlight: str | None = None) -> dict[str, Path]:
+    """Write the report files into the grid dir `path`; returns {name: path written}. `highlight` names a
+    submitted remedy, drawn apart in the forest plot."""
     grid = load_results(path)
     rows = summarize(grid)
     command = command or f"timbench grid report {path}"
@@ -332,7 +342,7 @@ def write_report(path: str | Path, command: str | None = None) -> dict[str, Path
     atomic_write(written["seeds.csv"], csv_text(seed_rows, tuple(seed_rows[0]) if seed_rows else GROUP))
     from .plots import png_bytes
     pngs = []
-    for name, caption, build in figures(grid, rows, groups):
+    for name, caption, build in figures(grid, rows, groups, highlight):
         png = png_bytes(build())
         written[f"figures/{name}"] = grid.path / "figures" / name
         atomic_write(written[f"figures/{name}"], png)

@@ -13,7 +13,7 @@ cells are left out and counted.
 from __future__ import annotations
 
 import json
-import sys
+from html import escape
 from pathlib import Path
 
 from ..atomic import atomic_write
@@ -108,9 +108,11 @@ def _figures(d: PaperData, variants: dict) -> dict:
             s.color = cmap[s.label]
     sm = d.smooth
     return {
-        "F1": lambda: pp.curves_figure([ref] + [setting(c) for c in real],
-                                       "F1: zero mismatch vs mismatched rollout engines (recompute mode, remedy none)",
-                                       sm),
+        # F1's verdict also reads the bypass cells (a silent collapse), so they are drawn too (dashed)
+        "F1": lambda: pp.curves_figure([ref] + [setting(c, mode=m) for c in d.real() for m in ("recompute", "bypass")
+                                                if d.cells.get((c, "none", m))],
+                                       "F1: zero mismatch vs mismatched rollout engines (remedy none; solid "
+                                       "recompute, dashed bypass)", sm),
         "F2": lambda: pp.modes_figure([ref] + [setting(c, mode=m) for c in strongest for m in ("recompute", "bypass")],
                                       "F2: recompute (solid) vs bypass (dashed), remedy none", sm),
         "F3": lambda: pp.kl_warning_figure([setting(k[0], k[1], k[2]) for k, _ in collapsed],
@@ -155,38 +157,62 @@ def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path) -> 
     return "\n".join(lines)
 
 
-def write_paper(path: str | Path, command: str | None = None) -> dict[str, Path]:
-    """Write paper.md, paper.json and figures/paper_*.png into the grid dir `path`; returns what was written."""
+def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes]) -> str:
+    """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
+    from .html import figure_html, page, table_html
+    from .leaderboard import Table
+    body = []
+    for v in vs:
+        fig, text = CLAIMS[v.claim]
+        body += [f"<h2>{escape(v.claim)}: {escape(v.verdict)}</h2>", f"<p>Paper: {escape(text)}</p>"]
+        if v.claim in pngs:
+            body.append(figure_html(f"{v.claim} (figures/{fig})", pngs[v.claim]))
+        body.append(table_html(Table(f"{v.claim}: sub-claims", ["verdict", "sub-claim", "numbers"],
+                                     [[s.verdict, s.text, s.numbers] for s in v.subs], "")))
+    status = {}
+    for r in rows:
+        status[r["status"]] = status.get(r["status"], 0) + 1
+    preamble = [f"regenerate: `{command}`",
+                "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
+                "Verdicts are decided by the rules in timbench/report/paper_claims.py from the committed cells; "
+                "intervals are 95% Student t over seeds (paired by seed where two settings are compared)."]
+    return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", preamble, body)
+
+
+def check_paper_cells(d: PaperData, path) -> None:
+    """Refuse (one-line ValueError) a grid without the cells F1/F2 read: the zero-mismatch reference and a real
+    mismatched condition finished in both recompute and bypass mode (bench/grids/paper.yaml has them)."""
+    both = [c for c in d.real() if d.setting(c, "none", "recompute") and d.setting(c, "none", "bypass")]
+    if d.setting(*d.reference) and both:
+        return
+    have = ", ".join(f"{c}/{m}" for (c, r, m) in sorted(d.rows) if r == "none") or "no finished cells"
+    raise ValueError(f"{path} is not a paper grid: F1/F2 need the reference {d.reference[0]!r} and a real "
+                     f"mismatched condition in both recompute and bypass mode; it has {have} "
+                     "(run bench/grids/paper.yaml, see README 'Paper figures')")
+
+
+def write_paper(path: str | Path, command: str | None = None, out: str | Path | None = None) -> dict[str, Path]:
+    """Write paper.md, paper.html, paper.json and figures/paper_*.png for the grid dir `path` into `out` (default
+    `path`); returns what was written. A grid without the paper's cells is refused (`check_paper_cells`)."""
     from .plots import png_bytes
     path = Path(path)
+    out = Path(out) if out is not None else path
     d, rows = paper_data(path)
+    check_paper_cells(d, path)
     command = command or f"timbench paper {path}"
     vs = verdicts(d)
-    written = {}
+    written, pngs = {}, {}
     for claim, build in _figures(d, remedy_variants(d)).items():
-        p = path / "figures" / CLAIMS[claim][0]
-        atomic_write(p, png_bytes(build()))
+        p = out / "figures" / CLAIMS[claim][0]
+        pngs[claim] = png_bytes(build())
+        atomic_write(p, pngs[claim])
         written[claim] = p
-    written["paper.md"] = path / "paper.md"
+    written["paper.md"] = out / "paper.md"
     atomic_write(written["paper.md"], _markdown(vs, rows, command, path))
+    written["paper.html"] = out / "paper.html"
+    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs))
     doc = {"command": command, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
                                            "subclaims": [vars(s) for s in v.subs]} for v in vs]}
-    written["paper.json"] = path / "paper.json"
+    written["paper.json"] = out / "paper.json"
     atomic_write(written["paper.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return written
-
-
-def _cmd(args) -> int:
-    written = write_paper(args.dir.rstrip("/"))
-    for p in written.values():
-        print(p)
-    print(f"timbench paper: wrote {len(written)} files into {args.dir}", file=sys.stderr)
-    return 0
-
-
-def add_parser(sub) -> None:
-    """Register `timbench paper DIR`."""
-    p = sub.add_parser("paper", help="the seed paper's figures F1-F5 + dose-response with seed bands, and a "
-                                     "verdict per claim, from a grid result dir (results/paper)")
-    p.add_argument("dir", help="grid result directory (results/paper, from bench/grids/paper.yaml)")
-    p.set_defaults(func=_cmd)

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ..atomic import atomic_write  # noqa: E402
-from .plots import png_bytes  # noqa: E402
-from .plots_cells import KIND_MARKERS  # noqa: E402
+from ..atomic import atomic_write
+from .plots_cells import KIND_MARKERS
+from .style import legend, plt, png_bytes
 
 
 def delta_axis_figure(rows: list[dict], command: str):
@@ -42,10 +37,11 @@ def delta_axis_figure(rows: list[dict], command: str):
         ax.axvline(left, color="grey", linestyle=":", linewidth=0.8)
         ax.set(title=m, xlabel="mean |delta| over tokens (log; dotted = exactly 0)")
         ax.grid(axis="x", linewidth=0.3)
-        ax.legend(fontsize=6, loc="upper center")  # the empty middle: gaps cluster at 0, 1e-6 and 1e-2..1
-    axes[0][0].set_yticks(range(len(names)), list(reversed(names)), fontsize=7)
-    fig.suptitle(f"engine-trainer gap by condition ({command})", fontsize=9)
+    axes[0][0].set_yticks(range(len(names)), list(reversed(names)))
+    fig.suptitle(f"engine-trainer gap by condition ({command})")
     fig.tight_layout()
+    for ax in axes[0]:
+        legend(ax)  # gaps cluster at 0, 1e-6 and 1e-2..1: the emptiest corner, else outside
     return fig
 
 

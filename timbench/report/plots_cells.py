@@ -15,6 +15,8 @@ from ..grid.conditions import KINDS
 from ..metrics import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
 from .results import CellRun
+from .seeds import is_finished, trained_nothing
+from .style import legend, place_labels
 
 KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)
 DELTA_KEYS = ("mismatch/mean_abs_delta", "mismatch/p99_abs_delta", "mismatch/max_abs_delta")
@@ -26,38 +28,65 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+def _heat_text(cell: list[dict]) -> tuple[str, float | None, bool]:
+    """(text, value to colour or None, marked) of one heatmap square from its seeds' summary rows: a failed
+    or nothing-trained cell is never coloured as a score, whatever its accuracy."""
+    broken = [r for r in cell if trained_nothing(r)] or [r for r in cell if not is_finished(r)]
+    if broken:
+        what = "nothing\ntrained" if trained_nothing(broken[0]) else "failed"
+        return f"{what}\n{len(broken)}/{len(cell)}", None, True
+    rel = _mean([r["relative_accuracy_t1"] for r in cell])
+    text = f"{rel:.2f}" if rel is not None else cell[0]["status"]
+    collapsed = [r["collapse/step"] for r in cell if r["collapse/collapsed"]]
+    if collapsed:  # one seed: the step; several: how many seeds collapsed, from the first step
+        text += f"\nC@{min(collapsed)}" if len(cell) == 1 else f"\nC {len(collapsed)}/{len(cell)}@{min(collapsed)}"
+    return text, rel, bool(collapsed)
+
+
 def relative_accuracy_heatmap(rows: list[dict]):
     """(c) final accuracy / reference over condition x remedy, one panel per mode; mean over seeds etc.
 
-    A collapsed group reads C@n with one seed, C k/m@n with several (k of m seeds, the first at step n)."""
+    Each panel shows only the conditions and remedies that have cells in its mode; a square with no cell is
+    blank, a failed or nothing-trained one hatched grey with what happened. A collapsed group reads C@n with
+    one seed, C k/m@n with several (k of m seeds, the first at step n)."""
     modes = sorted({r["mode"] for r in rows})
-    conds = sorted({r["condition"] for r in rows}, key=lambda c: (not any(
-        r["kind"] == "reference" for r in rows if r["condition"] == c), c))
-    remedies = sorted({r["remedy"] for r in rows}, key=lambda r: (r != "none", r))
+    ref_first = lambda c: (not any(r["kind"] == "reference" for r in rows if r["condition"] == c), c)  # noqa: E731
+    panels = {m: (sorted({r["condition"] for r in rows if r["mode"] == m}, key=ref_first),
+                  sorted({r["remedy"] for r in rows if r["mode"] == m}, key=lambda r: (r != "none", r)))
+              for m in modes}
+    n_rem = max((len(p[1]) for p in panels.values()), default=1)
+    n_cond = max((len(p[0]) for p in panels.values()), default=1)
     fig, axes = plt.subplots(1, len(modes), squeeze=False, figsize=(
-        len(modes) * (1.0 * len(remedies) + 2.4) + 1.5, 0.6 * len(conds) + 2.2))
-    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#dddddd")  # grey: no finished cell
+        len(modes) * (1.1 * n_rem + 2.6) + 1.5, 0.6 * n_cond + 2.2))
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="white")
+    vmax = max(1.2, max((r["relative_accuracy_t1"] or 0 for r in rows), default=1))
+    im = None
     for ax, mode in zip(axes[0], modes):
+        conds, remedies = panels[mode]
         grid = np.full((len(conds), len(remedies)), np.nan)
         for i, cond in enumerate(conds):
             for j, rem in enumerate(remedies):
                 cell = [r for r in rows if (r["mode"], r["condition"], r["remedy"]) == (mode, cond, rem)]
-                rel = _mean([r["relative_accuracy_t1"] for r in cell])
-                collapsed = [r["collapse/step"] for r in cell if r["collapse/collapsed"]]
+                if not cell:
+                    continue
+                text, rel, marked = _heat_text(cell)
                 if rel is not None:
                     grid[i, j] = rel
-                text = "n/a" if not cell else (f"{rel:.2f}" if rel is not None else cell[0]["status"])
-                if collapsed:  # one seed: the step; several: how many seeds collapsed, from the first step
-                    text += f"\nC@{min(collapsed)}" if len(cell) == 1 else f"\nC {len(collapsed)}/{len(cell)}@{min(collapsed)}"
-                ax.text(j, i, text, ha="center", va="center", fontsize=7,
-                        color="darkred" if collapsed else "black", fontweight="bold" if collapsed else None)
-        im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=max(1.2, np.nanmax(grid, initial=1)),
-                       aspect="auto")
-        ax.set_xticks(range(len(remedies)), remedies, rotation=40, ha="right", fontsize=8)
-        ax.set_yticks(range(len(conds)), conds, fontsize=8)
-        ax.set_title(f"mode: {mode}", fontsize=9)
-    fig.suptitle("final accuracy / zero-mismatch reference (C@n: collapsed at step n)", fontsize=10)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+                else:
+                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#e0e0e0", hatch="///",
+                                               edgecolor="#9e9e9e", linewidth=0))
+                # dark squares (either end of RdYlGn) get white text, light ones black: always readable
+                dark = rel is not None and not 0.25 < rel / vmax < 0.8
+                ax.text(j, i, text, ha="center", va="center", fontsize=7.5, color="white" if dark else "black",
+                        fontweight="bold" if marked else None)
+        im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
+        ax.set_xticks(range(len(remedies)), remedies, rotation=35, ha="right")
+        ax.set_yticks(range(len(conds)), conds)
+        ax.grid(False)
+        ax.set_title(f"mode: {mode}")
+    fig.suptitle("final accuracy / zero-mismatch reference (C@n: collapsed at step n; hatched: failed)")
+    if im is not None:
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
     return fig
 
 
@@ -87,8 +116,8 @@ def delta_distribution_figure(cells: list[CellRun]):
                     patch.set_facecolor(plt.get_cmap("Set2")(k))
         ticks = [i * (len(DELTA_KEYS) + 1) + 1 for i in range(len(group))]
         ax.set_xlim(-1, len(group) * (len(DELTA_KEYS) + 1) - 1)
-        ax.legend([plt.Rectangle((0, 0), 1, 1, facecolor=plt.get_cmap("Set2")(k)) for k in range(len(DELTA_KEYS))],
-                  [k.split("/")[-1] for k in DELTA_KEYS], fontsize=7, loc="upper left")
+        legend(ax, [plt.Rectangle((0, 0), 1, 1, facecolor=plt.get_cmap("Set2")(k)) for k in range(len(DELTA_KEYS))],
+               [k.split("/")[-1] for k in DELTA_KEYS])
         ax.set_xticks(ticks, [c.axes["condition"] for c in group], rotation=20, ha="right", fontsize=8)
         ax.set(title=f"per-step |delta| over steps ({mode})", ylabel="|log pi - log mu|")
         if zero_conds:  # exact zeros cannot sit on a log axis; say so instead of dropping them silently
@@ -123,7 +152,7 @@ def delta_histogram_figure(cells: list[CellRun]):
                    label=c.axes["condition"])
         ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, fontsize=7)
         ax.set(title=f"|delta| histogram over all steps ({mode})", ylabel="fraction of tokens")
-        ax.legend(fontsize=7)
+        legend(ax)
     fig.tight_layout()
     return fig
 
@@ -142,7 +171,7 @@ def dose_response_figure(rows: list[dict]):
         return _no_data(fig, "cells with accuracy and |delta|")
     positive = [r["mean/mismatch/mean_abs_delta"] for r in pts if r["mean/mismatch/mean_abs_delta"] > 0]
     left = min(positive) / 10 if positive else 1e-9
-    seen_kinds = set()
+    seen_kinds, labelled, texts = set(), [], []
     for r in pts:
         x = r["mean/mismatch/mean_abs_delta"] or left
         kind = r["kind"] or "?"
@@ -151,12 +180,10 @@ def dose_response_figure(rows: list[dict]):
                    facecolors="none" if collapsed else "C0", edgecolors="red" if collapsed else "C0",
                    linewidths=1.5, label=None if kind in seen_kinds else kind, zorder=3)
         seen_kinds.add(kind)
-        if kind == "noise" and r["noise_sigma"] is not None:
-            ax.annotate(f"σ={r['noise_sigma']:g}", (x, r["relative_accuracy_t1"]), fontsize=6,
-                        xytext=(3, -8), textcoords="offset points", color="grey")
-        elif kind != "reference":
-            ax.annotate(r["condition"], (x, r["relative_accuracy_t1"]), fontsize=7, xytext=(4, 4),
-                        textcoords="offset points")
+        if kind != "reference":
+            labelled.append((x, r["relative_accuracy_t1"]))
+            texts.append(f"σ={r['noise_sigma']:g}" if kind == "noise" and r["noise_sigma"] is not None
+                         else r["condition"])
     if any(not r["mean/mismatch/mean_abs_delta"] for r in pts):
         ax.axvline(left, color="grey", linestyle=":", linewidth=0.8)
         ax.text(left, ax.get_ylim()[0], " mean |delta| = 0 exactly", fontsize=7, rotation=90, va="bottom")
@@ -164,8 +191,9 @@ def dose_response_figure(rows: list[dict]):
     ax.axhline(1.0, color="grey", linewidth=0.6)
     ax.set(xlabel="realised mean |delta| = mean over steps of mismatch/mean_abs_delta (log)",
            ylabel="final accuracy / reference", title="dose-response: where real conditions sit against noise")
-    ax.legend(fontsize=7)
     if not math.isfinite(ax.get_ylim()[1]):
         ax.set_ylim(0, 1.5)
     fig.tight_layout()
+    place_labels(ax, labelled, texts)  # after the layout: labels are placed apart in its final geometry
+    legend(ax)
     return fig

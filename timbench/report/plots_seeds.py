@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .plots import _no_data, plt
 from .seeds import SeedGroup
+from .style import legend
 
 
 def survival_figure(groups: list[SeedGroup]):
@@ -39,6 +40,7 @@ def survival_figure(groups: list[SeedGroup]):
         ax.set_xlabel("step")
         ax.set_ylabel("fraction of seeds")
         ax.set_ylim(-0.05, 1.05)
-        ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
+    for ax in axes[0]:
+        legend(ax)  # the emptiest corner, else outside: the curves sit at the top and the collapses at the bottom
     return fig

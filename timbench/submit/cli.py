@@ -22,11 +22,12 @@ def _remedy_args(items: list[str]) -> dict:
 
 def _cmd_submit(args) -> int:
     from ..atomic import check_output_dir
+    from ..grid.cli import default_workers
     from .run import submit
     if args.out:
         check_output_dir(args.out)
     rec = submit(args.remedy, args.track, args.out, args.committed, _remedy_args(args.set or []),
-                 workers=args.workers, allow_results=args.allow_results)
+                 workers=default_workers(args.workers), allow_results=args.allow_results)
     print(rec["text"], end="")
     return 0
 
@@ -36,6 +37,7 @@ def _cmd_track_run(args) -> int:
 
     from ..atomic import check_output_dir
     from ..grid.layout import GridLock, cells_document, prepare, read_status
+    from ..grid.cli import default_workers
     from ..grid.spec import expand
     from ..report.leaderboard import write_report
     from ..runners.driver import select
@@ -58,8 +60,9 @@ def _cmd_track_run(args) -> int:
             if todo:
                 print(f"track {track.name}: {remedy}: {len(todo)} cells", file=sys.stderr, flush=True)
                 from ..runners.progress import Progress
-                run_local(todo, str(out), args.workers,
-                          progress=Progress(f"track {track.name} {remedy}", len(todo), 0, 0, args.workers))
+                workers = default_workers(args.workers, grid.workers)
+                run_local(todo, str(out), workers,
+                          progress=Progress(f"track {track.name} {remedy}", len(todo), 0, 0, workers))
         # The same rule as for a submission: a remedy that trained on nothing is a failed (scored) cell.
         mark_nothing_trained(out, cells)
     write_report(out, command=f"timbench track run {args.track} --out {out}")
@@ -80,6 +83,7 @@ def _cmd_track_list(args) -> int:
 
 
 def add_parser(sub) -> None:
+    from ..grid.cli import add_workers_arg
     s = sub.add_parser("submit", help="score a remedy on a track: run its cells only, write the merged leaderboard")
     s.add_argument("remedy", help="a remedy spec: name, verl:<preset>, trl:<mode>, file.py:Class, pkg.module:Class "
                                   "or an entry point")
@@ -87,7 +91,7 @@ def add_parser(sub) -> None:
     s.add_argument("--out", help="output directory (default build/submit/<track>/<remedy>)")
     s.add_argument("--committed", help="committed results to compare with (default results/tracks/<track>)")
     s.add_argument("--set", action="append", metavar="remedy_args.NAME=VALUE", help="a remedy parameter override")
-    s.add_argument("--workers", type=int, default=1, help="parallel cells (default 1)")
+    add_workers_arg(s)
     s.add_argument("--allow-results", action="store_true", help="allow --out under results/")
     s.set_defaults(func=_cmd_submit)
 
@@ -96,7 +100,7 @@ def add_parser(sub) -> None:
     r = tsub.add_parser("run", help="run the track's committed remedies (resumable) and write its manifest")
     r.add_argument("track", help="track name or file")
     r.add_argument("--out", help="results directory (default results/tracks/<track>)")
-    r.add_argument("--workers", type=int, default=1, help="parallel cells (default 1)")
+    add_workers_arg(r)
     r.set_defaults(func=_cmd_track_run)
     ls = tsub.add_parser("list", help="the tracks and their cell counts")
     ls.set_defaults(func=_cmd_track_list)

@@ -22,7 +22,8 @@ from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
 from ..readfile import read_json
 from ..report.seeds import NOTHING_TRAINED
-from .paired import paired
+from .paired import paired, paired_by_setting
+from .repro import is_plugin, reproducibility_warning
 from .track import check_committed, load_track
 
 MASKED_ALL = NOTHING_TRAINED  # the report scores such a cell like a collapse (timbench.report.seeds)
@@ -76,7 +77,15 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         raise ValueError(f"--out {out} is the committed results directory; give another one")
     if remedy in track.remedies:
         raise ValueError(f"remedy {remedy!r} already has committed results on track {track.name} ({committed})")
-    notes = check_committed(track, committed)
+    print(f"submit {remedy} on track {track.name}: preflight of the committed results {committed}", file=stream,
+          flush=True)
+    notes = check_committed(track, committed, say=lambda line: print(line, file=stream, flush=True))
+    if is_plugin(remedy):  # a plug-in's maths must be CPU- and thread-independent like the built-ins'
+        print(f"submit {remedy}: checking that one step gives the same bytes under 1/2 threads and portable "
+              "kernels (3 short processes)", file=stream, flush=True)
+        warning = reproducibility_warning(remedy, dict(remedy_args or {}))
+        if warning:
+            print(warning, file=stream, flush=True)
     cells = plan_cells(track, remedy, dict(remedy_args or {}))
     committed_ids = {c["id"] for c in read_json(committed / "cells.json")["cells"]}
     missing = sorted({c["reference"] for c in cells if c["reference"]} - committed_ids)
@@ -106,18 +115,25 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
     return write_submission(out, remedy, track, cells, committed)
 
 
+def _iv(iv) -> dict:
+    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi}
+
+
 def write_submission(out: Path, remedy: str, track, cells: list[dict], committed: Path) -> dict:
     from ..report.leaderboard import fmt_interval, remedy_ranking, write_report
     from ..report.results import load_results
     from ..report.summary import summarize
-    write_report(out, command=f"timbench submit {remedy} --track {track.name} --out {out}")
+    write_report(out, command=f"timbench submit {remedy} --track {track.name} --out {out}", highlight=remedy)
     rows = summarize(load_results(out))
     ranked = remedy_ranking(rows)
     rank = next(i for i, e in enumerate(ranked) if e["remedy"] == remedy)
     entry = ranked[rank]
-    builtins = [e for e in ranked if e["remedy"] in track.remedies and e["remedy"] != "none" and e["score"] is not None]
+    # the best built-in is one whose cells all trained: a remedy that failed or masked everything is no bar
+    builtins = [e for e in ranked if e["remedy"] in track.remedies and e["remedy"] != "none"
+                and e["score"] is not None and not e["failed"]]
     best = builtins[0]["remedy"] if builtins else None
     comparisons = [paired(rows, remedy, other) for other in ["none"] + ([best] if best else [])]
+    per_setting = {c["b"]: paired_by_setting(rows, remedy, c["b"]) for c in comparisons}
     failed = [(c["id"], (read_status(out, c["id"]) or {}).get("error")) for c in cells
               if (read_status(out, c["id"]) or {}).get("status") != "done"]
     lines = [f"# Submission: {remedy} on track {track.name} (version {track.version})", "",
@@ -130,6 +146,10 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
         diffs = ", ".join(f"{d:+.3f}" for d in cmp["diffs"]) or "-"
         lines.append(f"- vs {cmp['b']}: paired difference {fmt_interval(cmp['interval'])} over seeds "
                      f"{', '.join(map(str, cmp['seeds'])) or '-'} (per seed {diffs}): **{cmp['verdict']}**")
+        for c in per_setting[cmp["b"]]:  # per condition: an overall tie can hide a loss under one of them
+            lines.append(f"  - {c['setting']}: {remedy} {fmt_interval(c['a_interval'])} vs {cmp['b']} "
+                         f"{fmt_interval(c['b_interval'])}; paired difference {fmt_interval(c['interval'])}: "
+                         f"**{c['verdict']}**")
     for cid, err in failed:
         lines.append(f"- FAILED {cid}: {err or 'not run'}")
     text = "\n".join(lines) + "\n"
@@ -138,7 +158,12 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
               "of": len(ranked), "score": entry["score"], "score_lo": entry["interval"].lo,
               "score_hi": entry["interval"].hi, "tied_with": entry["tied_with"], "failed": dict(failed),
               "comparisons": [{"vs": c["b"], "seeds": c["seeds"], "diffs": c["diffs"], "mean": c["interval"].mean,
-                               "lo": c["interval"].lo, "hi": c["interval"].hi, "verdict": c["verdict"]}
+                               "lo": c["interval"].lo, "hi": c["interval"].hi, "verdict": c["verdict"],
+                               "by_setting": [{"setting": p["setting"], "seeds": p["seeds"], "diffs": p["diffs"],
+                                               "mean": p["interval"].mean, "lo": p["interval"].lo,
+                                               "hi": p["interval"].hi, "verdict": p["verdict"],
+                                               "remedy": _iv(p["a_interval"]), "other": _iv(p["b_interval"])}
+                                              for p in per_setting[c["b"]]]}
                               for c in comparisons]}
     atomic_write(out / "submission.json", json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record | {"text": text}

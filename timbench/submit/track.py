@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write
+from ..eta import Eta
 from ..grid.merge import fingerprint, fingerprint_difference
 from ..grid.spec import GridSpec, expand, parse_grid
 from ..readfile import read_json, read_yaml
@@ -143,10 +144,11 @@ def replay_matches(committed: Path, cell: dict) -> str | None:
     return None if now == first else f"a replay of cell {cell['id']} step 0 differs from its committed metrics.jsonl"
 
 
-def check_committed(track: Track, committed: Path) -> list[str]:
+def check_committed(track: Track, committed: Path, say=None) -> list[str]:
     """Refuse (one-line ValueError) committed results that another track version, config or code produced.
 
-    Returns notes for the user (e.g. that the code hash differs but the replayed step matched).
+    Returns notes for the user (e.g. that the code hash differs but the replayed step matched). `say` (a
+    callable taking one line) hears what the preflight does while it runs: the replay takes a minute or two.
     """
     path = committed / MANIFEST
     if not path.is_file():
@@ -172,7 +174,15 @@ def check_committed(track: Track, committed: Path) -> list[str]:
     if m.get("code") == expected["code"]:
         return []
     cell = next((c for c in cells_doc["cells"] if c["id"] == m.get("replay_cell")), None)
-    problem = "no replay cell recorded" if cell is None else replay_matches(committed, cell)
+    if cell is None:
+        problem = "no replay cell recorded"
+    else:
+        say = say or (lambda line: None)
+        eta = Eta(1)
+        say(f"preflight: the code differs from the committed run's; replaying step 0 of {cell['id']} "
+            f"(step 0/1, ETA ~1-2 min) to check that {committed} still reproduces")
+        problem = replay_matches(committed, cell)
+        say(f"preflight: step {eta.tick()}: {'matched byte for byte' if problem is None else 'differed'}")
     if problem:
         raise ValueError(f"{where} by other code (code hash {m.get('code')}, this is {expected['code']}) that "
                          f"changes results: {problem}")
