@@ -26,8 +26,10 @@ import platform
 import random
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used, so `timbench --help` stays torch-free
+    import torch
 
 GOLDEN = Path(__file__).resolve().parent / "assets" / "golden_fingerprints.json"
 CASES = {f"{m}-{dt}": (m, dt) for m in ("tiny-dense", "tiny-moe") for dt in ("fp32", "bf16")}
@@ -57,11 +59,15 @@ def _batch(vocab: int, n: int = 16, seed: int = 0) -> list[tuple[list[int], list
 
 def _rewards(n: int) -> torch.Tensor:
     """0/1 rewards in groups of 8 whose success counts run 0, 1, ..., 8 (then repeat): every group std."""
+    import torch
+
     return torch.tensor([float(i % 8 < (i // 8) % 9) for i in range(n)], dtype=torch.float32)
 
 
 def update_case(model_name: str, dtype: str) -> dict[str, str]:
     """Forward, advantages, loss, gradients, clip and two AdamW steps of one case, hashed in that order."""
+    import torch
+
     from .model import Compute, load_checkpoint
     from .rl.algorithms import grpo_advantage, ppo_clip_loss
     from .shipped import default_checkpoint
@@ -124,6 +130,8 @@ def machine() -> dict:
 
 def fingerprint(threads: int = 1, runs: bool = True) -> dict[str, str]:
     """Every hash, keys in computation order (cases, then runs)."""
+    import torch
+
     torch.set_num_threads(threads)
     out: dict[str, str] = {}
     for case, (m, dt) in CASES.items():
@@ -160,6 +168,8 @@ def add_parser(sub) -> None:
 
 
 def _cmd(args) -> int:
+    import torch
+
     got = fingerprint(args.threads)
     doc = {"machine": machine(), "torch": torch.__version__, "hashes": got}
     if args.write:
