@@ -14,8 +14,8 @@ from timbench.report.leaderboard import remedy_ranking, tim_tolerance, write_rep
 from timbench.report.summary import noise_sigma, summarize_grid
 from timbench.metrics import ABS_DELTA_BINS
 
-FIGURES = ["reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap.png", "drift_by_adv_sign.png",
-           "abs_delta_distribution.png", "dose_response.png", "time_to_collapse.png"]
+FIGURES = ["remedy_scores.png", "reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap.png",
+           "drift_by_adv_sign.png", "abs_delta_distribution.png", "dose_response.png", "time_to_collapse.png"]
 
 
 @pytest.fixture(scope="module")
