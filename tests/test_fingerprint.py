@@ -116,3 +116,32 @@ def test_the_scan_would_see_torch_sqrt(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import torch\ndef f(x):\n    return x.sqrt() + torch.exp(x) + math.sqrt(2)\n")
     assert sorted(c for _, c in _torch_calls(bad)) == ["torch.exp", "x.sqrt"]
+
+
+LIBM_PROBE = ("import math, random, sys\n"
+              "rng = random.Random(0)\n"
+              "xs = [rng.uniform(-30.0, 5.0) for _ in range(100000)]\n"
+              "sys.stdout.write(' '.join(math.exp(x).hex() for x in xs))\n")
+
+
+def test_in_scope_cpus_share_the_fma_libm_variant():
+    """The premise behind the golden file's reach: glibc's exp (called by the softmax and fexp) has an FMA
+    variant and an SSE2 one that round differently on a few inputs; every promised CPU runs the FMA one."""
+    import os
+    import subprocess
+    import sys
+
+    isa = machine()["isa"]
+    assert {"fma", "avx2"} <= set(isa), (f"{machine()['cpu']} lacks FMA/AVX2 ({isa}): glibc's libm runs its SSE2 "
+                                         "variant here, whose exp/log differ from the golden machine's in the last bit")
+
+    def probe(env: dict) -> list[str]:
+        return subprocess.run([sys.executable, "-c", LIBM_PROBE], env=os.environ | env, capture_output=True,
+                              text=True, check=True).stdout.split()
+
+    host, sse2 = probe({}), probe({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX"})
+    assert len(host) == len(sse2) == 100000
+    differ = sum(a != b for a, b in zip(host, sse2))
+    # The boundary is real (measured: 220 of 300k exp inputs on glibc 2.36); were it 0, glibc's exp would be
+    # CPU-independent and test_determinism could emulate the no-FMA floor again.
+    assert differ > 0, "glibc's SSE2 and FMA exp now agree on every probe: drop the FMA premise"

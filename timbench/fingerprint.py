@@ -37,7 +37,7 @@ RUN_BASE = ["steps=2", "prompts_per_step=4", "group_size=8", "mini_batches=2", "
 RUNS = {  # name -> overrides: dense and MoE, fp32 and bf16 engines, each touching a different path
     "dense-fp32": ["engine.noise=gaussian:0.5", "mode=bypass", "remedy=tis_token+seq_rs", "twin=true"],
     "dense-bf16": ["engine.dtype=bf16", "remedy=tis_token"],
-    "moe-fp32": ["preset=tiny-moe", "remedy=routing_replay_r3"],
+    "moe-fp32": ["preset=tiny-moe", "engine.router_noise=0.5", "remedy=routing_replay_r3"],
     "moe-bf16": ["preset=tiny-moe", "engine.dtype=bf16", "remedy=routing_replay_r2"],
     # Quantized weights, activations and KV cache in the engine; the same quantized forward with
     # straight-through gradients in the trainer (unified precision); the quantized-policy eval.
