@@ -10,8 +10,7 @@ import torch.nn.functional as F
 
 from timbench.align import align
 from timbench.diagnose.forward import REFERENCE, reference, score
-from timbench.diagnose.replay import replay
-from timbench.engine import Request, SamplingParams, make_engine
+from timbench.engine import Request, SamplingParams, make_engine, score_sequences
 from timbench.kernels import get_kernels
 from timbench.model import Compute, load_model
 from timbench.shipped import default_checkpoint
@@ -126,9 +125,13 @@ def test_replay_reproduces_the_engine_bitwise_for_batch_invariant_specs(spec):
     reqs = [Request((5, 6, 7), 9, 10), Request((12,), 5, 11), Request((3, 4, 5, 6, 7, 8), 7, 12),
             Request((9, 9), 6, 13), Request((20, 21, 22), 8, 14)]
     comps = engine.generate(reqs, SamplingParams(seed=4))
-    rep = replay(model, s, [(c.prompt_ids, c.token_ids) for c in comps], [c.request_id for c in comps], seed=4)
-    for c, lp in zip(comps, rep.logprobs):
-        assert torch.equal(lp, c.logprobs.double())
+    seqs, rids = [(c.prompt_ids, c.token_ids) for c in comps], [c.request_id for c in comps]
+    rep = score_sequences(model, s, seqs, rids, seed=4)
+    own = engine.score(seqs, SamplingParams(seed=4), rids)  # the engine's own door: its weights, its spec
+    for c, lp, lp_own in zip(comps, rep.logprobs, own.logprobs):
+        assert torch.equal(lp, c.logprobs.double()) and torch.equal(lp_own, lp)
+    other = engine.score(seqs, SamplingParams(seed=5), rids)  # the noise key matters where the spec has noise
+    assert all(torch.equal(a, b) for a, b in zip(other.logprobs, own.logprobs)) == (s.noise.kind == "none")
 
 
 def test_fp32_align_rows_unchanged():

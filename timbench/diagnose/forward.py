@@ -56,15 +56,8 @@ def score(model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, g
         for g in groups:
             chunk = [seqs[i] for i in g]
             ids, p_len, r_len = pack(chunk, model.config.pad_token_id)
-            if ids.shape[1] > model.config.max_position_embeddings:
-                raise ValueError(f"sequence length {ids.shape[1]} exceeds max_position_embeddings="
-                                 f"{model.config.max_position_embeddings}")
-            pos = torch.arange(ids.shape[1]).expand(ids.shape)
-            hs = [] if levels else None
-            # What Qwen3ForCausalLM.forward does, with the per-layer hook on.
-            h, routing = model._blocks(ids, pos, lambda i, q, k, v: c.kernels.causal_attention(q, k, v), c,
-                                       hiddens=hs)
-            logits = model.logits(h, c)
+            hs = [] if levels else None  # per-layer residuals, then the final norm
+            logits, routing = model(ids, c, hiddens=hs)
             r_max = int(r_len.max())
             j = torch.arange(r_max)
             mask = j[None, :] < r_len[:, None]
@@ -81,7 +74,7 @@ def score(model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, g
                     out_rt[i] = routing[r, : int(p_len[r]) + m - 1].clone()
                 if levels:
                     s = src[r, :m]
-                    out_lv[i] = [t[r, s].double() for t in [*hs, h, logits]]
+                    out_lv[i] = [t[r, s].double() for t in [*hs, logits]]
     return Scored(out_lp, out_am, out_rt, out_lv)
 
 

@@ -16,7 +16,7 @@ import random
 import torch
 
 from ..align import ENGINE_BATCHES, TRAINER_BATCHES, workload
-from ..engine import SamplingParams, make_engine
+from ..engine import SamplingParams, make_engine, score_sequences
 from ..kernels.pointwise import fexp
 from ..kernels.reduce import fmean
 from ..model import Qwen3ForCausalLM
@@ -24,7 +24,6 @@ from ..spec import Spec, SpecError, parse_spec
 from .attribution import _ms, attribute, changed_keys, errors, key_groups, key_shares
 from .forward import REFERENCE, level_names, reference, score
 from .layers import error_by_level, localise, stack_levels
-from .replay import replay
 from .views import by_argmax, by_position, by_probability, flip_rate, routing_by_layer
 
 
@@ -61,7 +60,7 @@ def _keys(model, es, ts, seqs, request_ids, temperature, seed, groups, lp_ref, o
             if s == spec and side in own:  # the side's whole spec: its logprobs are already known
                 lp = own[side]
             elif side == "engine":
-                lp = _cat(replay(model, s, seqs, request_ids, temperature, seed).logprobs)
+                lp = _cat(score_sequences(model, s, seqs, request_ids, temperature, seed).logprobs)
             else:
                 lp = _cat(score(model, s, seqs, temperature, groups).logprobs)
             shared = all(kv in other_keys for kv in changed_keys(s))
@@ -104,7 +103,7 @@ def diagnose_rollouts(model: Qwen3ForCausalLM, seqs, engine_logprobs, trainer_sp
              "argmax": by_argmax(errs, tokens == _cat(ref.argmax).long()), "argmax_flip_rate": None}
     own = {"trainer": lp_t}
     if replayable:
-        rep = replay(model, es, seqs, request_ids, temperature, seed, levels=layers)
+        rep = score_sequences(model, es, seqs, request_ids, temperature, seed, levels=layers)
         lp_rep = _cat(rep.logprobs)
         own["engine"] = lp_rep
         report["replay_max_abs_diff"] = float((lp_rep - lp_e).abs().max()) if lp_e.numel() else 0.0

@@ -18,6 +18,7 @@ from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..quant import QuantCache
 from ..spec import Spec, parse_spec
 from .sampler import SamplingParams, sample
+from .score import EngineScores, score_sequences
 from .sequence import Completion, Request, Sequence, check_request
 
 
@@ -92,6 +93,15 @@ class Engine:
                         done[id(seq)] = seq.to_completion()
                 running = still
         return [done[id(s)] for s in order]
+
+    def score(self, seqs, params: SamplingParams = SamplingParams(), request_ids=None,
+              levels: bool = False) -> EngineScores:
+        """Teacher-forced: each response token's logprob (and argmax) as this engine would report it.
+
+        seqs: [(prompt_ids, response_ids)]; request_ids and params.seed key the logit noise as in
+        `generate`. For a batch-invariant spec the scores are bitwise the logprobs `generate` returned.
+        """
+        return score_sequences(self.model, self.spec, seqs, request_ids, params.temperature, params.seed, levels)
 
     def _append(self, seqs: list[Sequence], tokens, logprobs) -> None:
         eos = self.config.eos_token_id

@@ -217,7 +217,8 @@ class Qwen3ForCausalLM(nn.Module):
     def _blocks(self, ids, pos, attend: AttendFn, c: Compute, replay=None, hiddens: list | None = None):
         """Embed, run all decoder layers and the final norm over tokens of any leading shape.
 
-        `hiddens` (a list, default None: off) receives the residual stream after each layer (`timbench diagnose`).
+        `hiddens` (a list, default None: off) receives the residual stream after each layer, then the
+        final-normed hidden state (`timbench diagnose`'s levels).
 
         Returns (hidden, routing) with routing [*ids.shape, layers, k] for MoE, else None.
         """
@@ -246,6 +247,8 @@ class Qwen3ForCausalLM(nn.Module):
             if hiddens is not None:
                 hiddens.append(h)
         h = kn.rmsnorm(h, self.model.norm.weight.to(dt), cfg.rms_norm_eps)
+        if hiddens is not None:
+            hiddens.append(h)
         return h, (torch.stack(routes, dim=-2) if routes else None)
 
     def logits(self, h, c: Compute) -> torch.Tensor:
@@ -254,11 +257,13 @@ class Qwen3ForCausalLM(nn.Module):
 
     # --- entry points -----------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, c: Compute, replay: torch.Tensor | None = None,
-                on_kv: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None):
-        """Full causal forward over right-padded rows ids[B, T]; returns (logits[B,T,V], routing).
+                on_kv: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+                hiddens: list | None = None):
+        """Full causal forward (the trainer's, and the engine's prefill) over right-padded rows ids[B, T].
 
-        `on_kv(layer, k, v)` lets the engine copy prefill keys/values into its cache.
-        `replay` [B, T, layers, k] fixes the experts (routing replay); gate weights stay live.
+        Returns (logits[B,T,V], routing). `on_kv(layer, k, v)` lets the engine copy prefill keys/values
+        into its cache. `replay` [B, T, layers, k] fixes the experts (routing replay); gate weights stay
+        live. `hiddens` (a list) receives each layer's residual stream and the final-normed state.
         """
         if ids.shape[1] > self.config.max_position_embeddings:
             raise ValueError(f"sequence length {ids.shape[1]} exceeds max_position_embeddings="
@@ -270,17 +275,21 @@ class Qwen3ForCausalLM(nn.Module):
                 on_kv(i, k, v)
             return c.kernels.causal_attention(q, k, v)
 
-        h, routing = self._blocks(ids, pos, attend, c, replay)
+        h, routing = self._blocks(ids, pos, attend, c, replay, hiddens)
         return self.logits(h, c), routing
 
     def decode(self, ids: torch.Tensor, pos: torch.Tensor, c: Compute, k_cache: list, v_cache: list,
-               slots: torch.Tensor):
-        """One token per sequence: ids[B] at positions pos[B], attending to its cache slot."""
+               slots: torch.Tensor, hiddens: list | None = None):
+        """One token per sequence: ids[B] at positions pos[B], attending to its cache slot.
+
+        Writes the token's keys/values into k_cache[layer][slots, pos] (any float dtype: values are
+        rounded to the activation dtype first, so a wider cache is exact). `hiddens` as in `forward`.
+        """
 
         def attend(i, q, k, v):
             k_cache[i][slots, pos] = k.to(k_cache[i].dtype)
             v_cache[i][slots, pos] = v.to(v_cache[i].dtype)
             return c.kernels.decode_attention(q, k_cache[i], v_cache[i], slots, pos + 1, c.attn_splits)
 
-        h, routing = self._blocks(ids, pos, attend, c)
+        h, routing = self._blocks(ids, pos, attend, c, hiddens=hiddens)
         return self.logits(h, c), routing

@@ -1,33 +1,50 @@
-"""The engine's own arithmetic on given sequences: prefill the prompts, then decode the response, teacher-forced.
+"""Teacher-forced scoring through the engine's own arithmetic: prefill the prompts, decode the given response.
 
-This is `timbench.engine.Engine` with the sampler's choice replaced by the
-recorded token: the same `_blocks` calls through a slot KV cache (decode
-attention against the cache, split-KV, TP, router noise), the same logit noise
-keyed by (seed, request id, position), the same tempered log-softmax. For a
-batch-invariant engine spec the replayed logprob of a token is bitwise the one
-the engine reported while generating (a test checks it); with batch-variant
-kernels (`kernels=torch`) it differs by the batch-composition noise, which the
-report states as `replay_max_abs_diff`. It is what gives the engine side an
-argmax, per-key variants and per-layer hidden states.
+This is `Engine.generate` with the sampler's choice replaced by the recorded
+token: the model's public prefill (`forward` with `on_kv`) and `decode` through
+a slot KV cache (decode attention against the cache, split-KV, TP, router
+noise), the same logit noise keyed by (seed, request id, position), the same
+tempered log-softmax. For a batch-invariant engine spec a token's score is
+bitwise the logprob the engine reported while generating it (a test checks
+it); with batch-variant kernels (`kernels=torch`) it differs by the
+batch-composition noise, which `timbench diagnose` reports as
+`replay_max_abs_diff`. It gives the engine side an argmax, per-key variants
+and per-layer hidden states, and is the one door for probes that score given
+tokens through an engine (vLLM's prompt-logprobs counterpart).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from ..engine.sampler import SamplingParams, perturb_logits
 from ..kernels.logprobs import token_logprobs_all
 from ..model import Compute, Qwen3ForCausalLM
 from ..spec import Spec
-from .forward import Scored
+from .sampler import SamplingParams, perturb_logits
 
 
-def replay(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None, temperature: float = 1.0,
-           seed: int = 0, levels: bool = False) -> Scored:
-    """Engine-path logprobs, argmax and (optionally) levels of every response token of `seqs`."""
+@dataclass
+class EngineScores:
+    """Per sequence (input order): logprobs [R] (float64, widened exactly), argmax [R], levels or None."""
+
+    logprobs: list[torch.Tensor]
+    argmax: list[torch.Tensor]
+    levels: list[list[torch.Tensor]] | None
+    """Per sequence, per level (each layer's residual, the final norm, the logits): [R, width] float64."""
+
+
+def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None, temperature: float = 1.0,
+                    seed: int = 0, levels: bool = False) -> EngineScores:
+    """Engine-path logprobs, argmax and (optionally) levels of every response token of `seqs`.
+
+    seqs: [(prompt_ids, response_ids)]; request_ids key the logit noise as the engine's requests did
+    (default 0..n-1); temperature and seed as the engine's SamplingParams.
+    """
     if spec.engine != "timbench":
-        raise ValueError(f"replay needs engine=timbench (got engine={spec.engine}): only timbench's engine "
-                         "path can be re-run here")
+        raise ValueError(f"scoring through an engine needs engine=timbench (got engine={spec.engine}): only "
+                         "timbench's engine path can be re-run here")
     c = Compute.from_spec(spec)
     cfg = model.config
     n = len(seqs)
@@ -46,7 +63,7 @@ def replay(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None, temperat
     ams = [torch.empty(int(r), dtype=torch.long) for r in rlen]
     lvs = [[] for _ in range(n)] if levels else None
 
-    def step(rows, logits, hs, h, j):
+    def step(rows, logits, hs, j):
         # Sampler: logit noise keyed by (seed, request, absolute position of the sampled token).
         noisy = perturb_logits(logits, spec.noise, params, rids[rows], plen[rows] + j, c.kernels)
         lp_all = token_logprobs_all(noisy, temperature, c.kernels)
@@ -56,7 +73,7 @@ def replay(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None, temperat
         for r, i in enumerate(rows.tolist()):
             lps[i][j], ams[i][j] = lp[r], am[r]
             if levels:
-                lvs[i].append([t[r].double() for t in [*hs, h, logits]])
+                lvs[i].append([t[r].double() for t in [*hs, logits]])
 
     with torch.no_grad():
         # Prefill every prompt in one padded batch (the engine admits them together).
@@ -66,32 +83,22 @@ def replay(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None, temperat
             ids[i, : len(p)] = torch.tensor(list(p))
         slots = torch.arange(n)
 
-        def prefill_attend(i, q, k, v):
+        def on_kv(i, k, v):
             kc[i][slots, :width] = k.to(cache_dtype)
             vc[i][slots, :width] = v.to(cache_dtype)
-            return c.kernels.causal_attention(q, k, v)
 
         hs = [] if levels else None
-        h, _ = model._blocks(ids, torch.arange(width).expand(ids.shape), prefill_attend, c, hiddens=hs)
-        logits = model.logits(h, c)
+        logits, _ = model(ids, c, on_kv=on_kv, hiddens=hs)
         last = plen - 1
-        pick = (lambda t: t[slots, last])
-        step(slots, pick(logits), [pick(t) for t in hs] if levels else [], pick(h), 0)
+        step(slots, logits[slots, last], [t[slots, last] for t in hs] if levels else [], 0)
         # Decode: token j-1 goes in at position plen + j - 1 and the logits score token j.
         for j in range(1, int(rlen.max())):
             rows = torch.nonzero(rlen > j)[:, 0]
             ids = torch.tensor([seqs[int(i)][1][j - 1] for i in rows])
-            pos = plen[rows] + j - 1
-
-            def decode_attend(i, q, k, v, rows=rows, pos=pos):
-                kc[i][rows, pos] = k.to(cache_dtype)
-                vc[i][rows, pos] = v.to(cache_dtype)
-                return c.kernels.decode_attention(q, kc[i], vc[i], rows, pos + 1, c.attn_splits)
-
             hs = [] if levels else None
-            h, _ = model._blocks(ids, pos, decode_attend, c, hiddens=hs)
-            step(rows, model.logits(h, c), hs or [], h, j)
+            logits, _ = model.decode(ids, plen[rows] + j - 1, c, kc, vc, rows, hiddens=hs)
+            step(rows, logits, hs or [], j)
     out_lv = None
     if levels:  # per sequence: per level [R, width]
         out_lv = [[torch.stack([tok[lv] for tok in lvs[i]]) for lv in range(len(lvs[i][0]))] for i in range(n)]
-    return Scored(lps, ams, [None] * n, out_lv)
+    return EngineScores(lps, ams, out_lv)
