@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from timbench.cli import main
-from timbench.grid.conditions import load_conditions
+from timbench.grid.conditions import KINDS, load_conditions
 from timbench.grid.cost import cell_seconds, wall_seconds
 from timbench.grid.layout import prepare, read_status, write_status
 from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
@@ -63,7 +63,8 @@ def test_shipped_condition_table():
         "baseline": "reference", "bf16-engine": "precision", "torch-kernels": "kernels", "production": "precision",
         "tp4": "tp", "splitkv4": "kernels", "moe-router-bf16": "moe", "noise-g2": "noise", "vllm-bf16": "vllm",
         "nvfp4-rollout": "quant"}
-    assert set(kinds.values()) == {"reference", "precision", "quant", "kernels", "tp", "moe", "noise", "vllm"}
+    assert set(kinds.values()) == set(KINDS)  # every family has a shipped condition
+    assert table["mma-k16-vs-k8"].trainer_spec.mma_accum.block == 8
     assert table["production"].engine == "kernels=torch,dtype=bf16"
     assert all(len(c.doc) > 100 and "\n" not in c.doc for c in table.values())
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from .mma import VALID as MMA_VALID, MmaAccum, parse_mma_accum
 from .noise import NOISE_KINDS, Noise, parse_noise  # noqa: F401  (re-exported: the noise= key)
 from .quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
 
@@ -104,6 +105,13 @@ def _needs_weight_quant(spec) -> str | None:
     return None
 
 
+def _needs_exact_engine(spec) -> str | None:
+    if spec.mma_accum.block is not None and (spec.kernels != "exact" or spec.engine != "timbench"):
+        return (f"mma_accum={spec.mma_accum} needs kernels=exact on timbench's engine or trainer (the accumulation "
+                f"order is a property of the exact linear); got kernels={spec.kernels}, engine={spec.engine}")
+    return None
+
+
 # The one definition of every condition key; `Spec` (below) is generated from it, in this order.
 SPEC_KEYS: dict[str, SpecKey] = {
     "engine": SpecKey(_choice("timbench", "vllm"), "timbench|vllm",
@@ -139,6 +147,11 @@ SPEC_KEYS: dict[str, SpecKey] = {
                               "KV cache storage format (vLLM's kv_cache_dtype): keys and values are rounded to it "
                               "as they are written, and every attention read sees the stored values", ("engine",),
                               "auto"),
+    "mma_accum": SpecKey(parse_mma_accum, MMA_VALID,
+                         "the exact linear's K reduction in blocks of width B, partials added in ascending order "
+                         "into an fp32 (or M-bit-mantissa) accumulator: a matrix instruction's accumulation order "
+                         "(timbench.mma; arXiv 2610.05458, 2412.19437)", default=MmaAccum(),
+                         check=_needs_exact_engine),
     "noise": SpecKey(parse_noise, "none|" + "|".join(f"{k}:SIGMA" + ":DF" * (n.n_params - 1)
                                                      for k, n in NOISE_KINDS.items()),
                      "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",),
@@ -173,7 +186,7 @@ class _SpecMethods:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name in always or v != f.default:
-                out[f.name] = str(v) if isinstance(v, Noise) else v
+                out[f.name] = str(v) if isinstance(v, (Noise, MmaAccum)) else v
         return out
 
     def __str__(self) -> str:

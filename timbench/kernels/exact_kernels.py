@@ -24,6 +24,8 @@ import torch
 from . import exact64
 from . import numba_grad as ng
 from . import numba_ops as nb
+from ..mma import MmaAccum
+from .mma_accum import blocked_matmul
 from .split_kv import attend_split
 
 
@@ -77,6 +79,8 @@ class ExactKernels:
 
     def __init__(self):
         self._wt_cache: dict | None = None
+        self.mma_accum = MmaAccum()
+        """The linear's K accumulation order (`mma_accum=` spec key; set by `Compute` from the spec)."""
 
     # --- transposed-weight cache (the engine's; the trainer's weights change every step) -------
     def cache_weights(self, enabled: bool = True) -> None:
@@ -111,7 +115,7 @@ class ExactKernels:
 
         def fwd(x, w):
             x2 = _np32(x.reshape(-1, k))
-            return _back(nb.matmul(x2, self._wt(w)), xd).reshape(*xs[:-1], n), x2
+            return _back(blocked_matmul(x2, self._wt(w), self.mma_accum), xd).reshape(*xs[:-1], n), x2
 
         def bwd(x2, grad, needs):
             g = _np32(grad.reshape(-1, n))

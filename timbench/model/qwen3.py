@@ -42,6 +42,14 @@ class Compute:
     """Quantized weights kept between forwards (the engine's `timbench.quant.QuantCache`, cleared at each
     weight sync); None = quantize at every forward (a trainer)."""
 
+    def __post_init__(self):
+        # Kernel options that the spec selects reach the kernel set here, whichever way the Compute was made.
+        accum = getattr(self.spec, "mma_accum", None)
+        if accum is not None and accum.block is not None:
+            if not hasattr(self.kernels, "mma_accum"):
+                raise ValueError(f"mma_accum={accum} needs kernels=exact (got kernels={self.kernels.name})")
+            self.kernels.mma_accum = accum
+
     @classmethod
     def from_spec(cls, spec: Spec) -> "Compute":
         """The Compute a `timbench.spec.Spec` asks for (a fresh kernel set instance)."""
