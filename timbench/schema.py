@@ -63,6 +63,12 @@ STEP_KEYS: dict[str, str] = {
     "rollout_corr/log_ppl_diff": "log ppl difference", "rollout_corr/ppl_ratio": "perplexity ratio",
     **{v: f"remedy metric ({k})" for k, v in METRIC_NAMES.items()},
     PROBS_DIFF_MAX: "max |pi - mu| over tokens (verl)", PROBS_DIFF_MEAN: "mean |pi - mu| (verl)",
+    "staleness/lag": "updates between the behavior policy and the current one (staleness=K)",
+    "staleness/mismatch_k3": "k3 of the mismatch factor pi_old^behav / mu (arXiv 2512.01374)",
+    "staleness/staleness_k3": "k3 of the staleness factor pi_current / pi_old^behav",
+    "staleness/total_k3": "k3 of the product pi_current / mu",
+    "staleness/mismatch_log_ratio_mean": "mean log(pi_old^behav / mu)",
+    "staleness/staleness_log_ratio_mean": "mean log(pi_current / pi_old^behav)",
 }
 """Every key of a metrics.jsonl row -> one line of what it is."""
 

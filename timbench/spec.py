@@ -76,6 +76,13 @@ def _positive_int(v: str) -> int:
     return n
 
 
+def _nonneg_int(v: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise ValueError
+    return n
+
+
 def _nonneg_float(v: str) -> float:
     x = float(v)
     if not x >= 0 or x == float("inf"):
@@ -147,6 +154,12 @@ SPEC_KEYS: dict[str, SpecKey] = {
                               "KV cache storage format (vLLM's kv_cache_dtype): keys and values are rounded to it "
                               "as they are written, and every attention read sees the stored values", ("engine",),
                               "auto"),
+    "staleness": SpecKey(_nonneg_int, "integer >= 0",
+                         "asynchronous RL: the engine samples with the policy of K updates ago (0 = synchronous; "
+                         "timbench.rl.staleness)", ("engine",), 0),
+    "stale_old": SpecKey(_choice("current", "behavior"), "current|behavior",
+                         "with a stale engine, the weights the trainer recomputes pi_old with: its current ones "
+                         "(AReaL decoupled PPO, verl one-step-off) or those that sampled", ("trainer",), "current"),
     "mma_accum": SpecKey(parse_mma_accum, MMA_VALID,
                          "the exact linear's K reduction in blocks of width B, partials added in ascending order "
                          "into an fp32 (or M-bit-mantissa) accumulator: a matrix instruction's accumulation order "

@@ -22,7 +22,7 @@ from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
 KINDS = {"reference": "*", "precision": "s", "quant": "p", "kernels": "D", "tp": "^", "moe": "v", "noise": "o",
-         "vllm": "P", "accum": "X"}
+         "vllm": "P", "accum": "X", "async": "h"}
 """Mismatch families, each with its matplotlib marker in the reports (one table: a new family is one entry);
 `reference` is the zero-mismatch baseline every other cell is compared with."""
 

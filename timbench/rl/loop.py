@@ -39,6 +39,7 @@ from .config import Loaded, RunConfig, load
 from .drift import objective_drift
 from .rollout import Experience, collect
 from .rundir import RunDir, one_line
+from .staleness import PolicyHistory, split_metrics
 from ..schema import (ABS_DELTA_HIST, ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX,
                       QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN)
 
@@ -57,6 +58,10 @@ class Lane:
     compute: Compute
     """The trainer's arithmetic."""
     remedy: Remedy
+    history: PolicyHistory | None = None
+    """staleness=K > 0: the last K+1 policy versions; the engine samples with the oldest."""
+    behavior: Qwen3ForCausalLM | None = None
+    """staleness=K > 0: a trainer-side copy of the behavior policy (the weights that sampled)."""
 
 
 def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Spec, trainer_spec: Spec,
@@ -66,7 +71,20 @@ def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Sp
     opt = AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     engine = make_engine(base.config, engine_spec, max_num_seqs=max_seqs, weights=model)
     ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
-    return Lane(name, model, opt, ref, engine, Compute.from_spec(trainer_spec), remedy)
+    lane = Lane(name, model, opt, ref, engine, Compute.from_spec(trainer_spec), remedy)
+    if engine_spec.staleness:
+        lane.history = PolicyHistory(engine_spec.staleness, model)
+        lane.behavior = Qwen3ForCausalLM(base.config)
+    return lane
+
+
+def sync_engine(lane: Lane) -> None:
+    """The trainer -> engine weight sync after an update: the new policy, or with staleness the K-old one."""
+    if lane.history is None:
+        lane.engine.load_weights(lane.model)
+        return
+    lane.history.push(lane.model)
+    lane.engine.load_weights(lane.history.behavior)
 
 
 @dataclass
@@ -92,6 +110,8 @@ class StepBatch:
     """correct: [N, R] the remedy's per-token loss weights (None: all 1)."""
     remedy_metrics: dict = field(default_factory=dict)
     """correct: what the remedy logs."""
+    staleness_metrics: dict = field(default_factory=dict)
+    """recompute (staleness > 0): the ratio's mismatch and staleness factors."""
     updates: list[dict] = field(default_factory=list)
     """update: one metrics row per optimizer step."""
     timing: dict = field(default_factory=dict)
@@ -112,24 +132,35 @@ def collect_phase(lane: Lane, run: Loaded, step: int) -> StepBatch:
     return StepBatch(step, exp, adv, mask, n // cfg.mini_batches)
 
 
-def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
-    """Chunked no-grad trainer forward; R3 replays the engine's routing here already."""
+def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepBatch):
+    """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing)."""
     exp, chunk = batch.exp, batch.mini_batch
     replay = exp.routing if lane.remedy.replay == "engine" else None
     lps, ents, routes = [], [], []
     with torch.no_grad():
         for i in range(0, len(exp.seqs), chunk):
             rp = replay_tensor(exp.seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
-            out = sequence_logprobs(lane.model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp)
+            out = sequence_logprobs(model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp)
             lps.append(out.logprobs)
             ents.append(out.entropy)
             routes.append(out.routing)
     width = max(x.shape[1] for x in lps)
     pad = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in xs])
-    batch.old_logprobs = pad(lps)[:, : batch.mask.shape[1]]
-    batch.entropy = pad(ents)
     lengths = [len(p) + len(r) for p, r in exp.seqs]
-    batch.trainer_routing = per_sequence(routes, lengths, chunk)
+    return pad(lps)[:, : batch.mask.shape[1]], pad(ents), per_sequence(routes, lengths, chunk)
+
+
+def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
+    """The trainer's pi_old; R3 replays the engine's routing here already. With a stale engine the trainer
+    scores the batch under both its current and the behavior weights and keeps the one `stale_old` names."""
+    current = _trainer_pass(lane.model, lane, run, batch)
+    if lane.history is not None:
+        lane.behavior.load_state_dict(lane.history.behavior)
+        behavior = _trainer_pass(lane.behavior, lane, run, batch)
+        batch.staleness_metrics = split_metrics(current[0], behavior[0], batch.exp.rollout_logprobs,
+                                                batch.exp.mask, lane.history.lag)
+        current = behavior if lane.compute.stale_old == "behavior" else current
+    batch.old_logprobs, batch.entropy, batch.trainer_routing = current
 
 
 def correct_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
@@ -203,6 +234,7 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
     if clash:
         raise ValueError(f"remedy {lane.remedy.name}: metric name(s) {clash} clash with the loop's metrics")
     metrics.update(batch.remedy_metrics)
+    metrics.update(batch.staleness_metrics)
     if exp.routing[0] is not None:
         metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat(batch.trainer_routing),
                                                                   torch.cat(exp.routing))
@@ -224,7 +256,7 @@ def train_step(lane: Lane, run: Loaded, step: int) -> tuple[dict, StepBatch]:
     t2 = time.perf_counter()
     update_phase(lane, run, batch)
     t3 = time.perf_counter()
-    lane.engine.load_weights(lane.model)  # weight sync: the next step samples from the updated policy
+    sync_engine(lane)  # weight sync: the next step samples from the updated (or, stale, a K-old) policy
     t4 = time.perf_counter()
     batch.timing = {"time/rollout": t1 - t0, "time/recompute": t2 - t1, "time/update": t3 - t2,
                     "time/sync": t4 - t3}
@@ -272,7 +304,9 @@ class _Session:
             for lane, s in zip(self.lanes, state["lanes"]):
                 lane.model.load_state_dict(s["model"])
                 lane.opt.load_state_dict(s["opt"])
-                lane.engine.load_weights(lane.model)
+                if lane.history is not None:
+                    lane.history.restore(s["history"])
+                lane.engine.load_weights(lane.model if lane.history is None else lane.history.behavior)
             self.start, self.extra = state["step"], state["extra"]
         self.logs = rd.logs(self.start)
 
@@ -309,7 +343,8 @@ class _Session:
 
     def save(self, done: int) -> None:
         self.rd.save_state({"step": done, "extra": self.extra,
-                            "lanes": [{"model": l.model.state_dict(), "opt": l.opt.state_dict()}
+                            "lanes": [{"model": l.model.state_dict(), "opt": l.opt.state_dict(),
+                                       **({} if l.history is None else {"history": l.history.state()})}
                                       for l in self.lanes]})
 
     def close(self) -> None:
