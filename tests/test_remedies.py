@@ -192,7 +192,7 @@ def test_zero_mismatch_is_a_no_op_for_every_remedy(name):
 def test_list_describes_every_builtin(capsys):
     assert main(["remedies", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(REMEDIES) <= set(rows) and len(REMEDIES) == 15  # plus the verl / TRL vocabulary (test_remedy_vocab)
+    assert set(REMEDIES) <= set(rows) and len(REMEDIES) == 16  # plus the verl / TRL vocabulary (test_remedy_vocab)
     assert rows["tis_token"]["params"] == {"C": 2.0}
     assert rows["icepop"]["params"] == {"low": 0.5, "high": 5.0}
     assert rows["mis_seq"]["params"] == {"C": 2.0, "C_min": None}

@@ -18,12 +18,13 @@ from pathlib import Path
 from ..spec import SPEC_KEYS, parse_spec
 from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
+from .direction import DIRECTION_REMEDIES
 from .trl import TRL_REMEDIES
 from .verl import VERL_REMEDIES, Verl
 
 ENTRY_POINT_GROUP = "timbench.remedies"
 
-REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in BUILTINS}
+REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES)}
 """Built-in remedies by name."""
 
 VOCABULARY: dict[str, type[Remedy]] = {"verl": Verl, **VERL_REMEDIES, **TRL_REMEDIES}
