@@ -119,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .fingerprint import add_parser as add_fingerprint  # cross-machine golden hashes (issue 23)
     add_fingerprint(sub)
+    from .gate.cli import add_parser as add_gate  # the release gate (issue 27)
+    add_gate(sub)
 
     try:
         from .tasks.cli import add_parser as add_tasks

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from .faults import FAULTS, VALID as FAULT_VALID
 from .mma import VALID as MMA_VALID, MmaAccum, parse_mma_accum
 from .noise import NOISE_KINDS, Noise, parse_noise  # noqa: F401  (re-exported: the noise= key)
 from .quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
@@ -165,6 +166,9 @@ SPEC_KEYS: dict[str, SpecKey] = {
                          "into an fp32 (or M-bit-mantissa) accumulator: a matrix instruction's accumulation order "
                          "(timbench.mma; arXiv 2610.05458, 2412.19437)", default=MmaAccum(),
                          check=_needs_exact_engine),
+    "fault": SpecKey(_choice("none", *FAULTS), FAULT_VALID,
+                     "inject one real engine bug class (timbench.faults: stale weights, zeroed or bf16 logprobs, "
+                     "batch-size leak, rotary base), for proving the release gate catches it", ("engine",), "none"),
     "noise": SpecKey(parse_noise, "none|" + "|".join(f"{k}:SIGMA" + ":DF" * (n.n_params - 1)
                                                      for k, n in NOISE_KINDS.items()),
                      "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..faults import FAULTS, Faulty
 from ..model import ModelConfig
 from ..spec import Spec, parse_spec
 from .engine import Engine
@@ -39,7 +40,12 @@ def make_engine(config: ModelConfig, spec: Spec | str | dict | None = None, max_
     for library callers); a Spec passes through.
     """
     s = parse_spec(spec, "engine spec", side="engine")
+    fault = FAULTS.get(s.fault)
+    if fault is not None and fault.config is not None:
+        config = fault.config(config)
     engine = BACKENDS[s.engine](config, s, max_num_seqs, max_len)
     if weights is not None:
-        engine.load_weights(weights)
+        engine.load_weights(weights)  # the start-up load is not a sync: a sync fault bites from the first sync on
+    if fault is not None:
+        engine = Faulty(engine, s.fault)  # the fault library (timbench.faults): the release gate must catch it
     return engine

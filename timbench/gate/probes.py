@@ -1,0 +1,138 @@
+"""The gate's probes: each runs one engine property on one checkpoint and returns pass/fail with its numbers.
+
+A probe is a function (engine factory, model, its parameters from the suite, the
+sampling settings) -> `Probe`. Exact properties (determinism, batch invariance,
+prefill vs decode, weight sync) pass only at 0.0 difference; the alignment probe
+against timbench's exact fp32 trainer has a threshold from the suite. Probes
+never look at which fault (if any) the engine carries: they must find it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..engine import Request, SamplingParams
+
+
+@dataclass
+class Probe:
+    passed: bool
+    numbers: dict
+    thresholds: dict = field(default_factory=dict)
+    note: str = ""
+
+
+def _requests(seed: str, vocab: int, n: int, max_new: int, first_id: int = 0, lengths=None) -> list[Request]:
+    rng = random.Random(seed)
+    lengths = lengths or [rng.randint(1, 24) for _ in range(n)]
+    return [Request(tuple(rng.randrange(3, vocab) for _ in range(L)), max_new, first_id + i)
+            for i, L in enumerate(lengths)]
+
+
+def _diff(a, b) -> tuple[int, float]:
+    """(completions whose tokens differ, max |logprob difference| over the common prefix)."""
+    tokens, worst = 0, 0.0
+    for x, y in zip(a, b):
+        tokens += x.token_ids != y.token_ids
+        k = min(len(x.token_ids), len(y.token_ids))
+        if k:
+            worst = max(worst, float((x.logprobs[:k].double() - y.logprobs[:k].double()).abs().max()))
+    return tokens, worst
+
+
+def determinism(make, model, p: dict, params: SamplingParams) -> Probe:
+    """The same requests and seed twice on one engine: identical tokens and logprobs."""
+    reqs = _requests("gate:det", model.config.vocab_size, p["requests"], p["max_new_tokens"])
+    engine = make(model)
+    tokens, worst = _diff(engine.generate(reqs, params), engine.generate(reqs, params))
+    return Probe(tokens == 0 and worst == 0.0, {"completions_differ": tokens, "max_abs_diff": worst},
+                 {"max_abs_diff": 0.0})
+
+
+def batch_invariance(make, model, p: dict, params: SamplingParams) -> Probe:
+    """Each request alone (bs 1) vs inside batches of other sizes and compositions; lengths cross block edges."""
+    vocab = model.config.vocab_size
+    probes = _requests("gate:bi", vocab, 0, p["max_new_tokens"], lengths=p["prompt_lengths"])
+    engine = make(model)
+    alone = {r.request_id: engine.generate([r], params)[0] for r in probes}
+    differ, worst, cases = 0, 0.0, 0
+    for bs in p["batch_sizes"]:
+        for r in probes:
+            fill = _requests(f"gate:bi:{bs}:{r.request_id}", vocab, bs - 1, p["max_new_tokens"], first_id=1000)
+            batch = fill[: (bs - 1) // 2] + [r] + fill[(bs - 1) // 2:]  # the request in the middle of the batch
+            got = next(c for c in engine.generate(batch, params) if c.request_id == r.request_id)
+            t, w = _diff([alone[r.request_id]], [got])
+            differ, worst, cases = differ + t, max(worst, w), cases + 1
+    return Probe(differ == 0 and worst == 0.0, {"cases": cases, "completions_differ": differ, "max_abs_diff": worst},
+                 {"max_abs_diff": 0.0})
+
+
+def prefill_vs_decode(make, model, p: dict, params: SamplingParams) -> Probe:
+    """A token's logprob as decoded vs scored again with its prefix in one prefill (teacher forcing)."""
+    from ..diagnose.forward import score
+
+    engine = make(model)
+    if not hasattr(engine, "model") or not hasattr(engine, "spec"):
+        return Probe(True, {}, note="not testable: the engine exposes no prefill scoring here")
+    reqs = _requests("gate:pd", model.config.vocab_size, p["requests"], p["max_new_tokens"])
+    comps = engine.generate(reqs, params)
+    scored = score(engine.model, engine.spec, [(c.prompt_ids, c.token_ids) for c in comps], params.temperature)
+    worst = max(float((lp - c.logprobs.double()).abs().max()) for lp, c in zip(scored.logprobs, comps))
+    return Probe(worst == 0.0, {"tokens": sum(len(c.token_ids) for c in comps), "max_abs_diff": worst},
+                 {"max_abs_diff": 0.0})
+
+
+def claims_zero_mismatch(spec) -> bool:
+    """An engine spec that is timbench's exact fp32 reference (a fault aside) is held to 0.0 exactly."""
+    import dataclasses
+
+    from ..spec import ZERO_MISMATCH
+    return dataclasses.replace(spec, fault="none") == ZERO_MISMATCH
+
+
+def alignment(make, model, p: dict, params: SamplingParams, spec=None) -> Probe:
+    """Train-inference alignment against timbench's exact fp32 trainer (timbench.align): mean |delta| within the
+    suite's bound (the field's CI gates: slime/vime's 0.1), and 0.0 exactly for an engine claiming zero mismatch."""
+    from ..align import align
+
+    r = align(model, spec, "kernels=exact,dtype=fp32", seed=params.seed, temperature=params.temperature,
+              batches=tuple(p["batches"]))
+    keys = ("mean_abs_diff", "max_abs_diff", "k3_kl", "frac_tokens_differ", "routing_agreement")
+    numbers = {k: r[k] for k in keys if k in r}
+    bound = 0.0 if claims_zero_mismatch(spec) else p["max_mean_abs_diff"]
+    return Probe(r["mean_abs_diff"] <= bound and r["max_abs_diff"] <= (0.0 if bound == 0.0 else float("inf")),
+                 numbers, {"mean_abs_diff": bound})
+
+
+def weight_sync(make, model, p: dict, params: SamplingParams) -> Probe:
+    """After k trainer updates and an in-memory sync: every engine tensor equals the trainer's (rounded to the
+    engine's dtype), and the logprobs equal those of a fresh engine started from the updated weights."""
+    engine = make(model)
+    trained = type(model)(model.config)
+    trained.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(params.seed)
+    with torch.no_grad():
+        for _ in range(p["updates"]):  # a stand-in for optimizer steps: every tensor moves
+            for t in trained.parameters():
+                t.add_(1e-2 * torch.randn(t.shape, generator=gen))
+            engine.load_weights(trained)
+    numbers = {}
+    if hasattr(engine, "model"):
+        own, want = engine.model.state_dict(), trained.state_dict()
+        stale = [k for k, v in own.items() if k in want and not torch.equal(v, want[k].to(v.dtype))]
+        numbers["tensors"], numbers["tensors_differ"] = len(own), len(stale)
+    reqs = _requests("gate:ws", model.config.vocab_size, p["requests"], p["max_new_tokens"])
+    tokens, worst = _diff(engine.generate(reqs, params), make(trained).generate(reqs, params))
+    numbers |= {"completions_differ": tokens, "max_abs_diff": worst}
+    return Probe(numbers.get("tensors_differ", 0) == 0 and tokens == 0 and worst == 0.0, numbers,
+                 {"tensors_differ": 0, "max_abs_diff": 0.0})
+
+
+PROBES: dict[str, Callable] = {"determinism": determinism, "batch_invariance": batch_invariance,
+                               "prefill_vs_decode": prefill_vs_decode, "alignment": alignment,
+                               "weight_sync": weight_sync}
+"""Every probe by name, in the order a suite runs them."""

@@ -1,0 +1,126 @@
+"""`timbench gate run`: a suite's probes on one engine spec, with the identity of what was tested.
+
+gate.json holds, besides every probe's verdict and numbers, what was tested:
+the engine spec and package versions, torch's build, the CPU and its ISA, the
+environment flags that change an engine's numerics, the suite and its version,
+timbench's version and a hash of its code, and one fingerprint over them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from .probes import PROBES, Probe
+from .suite import Suite
+
+NUMERIC_ENV = ("VLLM_BATCH_INVARIANT", "VLLM_ATTENTION_BACKEND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_V1",
+               "VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
+               "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG")
+
+
+def code_hash() -> str:
+    """sha256 over timbench's Python sources (path and bytes, sorted): which code produced a result."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def identity(spec, suite: Suite) -> dict:
+    import torch
+
+    from .. import __version__
+    from ..cli import _dist_version, _git_revision
+    from ..fingerprint import machine
+    ident = {"engine_spec": str(spec), "engine_package": "vllm" if spec.engine == "vllm" else "timbench",
+             "engine_version": _dist_version("vllm") if spec.engine == "vllm" else __version__,
+             "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": _dist_version("numba"),
+             "machine": machine(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
+             "suite": suite.name, "suite_version": suite.version, "timbench": __version__,
+             "timbench_git": _git_revision(), "timbench_code": code_hash()}
+    ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    return ident
+
+
+def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
+    """Run every probe of `suite` on every model; write gate.json and gate.md to `out`; return the report."""
+    from ..atomic import atomic_write
+    from ..engine import SamplingParams, make_engine
+    from ..model import load_checkpoint
+    from ..shipped import default_checkpoint
+    from ..spec import parse_spec
+
+    spec = parse_spec(engine_spec, "engine spec", side="engine")
+    params = SamplingParams(temperature=suite.temperature, seed=suite.seed)
+    rows, t0 = [], time.perf_counter()
+    for name in suite.models:
+        model = load_checkpoint(default_checkpoint("add-4d-v1", name))
+        make = lambda weights: make_engine(weights.config, spec, max_num_seqs=64, weights=weights)  # noqa: E731
+        for probe, p in suite.probes.items():
+            t = time.perf_counter()
+            fn = PROBES[probe]
+            r: Probe = fn(make, model, p, params, spec) if probe == "alignment" else fn(make, model, p, params)
+            rows.append({"model": name, "probe": probe, **dataclasses.asdict(r), "seconds": time.perf_counter() - t})
+            if progress:
+                progress(f"[gate {suite.name} v{suite.version}] {name} {probe}: {'pass' if r.passed else 'FAIL'} "
+                         f"{r.numbers}")
+    report = {"identity": identity(spec, suite), "passed": all(r["passed"] for r in rows), "probes": rows,
+              "seconds": time.perf_counter() - t0}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
+    atomic_write(out / "gate.md", render(report))
+    return report
+
+
+def render(report: dict) -> str:
+    ident = report["identity"]
+    lines = [f"Gate suite `{ident['suite']}` v{ident['suite_version']} on engine `{ident['engine_spec']}` "
+             f"({ident['engine_package']} {ident['engine_version']}; torch {ident['torch']}; "
+             f"{ident['machine']['cpu']}); fingerprint {ident['fingerprint']}: "
+             f"**{'PASS' if report['passed'] else 'FAIL'}**", "",
+             "| model | probe | verdict | numbers | thresholds |", "|---|---|---|---|---|"]
+    for r in report["probes"]:
+        nums = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["numbers"].items())
+        thr = ", ".join(f"{k} <= {v:g}" for k, v in r["thresholds"].items())
+        verdict = ("pass" if r["passed"] else "**FAIL**") + (f" ({r['note']})" if r["note"] else "")
+        lines.append(f"| {r['model']} | {r['probe']} | {verdict} | {nums} | {thr} |")
+    return "\n".join(lines) + "\n"
+
+
+def detection_matrix(suite: Suite, out, faults=None, progress=None) -> dict:
+    """The clean engine and every fault of the library through `suite`: which probe catches which fault.
+
+    Writes detection.json / detection.md under `out` (and each run's gate files under out/<fault>/).
+    """
+    from ..atomic import atomic_write
+    from ..faults import FAULTS
+
+    names = ["none", *(faults or FAULTS)]
+    cols = list(suite.probes)
+    table = {}
+    for f in names:
+        rep = run_gate(f"kernels=exact,dtype=fp32,fault={f}", suite, Path(out) / f, progress)
+        table[f] = {p: {"failed_on": [r["model"] for r in rep["probes"] if r["probe"] == p and not r["passed"]],
+                        "numbers": {r["model"]: r["numbers"] for r in rep["probes"] if r["probe"] == p}}
+                    for p in cols}
+        table[f]["gate_passed"] = rep["passed"]
+    doc = {"suite": suite.name, "suite_version": suite.version, "faults": table}
+    lines = [f"Fault detection matrix, gate suite `{suite.name}` v{suite.version} on timbench's exact fp32 engine "
+             "(`timbench gate faults`); a cell names the checkpoints on which the probe failed.", "",
+             "| fault | " + " | ".join(cols) + " | gate |", "|---|" + "---|" * (len(cols) + 1)]
+    for f in names:
+        cells = [", ".join(table[f][p]["failed_on"]) or "-" for p in cols]
+        verdict = "pass" if table[f]["gate_passed"] else "**FAIL**"
+        lines.append(f"| {f} | " + " | ".join(cells) + f" | {verdict} |")
+    lines += ["", "Every fault must fail the gate and the clean engine (`none`) must pass. Faults: "
+              "timbench/faults.py (each with its source)."]
+    atomic_write(Path(out) / "detection.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write(Path(out) / "detection.md", "\n".join(lines) + "\n")
+    return doc

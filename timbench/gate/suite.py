@@ -1,0 +1,45 @@
+"""Gate suites: versioned YAML files (`bench/gates/<name>.yaml`) naming the probes, their work and thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .probes import PROBES
+
+SUITES_DIR = Path(__file__).resolve().parents[2] / "bench" / "gates"
+"""Where `--suite NAME` looks (a checkout or editable install); a path to a .yaml file works anywhere."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    version: int
+    models: tuple[str, ...]
+    seed: int
+    temperature: float
+    probes: dict
+    """probe name -> its parameters, in run order."""
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A suite by name (bench/gates/NAME.yaml) or path; a one-line ValueError naming what is valid otherwise."""
+    path = Path(name_or_path)
+    if path.suffix != ".yaml":
+        path = SUITES_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []
+        raise ValueError(f"unknown gate suite {name_or_path!r}; valid: {', '.join(known) or 'none found'} "
+                         "(or a path to a suite .yaml)")
+    doc = yaml.safe_load(path.read_text()) or {}
+    need = ("name", "version", "models", "probes")
+    missing = [k for k in need if k not in doc]
+    if missing:
+        raise ValueError(f"gate suite {path}: missing key(s) {missing}; a suite has {', '.join(need)}")
+    unknown = sorted(set(doc["probes"]) - set(PROBES))
+    if unknown:
+        raise ValueError(f"gate suite {path}: unknown probe(s) {unknown}; valid: {', '.join(PROBES)}")
+    return Suite(doc["name"], int(doc["version"]), tuple(doc["models"]), int(doc.get("seed", 0)),
+                 float(doc.get("temperature", 1.0)), dict(doc["probes"]))
