@@ -109,6 +109,22 @@ def test_bad_submissions_become_failed_cells(tiny, tmp_path, cls, error):
         assert rec["score"] is None
 
 
+def test_a_failed_submission_exits_1_and_retry_failed_reruns_it_after_the_fix(tiny, tmp_path, capsys):
+    root, committed = tiny
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(PLUGINS.replace("class Halve(Remedy):", "class Broken(Remedy):").replace(
+        "torch.full_like(log_rho(batch), 0.5)", "torch.full_like(log_rho(batch), -1.0)"))
+    args = ["submit", f"{plugin}:Broken", "--track", str(root / "tiny.yaml"), "--committed", str(committed),
+            "--out", str(tmp_path / "sub"), "--workers", "2"]
+    assert main(args) == 1  # every submitted cell failed (negative weights): not a success
+    err = capsys.readouterr().err
+    assert "2 of the submitted cells failed" in err and "--retry-failed" in err
+    plugin.write_text(plugin.read_text().replace("-1.0)", "0.5)"))
+    assert main(args) == 1  # without --retry-failed the stale failures stand
+    assert main(args + ["--retry-failed"]) == 0
+    assert "2 of 2 cells to run" in capsys.readouterr().err
+
+
 def test_bypass_presets_are_refused_on_a_recompute_track(tiny, tmp_path):
     root, committed = tiny
     with pytest.raises(ValueError, match="implies mode=bypass"):

@@ -29,11 +29,36 @@ def _text(p: Path) -> str:
                          "is it a binary file?") from None
 
 
+class DuplicateKeyError(ValueError):
+    """A YAML mapping that gives one key twice (PyYAML would silently keep the last)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping, naming the key and both lines."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(f"key {key!r} is given twice (lines {seen[key]} and {line}); give it once")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml_text(text: str):
+    """yaml.safe_load that refuses duplicate keys (DuplicateKeyError)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
 def read_yaml(path, what: str = "file"):
-    """The parsed YAML document at `path` (None for an empty file)."""
+    """The parsed YAML document at `path` (None for an empty file); a key given twice is an error."""
     p = _existing(path, what)
     try:
-        return yaml.safe_load(_text(p))
+        return load_yaml_text(_text(p))
+    except DuplicateKeyError as e:
+        raise ValueError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{p}: malformed YAML ({' '.join(str(e).split())})") from None
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .probes import PROBES
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "bench" / "gates"
@@ -33,7 +31,8 @@ def load_suite(name_or_path: str) -> Suite:
         known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []
         raise ValueError(f"unknown gate suite {name_or_path!r}; valid: {', '.join(known) or 'none found'} "
                          "(or a path to a suite .yaml)")
-    doc = yaml.safe_load(path.read_text()) or {}
+    from ..readfile import read_yaml
+    doc = read_yaml(path, "gate suite") or {}
     need = ("name", "version", "models", "probes")
     missing = [k for k in need if k not in doc]
     if missing:

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from ..atomic import atomic_write
+from ..dirlock import DirLock
 from ..readfile import read_json
 from .spec import Cell, GridSpec
 
@@ -136,28 +137,6 @@ def run_finished(out: str | Path, cell_id: str) -> bool:
         return False
 
 
-class GridLock:
-    """An exclusive flock on <out>/.lock: one runner per results directory at a time.
+GridLock = DirLock  # the grid runner's name for the one output-directory lock
 
-    The kernel drops the lock when its holder dies (even by kill -9), so a stale
-    lock never blocks the rerun that resumes a killed grid.
-    """
 
-    def __init__(self, out: str | Path):
-        self.path = Path(out) / ".lock"
-        self.fd = None
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise ValueError(f"{self.path.parent} is in use by another `timbench grid run`; "
-                             "wait for it or stop it first") from None
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)

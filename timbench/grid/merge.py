@@ -83,6 +83,7 @@ def fingerprint_difference(a: dict, b: dict) -> str | None:
 
 def _files(d: Path) -> list[str]:
     return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and p.name not in VOLATILE
+                  and not p.name.startswith(".")  # a run's .lock is not a result
                   and RESUME_STATE not in p.relative_to(d).parts)
 
 
@@ -147,7 +148,7 @@ def merge(sources: list[str | Path], out: str | Path) -> dict:
             raise FileNotFoundError(f"{s}: not a grid result directory (no cells.json)")
     if (out / "cells.json").is_file():
         srcs = [out] + [s for s in srcs if s.resolve() != out.resolve()]
-    elif out.exists() and any(out.iterdir()):
+    elif out.exists() and any(not p.name.startswith(".") for p in out.iterdir()):  # its .lock aside
         raise ValueError(f"{out} exists and is not a grid result directory; use an empty or new --out")
     doc, chosen = plan_merge(srcs)
     copied = 0

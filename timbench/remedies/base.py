@@ -236,8 +236,12 @@ def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyR
         w = result.weights
         if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:
             raise ValueError(f"{where}: weights must be None or a float tensor of shape {shape}, got {_describe(w)}")
-        if not bool(torch.isfinite(w[batch.mask & result.mask]).all()):
+        kept = w[batch.mask & result.mask]
+        if not bool(torch.isfinite(kept).all()):
             raise ValueError(f"{where}: weights are NaN or infinite on kept tokens")
+        if kept.numel() and float(kept.min()) < 0:
+            raise ValueError(f"{where}: weights must be >= 0 on kept tokens (a negative weight flips that "
+                             f"token's policy gradient), got min {float(kept.min()):g}")
     for k, v in result.metrics.items():
         if not isinstance(k, str) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
             raise ValueError(f"{where}: metric {k!r}={v!r} is not a finite number")

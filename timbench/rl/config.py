@@ -121,7 +121,8 @@ _FLOAT_RANGES = {
     "eps_low": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
     "eps_high": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
     "kl_coef": (lambda x: 0 <= x < math.inf, "a finite number >= 0"),
-    "temperature": (lambda x: 0 <= x < math.inf, "a finite number >= 0 (0 = greedy)"),
+    # T = 0 (greedy) would give every response of a group the same tokens: GRPO advantages all 0, nothing trains.
+    "temperature": (lambda x: 0 < x < math.inf, "a finite number > 0 (greedy rollouts train nothing)"),
 }
 
 
@@ -225,11 +226,17 @@ def _eval_problems(task, n: int) -> list:
     return problems
 
 
+_INF_MEANS_OFF = ("grad_clip",)
+"""Float keys whose infinite value is meaningful (grad_clip=inf: no clipping); every other float is finite."""
+
+
 def _typed(f: dataclasses.Field, value):
     """Coerce a YAML / --set value to the field's type (YAML reads 1e-3 as a string): `timbench.coerce`."""
     kind = field_kind(f)
     if kind.split("|")[0].strip() not in ("bool", "int", "float"):
         return value  # strings, specs, lists and mappings are checked where they are parsed
+    if f.name in _INF_MEANS_OFF and str(value).lower().lstrip("+.") in ("inf", "infinity"):
+        return math.inf
     try:
         return coerce(value, kind)
     except ValueError:

@@ -355,11 +355,20 @@ class _Session:
 def run(cfg: RunConfig | Loaded, out, progress: bool = True) -> dict:
     """Run (or resume) a training run into directory `out`; returns the summary.
 
-    `cfg` is loaded here if it is a plain RunConfig (`load_config` already returns a Loaded).
+    `cfg` is loaded here if it is a plain RunConfig (`load_config` already returns a Loaded). An exclusive
+    lock on `out` is taken before anything is written there: a second run on the same directory is a
+    one-line error instead of truncating the first one's logs.
     """
-    from tqdm import tqdm
+    from ..dirlock import DirLock
 
     loaded = load(cfg)
+    with DirLock(out, "timbench train"):
+        return _run(loaded, out, progress)
+
+
+def _run(loaded: Loaded, out, progress: bool) -> dict:
+    from tqdm import tqdm
+
     set_threads(loaded.threads)
     # Some CPU backward kernels (index_put_/scatter with accumulate) otherwise add in a
     # run-dependent order: measured, two identical runs drifted by 1e-8 in step 0's update.

@@ -27,8 +27,13 @@ def _cmd_submit(args) -> int:
     if args.out:
         check_output_dir(args.out)
     rec = submit(args.remedy, args.track, args.out, args.committed, _remedy_args(args.set or []),
-                 workers=default_workers(args.workers), allow_results=args.allow_results)
+                 workers=default_workers(args.workers), allow_results=args.allow_results,
+                 retry_failed=args.retry_failed)
     print(rec["text"], end="")
+    if rec["failed_cells"]:
+        print(f"submit: {len(rec['failed_cells'])} of the submitted cells failed (first: {rec['failed_cells'][0]}); "
+              "fix the remedy and rerun with --retry-failed", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -93,6 +98,8 @@ def add_parser(sub) -> None:
     s.add_argument("--set", action="append", metavar="remedy_args.NAME=VALUE", help="a remedy parameter override")
     add_workers_arg(s)
     s.add_argument("--allow-results", action="store_true", help="allow --out under results/")
+    s.add_argument("--retry-failed", action="store_true", help="rerun the submitted cells that failed before "
+                                                               "(after fixing the plug-in) instead of keeping them")
     s.set_defaults(func=_cmd_submit)
 
     t = sub.add_parser("track", help="standard cell sets remedies are scored on (bench/tracks/)")

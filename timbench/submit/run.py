@@ -64,8 +64,11 @@ def mark_nothing_trained(out: Path, cells: list[dict]) -> None:
 
 
 def submit(remedy: str, track_name: str, out: str | Path | None = None, committed: str | Path | None = None,
-           remedy_args: dict | None = None, workers: int = 1, allow_results: bool = False, stream=None) -> dict:
-    """Run `remedy` on the track into `out` and write the merged leaderboard; returns the submission record."""
+           remedy_args: dict | None = None, workers: int = 1, allow_results: bool = False, stream=None,
+           retry_failed: bool = False) -> dict:
+    """Run `remedy` on the track into `out` and write the merged leaderboard; returns the submission record
+    (with `failed_cells`: the submitted cells that did not finish). `retry_failed` reruns failed cells (after a
+    fixed plug-in) instead of keeping their failure."""
     stream = stream or sys.stderr
     track = load_track(track_name)
     committed = Path(committed) if committed else track.committed_dir()
@@ -91,18 +94,19 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
     missing = sorted({c["reference"] for c in cells if c["reference"]} - committed_ids)
     if missing:
         raise ValueError(f"committed results {committed} lack the reference cell {missing[0]}")
-    merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
-    doc = read_json(out / "cells.json")
-    have = {c["id"]: c for c in doc["cells"]}
-    for c in cells:
-        if c["id"] in have and have[c["id"]] != c:
-            raise ValueError(f"{out} already holds cell {c['id']} with another config (other remedy_args?); "
-                             "use another --out")
-    doc["cells"] += [c for c in cells if c["id"] not in have]
-    atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     from ..runners.local import run_local
-    with GridLock(out):
-        todo = [c for c in cells if (read_status(out, c["id"]) or {}).get("status") not in ("done", "failed")]
+    with GridLock(out, "timbench submit"):  # before anything is written to out
+        merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
+        doc = read_json(out / "cells.json")
+        have = {c["id"]: c for c in doc["cells"]}
+        for c in cells:
+            if c["id"] in have and have[c["id"]] != c:
+                raise ValueError(f"{out} already holds cell {c['id']} with another config (other remedy_args?); "
+                                 "use another --out")
+        doc["cells"] += [c for c in cells if c["id"] not in have]
+        atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        rerun = ("done",) if retry_failed else ("done", "failed")
+        todo = [c for c in cells if (read_status(out, c["id"]) or {}).get("status") not in rerun]
         for note in notes:
             print(f"note: {note}", file=stream)
         print(f"submit {remedy} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
@@ -112,7 +116,10 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
             run_local(todo, str(out), workers, progress=Progress(f"submit {remedy}", len(todo), 0, 0, workers,
                                                                  stream=stream))
         mark_nothing_trained(out, cells)
-    return write_submission(out, remedy, track, cells, committed)
+        record = write_submission(out, remedy, track, cells, committed)
+    # A cell that crashed (not one whose remedy masked everything: that is a scored result) fails the submission.
+    record["failed_cells"] = [cid for cid, err in record["failed"].items() if MASKED_ALL not in str(err)]
+    return record
 
 
 def _iv(iv) -> dict:

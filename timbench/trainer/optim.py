@@ -120,10 +120,11 @@ def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float) -> torch.Ten
 
     total_norm = sqrt(sum of all squared gradient entries), summed in float64 left to right over
     the parameters in order (fp32 squares are exact in float64), rounded to fp32; then, as torch,
-    every gradient is multiplied by min(max_norm / (total_norm + 1e-6), 1) in fp32. Returns total_norm.
+    every gradient is multiplied by min(max_norm / (total_norm + 1e-6), 1) in fp32 (by exactly 1.0 when
+    max_norm is inf: no clipping). Returns total_norm.
     """
-    if not (isinstance(max_norm, (int, float)) and max_norm > 0 and math.isfinite(max_norm)):
-        raise ValueError(f"grad_clip must be a finite number > 0, got {max_norm!r}")
+    if not (isinstance(max_norm, (int, float)) and max_norm > 0):
+        raise ValueError(f"grad_clip must be a number > 0 (inf = no clipping), got {max_norm!r}")
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)

@@ -1,0 +1,35 @@
+"""One writer per output directory: an exclusive, kill-safe lock taken before anything is written."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class DirLock:
+    """An exclusive flock on <out>/.lock: one writer (grid run, train, submit) per output directory at a time.
+
+    The kernel drops the lock when its holder dies (even by kill -9), so a stale
+    lock never blocks the rerun that resumes a killed grid.
+    """
+
+    def __init__(self, out: str | Path, holder: str = "timbench grid run"):
+        self.path = Path(out) / ".lock"
+        self.holder = holder
+        self.fd = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise ValueError(f"{self.path.parent} is in use by another `{self.holder}` (a lock held on "
+                             f"{self.path}); wait for it or stop it first") from None
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
