@@ -115,3 +115,12 @@ def test_cli_fails_naming_the_probe_and_bad_input_is_one_line(suite, tmp_path, c
         parse_spec("fault=batch_leak", side="trainer")
     assert set(FAULTS) >= {"stale_weights", "stale_embedding", "zero_logprobs", "bf16_logprobs", "batch_leak",
                            "rope_base"} and all(len(f.doc) > 40 for f in FAULTS.values())
+
+
+def test_committed_detection_matrix_catches_every_fault():
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "results/gates/detection.json").read_text())
+    assert set(doc["faults"]) == {"none", *FAULTS}
+    assert doc["faults"]["none"]["gate_passed"]
+    assert not any(row["gate_passed"] for f, row in doc["faults"].items() if f != "none")
