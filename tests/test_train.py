@@ -206,7 +206,7 @@ def test_non_finite_training_is_a_clear_failure_that_keeps_metrics(ckpt, tmp_pat
     ("kl_coef=-0.5", "'kl_coef': -0.5 is out of range; valid: a finite number >= 0"),
     ("lr=-1e-4", "'lr': -0.0001 is out of range; valid: a finite number >= 0"),
     ("weight_decay=-0.1", "'weight_decay': -0.1 is out of range"),
-    ("temperature=-1", "'temperature': -1.0 is out of range; valid: a finite number >= 0"),
+    ("temperature=-1", "'temperature': -1.0 is out of range; valid: a finite number > 0"),
     ("betas=0.9", "'betas': 0.9 is invalid; valid: a list of two numbers in \\[0, 1\\)"),
     ("betas=[0.9]", "'betas'"),
     ("betas=[0.9, 1.5]", "'betas'"),
