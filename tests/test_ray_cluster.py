@@ -107,7 +107,9 @@ def _driver_dir(root: Path) -> Path:
     save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), d / "ckpt")
     doc = {"name": "rc", "base": {"model": "ckpt", "steps": STEPS, "prompts_per_step": 4, "group_size": 4,
                                   "mini_batches": 2, "eval_n": 16, "eval_every": 2, "checkpoint_every": 1},
-           "axes": {"condition": ["production"], "remedy": ["plug/scaled.py:Scaled", "none"]}}
+           # bf16-engine: a real mismatch on exact kernels, whose bytes are promised on any process and CPU
+           # (the torch-kernel `production` cell's step 0 differed between this process and a worker on an AMD EPYC).
+           "axes": {"condition": ["bf16-engine"], "remedy": ["plug/scaled.py:Scaled", "none"]}}
     (d / "g.yaml").write_text(yaml.safe_dump(doc))
     return d
 
@@ -196,7 +198,8 @@ def test_grid_on_a_multi_node_cluster_survives_a_node_and_a_driver_kill(ray_inst
         _same_state(a / CKPT, b / CKPT)
         assert [json.loads(line)["step"] for line in (b / "timing.jsonl").read_text().splitlines()] == list(range(STEPS))
         assert read_status(out, cid)["status"] == "done"
-        assert not [p for p in b.rglob(".*") if p.is_file()]  # no temp file left by an atomic write
+        # no temp file left by an atomic write (a run's .lock, the train lock, is not one)
+        assert not [p for p in b.rglob(".*") if p.is_file() and p.name != ".lock"]
     assert '"remedy/scaled_tokens"' in (out / "runs" / on_ray[0] / "metrics.jsonl").read_text() or \
         '"remedy/scaled_tokens"' in (out / "runs" / on_ray[-1] / "metrics.jsonl").read_text()
     assert read_status(out, victim)["attempts"] == 3  # node a, node b, node b again under the rerun driver
