@@ -47,8 +47,7 @@ def suite(tmp_path):
 def _probe(name, model, suite, engine_spec):
     spec = parse_spec(engine_spec, side="engine")
     make = lambda w: make_engine(w.config, spec, max_num_seqs=16, weights=w)  # noqa: E731
-    args = (make, model, suite.probes[name], PARAMS) + ((spec,) if name == "alignment" else ())
-    return PROBES[name](*args)
+    return PROBES[name](make, model, suite.probes[name], PARAMS, spec)
 
 
 @pytest.mark.parametrize("name,fault", [("batch_invariance", "batch_leak"), ("prefill_vs_decode", "bf16_logprobs"),
@@ -77,10 +76,11 @@ def test_determinism_fails_on_an_engine_that_changes_between_calls(model, suite)
         engine.generate = drifting
         return engine
 
-    r = PROBES["determinism"](make, model, suite.probes["determinism"], PARAMS)
+    spec = parse_spec("kernels=exact", side="engine")
+    r = PROBES["determinism"](make, model, suite.probes["determinism"], PARAMS, spec)
     assert not r.passed and r.numbers["max_abs_diff"] > 0
     assert PROBES["determinism"](lambda w: make_engine(w.config, "kernels=exact", weights=w), model,
-                                 suite.probes["determinism"], PARAMS).passed
+                                 suite.probes["determinism"], PARAMS, spec).passed
 
 
 def test_run_writes_identity_and_check_compares(suite, tmp_path):

@@ -74,8 +74,7 @@ class Faulty:
         changed = self.fault.sync(state)
         if changed is not None:
             if hasattr(self.inner, "model"):  # timbench's engine: a partial state leaves the rest as it was
-                own = self.inner.model.state_dict()
-                changed = {**{k: v for k, v in own.items()}, **changed}
+                changed = {**self.inner.model.state_dict(), **changed}
             self.inner.load_weights(changed)
 
     def generate(self, requests, params=None):

@@ -23,21 +23,13 @@ NUMERIC_ENV = ("VLLM_BATCH_INVARIANT", "VLLM_ATTENTION_BACKEND", "VLLM_CPU_KVCAC
                "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG")
 
 
-def code_hash() -> str:
-    """sha256 over timbench's Python sources (path and bytes, sorted): which code produced a result."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def identity(spec, suite: Suite) -> dict:
     import torch
 
     from .. import __version__
     from ..cli import _dist_version, _git_revision
     from ..fingerprint import machine
+    from ..submit.track import code_hash  # the code version submissions record: one definition
     ident = {"engine_spec": str(spec), "engine_package": "vllm" if spec.engine == "vllm" else "timbench",
              "engine_version": _dist_version("vllm") if spec.engine == "vllm" else __version__,
              "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": _dist_version("numba"),
@@ -64,8 +56,7 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
         make = lambda weights: make_engine(weights.config, spec, max_num_seqs=64, weights=weights)  # noqa: E731
         for probe, p in suite.probes.items():
             t = time.perf_counter()
-            fn = PROBES[probe]
-            r: Probe = fn(make, model, p, params, spec) if probe == "alignment" else fn(make, model, p, params)
+            r: Probe = PROBES[probe](make, model, p, params, spec)
             rows.append({"model": name, "probe": probe, **dataclasses.asdict(r), "seconds": time.perf_counter() - t})
             if progress:
                 progress(f"[gate {suite.name} v{suite.version}] {name} {probe}: {'pass' if r.passed else 'FAIL'} "
