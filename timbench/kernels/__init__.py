@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from ..threads import start_numba_pool
 from .base import KernelSet
 from .exact_kernels import ExactKernels
 from .torch_kernels import TorchKernels
+
+# numba's pool starts with the kernels, so its nested-OpenMP side effect is undone before any kernel runs.
+start_numba_pool()
 
 KERNELS: dict[str, type] = {"exact": ExactKernels, "torch": TorchKernels}
 
