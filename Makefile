@@ -40,7 +40,7 @@ test-vllm: setup-vllm
 # with --bytes, any cell's metrics.jsonl/eval.jsonl is not byte-identical: training is deterministic on any CPU).
 quick: setup
 	$(VENV)/bin/timbench grid run bench/grids/quick.yaml --out $(QUICK_OUT)
-	$(VENV)/bin/timbench grid report $(QUICK_OUT)
+	$(VENV)/bin/timbench grid report $(QUICK_OUT) --out $(QUICK_OUT)
 	cat $(QUICK_OUT)/leaderboard.md
 	$(VENV)/bin/timbench compare results/quick $(QUICK_OUT) --bytes
 
@@ -50,8 +50,8 @@ quick: setup
 PAPER_OUT ?= build/paper
 paper: setup
 	$(VENV)/bin/timbench grid run bench/grids/paper.yaml --out $(PAPER_OUT) --workers 2
-	$(VENV)/bin/timbench grid report $(PAPER_OUT)
 	$(VENV)/bin/timbench paper $(PAPER_OUT) --out $(PAPER_OUT)
+	$(VENV)/bin/timbench grid report $(PAPER_OUT) --out $(PAPER_OUT)
 	cat $(PAPER_OUT)/paper.md
 
 # Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;

@@ -177,6 +177,10 @@ def test_cli_writes_every_figure_and_the_same_bytes_twice(grid, tmp_path):
     assert "## F1: reproduced" in md and "figures/paper_f5_remedies.png" in md and "cells: 45 done of 45" in md
     write_paper(grid)
     assert all((grid / "figures" / f).read_bytes() == b for f, b in pngs.items())
+    # the two pages of a paper grid link each other
+    assert main(["grid", "report", str(grid)]) == 0
+    assert '<a href="paper.html">' in (grid / "leaderboard.html").read_text()
+    assert '<a href="leaderboard.html">' in (grid / "paper.html").read_text()
 
 
 def test_half_run_grid_and_bad_input(tmp_path, capsys):

@@ -119,6 +119,7 @@ def test_one_condition_and_unfinished_cells_do_not_crash(tmp_path):
     write_cells_json(root, [cell_decl("baseline", "none"), cell_decl("baseline", "tis_token")])
     written = write_report(root)
     assert all(p.is_file() for p in written.values())
+    assert 'href="paper.html"' not in (root / "leaderboard.html").read_text()  # not a paper grid: no link to one
     rows = {r["id"]: r for r in read_csv(root / "summary.csv")}
     assert rows[cell_id("baseline", "none")]["status"] == "running"
     assert rows[cell_id("baseline", "none")]["steps_done"] == "7"
@@ -238,3 +239,19 @@ def test_survival_curve_is_kaplan_meier_over_seeds(seeded):
     assert g.survival == [(0, 1.0), (18, pytest.approx(1 / 3))] and g.censor_steps == [STEPS]
     img = plt.imread(seeded / "figures" / "time_to_collapse.png")
     assert img[..., :3].std() > 0.01
+
+
+def test_report_out_leaves_the_grid_dir_alone_and_results_default_to_build(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    src = standard_grid(tmp_path / "results" / "fab")
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    assert main(["grid", "report", "results/fab"]) == 0  # a committed-looking dir: the report goes to build/fab
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+    assert (tmp_path / "build" / "fab" / "leaderboard.html").is_file()
+    md = (tmp_path / "build" / "fab" / "leaderboard.md").read_text()
+    assert "timbench grid report results/fab`" in md  # the default needs no --out to regenerate
+    assert main(["grid", "report", "results/fab", "--out", "elsewhere"]) == 0
+    assert (tmp_path / "elsewhere" / "figures" / "dose_response.png").is_file()
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+    assert main(["grid", "report", "results/fab", "--out", "results/fab"]) == 0  # told so: into the committed dir
+    assert "timbench grid report results/fab --out results/fab`" in (src / "leaderboard.md").read_text()

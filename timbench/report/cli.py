@@ -1,6 +1,6 @@
 """The report commands: `timbench grid report DIR`, `timbench paper DIR` and `timbench compare BASELINE CANDIDATE`.
 
-    timbench grid report results/NAME
+    timbench grid report results/NAME [--out build/NAME]
     timbench paper results/paper [--out build/paper]
     timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json] [--bytes]
 """
@@ -13,13 +13,20 @@ import sys
 
 
 def _cmd_report(args) -> int:
+    from ..atomic import check_output_dir
     from .leaderboard import write_report
-    # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone
     d = args.dir.rstrip("/")
-    written = write_report(d, command=f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}")
+    default = default_out(d, d)
+    out = (args.out or default).rstrip("/")
+    if out != d:
+        check_output_dir(out)
+    # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone; the report line
+    # names --out only where it is not the default, so it regenerates exactly these files.
+    command = f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}"
+    written = write_report(d, command=command + (f" --out {out}" if out != default else ""), out=out)
     for p in written.values():
         print(p)
-    print(f"timbench grid report: wrote {len(written)} files into {args.dir}", file=sys.stderr)
+    print(f"timbench grid report: wrote {len(written)} files into {out}", file=sys.stderr)
     return 0
 
 
@@ -27,6 +34,8 @@ def add_report_parser(subparsers, name: str = "report") -> None:
     """Register `report DIR` on the `timbench grid` subparsers (or under another name, e.g. grid-report)."""
     p = subparsers.add_parser(name, help="leaderboard.md/.html, summary.csv and figures for a grid result dir")
     p.add_argument("dir", help="grid result directory (results/NAME, holding cells.json and runs/)")
+    p.add_argument("--out", help="where the report files go (default: results/X -> build/X, else DIR itself; "
+                                 "give --out results/X to update the committed report)")
     p.set_defaults(func=_cmd_report)
 
 

@@ -59,19 +59,24 @@ def figure_html(caption: str, png: bytes) -> str:
             f"<figcaption>{escape(caption)}</figcaption></figure>")
 
 
-def page(title: str, preamble: list[str], body: list[str]) -> str:
-    """A whole page: title, preamble lines (escaped here), then `body`'s already-rendered HTML parts."""
+def page(title: str, preamble: list[str], body: list[str], links: list[tuple[str, str]] = ()) -> str:
+    """A whole page: title, links to sibling pages ((text, href)), preamble lines (escaped here), then `body`'s
+    already-rendered HTML parts."""
     pre = "\n".join(f"<p>{escape(line)}</p>" for line in preamble)
+    if links:
+        pre = ("<p class=\"nav\">See also: " + ", ".join(f"<a href=\"{escape(href)}\">{escape(text)}</a>"
+                                                      for text, href in links) + "</p>\n" + pre)
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<title>{escape(title)}</title>", f"<style>{CSS}</style></head><body>", f"<h1>{escape(title)}</h1>", pre]
     return "\n".join(parts + body + ["</body></html>\n"])
 
 
-def render_html(title: str, preamble: list[str], tables: list, figures: list[tuple[str, bytes]]) -> str:
+def render_html(title: str, preamble: list[str], tables: list, figures: list[tuple[str, bytes]],
+                links: list[tuple[str, str]] = ()) -> str:
     """The leaderboard page: title, preamble lines (task versions, the regenerating command), tables, figures."""
     body = [table_html(t) for t in tables]
     if figures:
         body.append("<h2>Figures</h2>")
         body += [figure_html(caption, png) for caption, png in figures]
-    return page(title, preamble, body)
+    return page(title, preamble, body, links)

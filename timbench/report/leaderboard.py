@@ -321,10 +321,12 @@ def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None,
     return out
 
 
-def write_report(path: str | Path, command: str | None = None, highlight: str | None = None) -> dict[str, Path]:
-    """Write the report files into the grid dir `path`; returns {name: path written}. `highlight` names a
-    submitted remedy, drawn apart in the forest plot."""
+def write_report(path: str | Path, command: str | None = None, highlight: str | None = None,
+                 out: str | Path | None = None) -> dict[str, Path]:
+    """Write the report files of the grid dir `path` into `out` (default: `path` itself); returns {name: path
+    written}. `highlight` names a submitted remedy, drawn apart in the forest plot."""
     grid = load_results(path)
+    dest = Path(out) if out is not None else grid.path
     rows = summarize(grid)
     command = command or f"timbench grid report {path}"
     rule = rule_from_dict(grid.collapse)
@@ -336,7 +338,7 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
                 f"collapse rule (timbench.report.collapse): alpha={rule.alpha}, window={rule.window}, "
                 f"smooth={rule.smooth}, grad_spike={rule.grad_spike}, min_peak={rule.min_peak}, kl_warn={rule.kl_warn}"]
     tabs = tables(grid, rows, command, groups)
-    written = {"summary.csv": grid.path / "summary.csv", "seeds.csv": grid.path / "seeds.csv"}
+    written = {"summary.csv": dest / "summary.csv", "seeds.csv": dest / "seeds.csv"}
     atomic_write(written["summary.csv"], summary_csv(rows))
     seed_rows = [group_csv_row(g) for g in groups]
     atomic_write(written["seeds.csv"], csv_text(seed_rows, tuple(seed_rows[0]) if seed_rows else GROUP))
@@ -344,12 +346,14 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     pngs = []
     for name, caption, build in figures(grid, rows, groups, highlight):
         png = png_bytes(build())
-        written[f"figures/{name}"] = grid.path / "figures" / name
+        written[f"figures/{name}"] = dest / "figures" / name
         atomic_write(written[f"figures/{name}"], png)
         pngs.append((caption, png))
     title = f"TIM leaderboard: {grid.name}"
-    written["leaderboard.md"] = grid.path / "leaderboard.md"
+    written["leaderboard.md"] = dest / "leaderboard.md"
     atomic_write(written["leaderboard.md"], markdown(title, preamble, tabs))
-    written["leaderboard.html"] = grid.path / "leaderboard.html"
-    atomic_write(written["leaderboard.html"], render_html(title, preamble, tabs, pngs))
+    written["leaderboard.html"] = dest / "leaderboard.html"
+    # Link the claims page when `timbench paper` has written one beside it (make paper runs it first).
+    links = [("paper claims", "paper.html")] if (dest / "paper.html").is_file() else []
+    atomic_write(written["leaderboard.html"], render_html(title, preamble, tabs, pngs, links))
     return written

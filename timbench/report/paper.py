@@ -176,7 +176,8 @@ def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: d
                 "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
                 "Verdicts are decided by the rules in timbench/report/paper_claims.py from the committed cells; "
                 "intervals are 95% Student t over seeds (paired by seed where two settings are compared)."]
-    return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", preamble, body)
+    return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", preamble, body,
+                links=[("the grid's leaderboard", "leaderboard.html")])
 
 
 def check_paper_cells(d: PaperData, path) -> None:
