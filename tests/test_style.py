@@ -48,4 +48,19 @@ def test_labels_never_overlap():
     boxes = [Text.get_window_extent(a, r) for a in anns]
     assert len(anns) == 4
     assert not any(boxes[i].overlaps(boxes[j]) for i in range(4) for j in range(i + 1, 4))
+    frame = ax.get_window_extent(r)
+    assert all(frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)  # none below the x axis (points at y=0)
+    plt.close(fig)
+
+
+def test_scatter_points_count_as_data_and_a_right_neighbour_sends_the_legend_below():
+    fig, (left, right) = plt.subplots(1, 2)
+    left.scatter([0, 0, 1, 1], [0, 1, 0, 1], label="corners")  # a scatter's points are its offsets
+    left.scatter([0.5], [0.5], label="centre")
+    assert emptiest_corner(left)[1] > 0
+    right.plot([0, 1], [0, 1])
+    leg = legend(left)
+    fig.canvas.draw()
+    box = leg.get_window_extent(fig.canvas.get_renderer())
+    assert box.y1 < left.get_window_extent().y0  # under the axes, not over the right-hand panel
     plt.close(fig)

@@ -57,7 +57,11 @@ def _data_fractions(ax) -> list[tuple[float, float]]:
                 for (x0, y0), (x1, y1) in zip(frac[:-1], frac[1:]):
                     pts.extend((x0 + (x1 - x0) * t / 8, y0 + (y1 - y0) * t / 8) for t in range(1, 8))
     for coll in ax.collections:
-        for path in coll.get_paths():
+        offsets = coll.get_offsets()
+        if len(offsets) and not (len(offsets) == 1 and not offsets[0].any()):  # scatter: points are the offsets
+            pts.extend(to_axes.transform(coll.get_offset_transform().transform(offsets)))
+            continue
+        for path in coll.get_paths():  # bands (fill_between) and other path collections: their vertices
             if len(path.vertices):
                 pts.extend(to_axes.transform(coll.get_transform().transform(path.vertices)))
     return [(float(x), float(y)) for x, y in pts if x == x and y == y]
@@ -81,7 +85,28 @@ def legend(ax, handles=None, labels=None, outside_if_crowded: bool = True, **kw)
     loc, n = emptiest_corner(ax)
     if n == 0 or not outside_if_crowded:
         return ax.legend(handles, labels, loc=loc, **kw)
-    return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+    right, below = _neighbours(ax)
+    if not right:
+        return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+    if not below:  # a panel to the right would be covered: go under the x label instead
+        return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), borderaxespad=0.0,
+                         ncol=kw.pop("ncol", 2 if len(handles) > 3 else 1), **kw)
+    return ax.legend(handles, labels, loc=loc, **kw)  # boxed in on both sides: the emptiest corner after all
+
+
+def _neighbours(ax) -> tuple[bool, bool]:
+    """Whether another visible axes of the figure sits to the right of `ax` (sharing rows) or below it."""
+    me = ax.get_position()
+    right = below = False
+    for other in ax.figure.axes:
+        if other is ax or not other.get_visible():
+            continue
+        box = other.get_position()
+        if box.x0 >= me.x1 and box.y0 < me.y1 and box.y1 > me.y0:
+            right = True
+        if box.y1 <= me.y0 and box.x0 < me.x1 and box.x1 > me.x0:
+            below = True
+    return right, below
 
 
 def clip_band(lo: list[float], hi: list[float], domain: tuple[float | None, float | None]) -> tuple[list, list]:
@@ -108,6 +133,7 @@ def place_labels(ax, points: list[tuple[float, float]], texts: list[str], color=
     boxes = [matplotlib.transforms.Bbox.from_bounds(px - 5, py - 5, 10, 10)
              for px, py in ax.transData.transform(points)] if points else []
     placed = []
+    frame = ax.get_window_extent(renderer)  # a label must stay inside the axes, never under an axis line
     order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
     for i in order:
         (x, y), text = points[i], texts[i]
@@ -117,7 +143,8 @@ def place_labels(ax, points: list[tuple[float, float]], texts: list[str], color=
                               color=color, arrowprops=dict(arrowstyle="-", color="0.6", lw=0.5) if dy != 4 else None)
             ann.update_positions(renderer)  # an annotation's text position is computed at draw time
             box = Text.get_window_extent(ann, renderer).expanded(1.02, 1.15)  # the text, not its leader line
-            if not any(box.overlaps(b) for b in boxes) or k == 39:  # the last try stays even if crowded
+            inside = frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if (inside and not any(box.overlaps(b) for b in boxes)) or k == 39:  # the last try stays if crowded
                 break
             ann.remove()
         boxes.append(box)
