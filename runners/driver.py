@@ -9,23 +9,42 @@ and reruns failed ones only when asked (`retry_failed`).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-from timbench.grid.layout import GridLock, prepare, read_status
+from timbench import manifest
+from timbench.grid.layout import GridLock, integrity, prepare, read_status, reset_run, run_dir
 from timbench.grid.spec import GridSpec, expand
 
 from . import get_backend
 from .progress import Progress
 
 
-def select(cells: list[dict], out: str | Path, retry_failed: bool) -> list[dict]:
-    """Cells to run now: never done ones; failed ones only with retry_failed; stale `running` ones resume."""
-    todo = []
+def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) -> list[dict]:
+    """Cells to run now: never done ones; failed ones only with retry_failed; stale `running` ones resume; done
+    ones whose files no longer match their manifest are reset and redone (one line each on `stream`).
+
+    A done cell with no manifest at all was made before manifests: that is refused (one line naming the
+    adopt command) rather than silently trusted or silently rerun."""
+    todo, legacy = [], []
     for c in cells:
         st = (read_status(out, c["id"]) or {}).get("status")
-        if st == "done" or (st == "failed" and not retry_failed):
+        if st == "done":
+            bad = integrity(out, c["id"])
+            if not bad:
+                continue
+            if manifest.missing(run_dir(out, c["id"])):
+                legacy.append(c["id"])
+                continue
+            for line in bad:
+                print(f"grid: cell {c['id']}: {line}; redoing it", file=stream or sys.stderr)
+            reset_run(out, c["id"])
+        elif st == "failed" and not retry_failed:
             continue
         todo.append(c)
+    if legacy:
+        raise ValueError(f"{out}: {len(legacy)} done cell(s) have no manifest.json (made before integrity manifests, "
+                         f"e.g. {legacy[0]}); check and stamp them once with `timbench grid verify {out} --adopt`")
     return todo
 
 
@@ -42,9 +61,9 @@ def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backen
     workers = workers or grid.workers or os.cpu_count() or 1
     with GridLock(out):
         prepare(out, grid, planned)
-        todo = select(cells, out, retry_failed)
+        todo = select(cells, out, retry_failed, stream)
         before = {c["id"]: (read_status(out, c["id"]) or {}).get("status") for c in cells}
-        done = sum(1 for s in before.values() if s == "done")
+        done = sum(1 for c in cells if before[c["id"]] == "done" and c not in todo)
         failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
         progress = Progress(grid.name, len(cells), done, failed, workers, stream=stream)
         if todo:

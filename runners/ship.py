@@ -27,7 +27,7 @@ from timbench.atomic import atomic_write
 CKPT = "checkpoints/state.pt"
 LOGS = ("metrics.jsonl", "timing.jsonl", "eval.jsonl")
 # Written in this order by write_run: the checkpoint after the logs it covers, the end markers last.
-_ORDER = ("config.yaml", "error.txt", *LOGS, "status.json", CKPT, "summary.json")
+_ORDER = ("config.yaml", "error.txt", *LOGS, "status.json", CKPT, "summary.json", "manifest.json")
 
 
 def remedy_file(remedy: str) -> tuple[str, str] | None:

@@ -10,6 +10,8 @@ import json
 import math
 from pathlib import Path
 
+from timbench.manifest import stamp_run
+
 CONDITIONS = {
     "baseline": {"kind": "reference", "engine": "kernels=exact,dtype=fp32", "trainer": "kernels=exact,dtype=fp32"},
     "bf16-engine": {"kind": "precision", "engine": "kernels=exact,dtype=bf16", "trainer": "kernels=exact,dtype=fp32"},
@@ -67,6 +69,8 @@ def write_cell(root: Path, cond: str, remedy: str, *, final_acc: float, delta: f
         summary = {"status": "finished" if status == "done" else "failed", "error": error, "steps_done": len(rows),
                    "task": "add-4d-v1", "task_version": 1, "final_accuracy_t1": final_acc}
         (d / "summary.json").write_text(json.dumps(summary))
+    if status in ("done", "failed"):
+        stamp_run(d)  # the run's integrity manifest, written last as timbench.rl.loop does
     if status != "pending":
         (d / "cell.json").write_text(json.dumps({"status": status, "error": error, "wall_s": 1.5, "attempts": 1}))
     return cid

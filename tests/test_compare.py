@@ -8,6 +8,7 @@ import pytest
 
 from gridfab import cell_id, group_id, seeded_grid, standard_grid, write_cell
 from timbench.cli import main
+from timbench.manifest import stamp_run
 from timbench.report.compare import Tolerances, compare, load_tolerances
 
 ALIGN = [
@@ -239,6 +240,7 @@ def test_real_runs_same_grid_passes_and_a_silently_bf16_engine_fails(real_grid, 
     ref, bf16 = (f"add-4d-v1.tiny-dense.{c}.none.recompute.grpo.s0" for c in ("baseline", "bf16-engine"))
     for name in ("metrics.jsonl", "eval.jsonl", "summary.json"):
         shutil.copy(out / "runs" / bf16 / name, cand / "runs" / ref / name)
+    stamp_run(cand / "runs" / ref)  # as that run would have sealed it
     rc, v = _run(capsys, out, cand)
     got = {(r["id"], r["check"], r["metric"]) for r in v["regressions"]}
     assert rc == 1 and (ref, "exact_lost", "max/training/rollout_probs_diff_max") in got
@@ -264,6 +266,7 @@ def test_bytes_are_reported_and_with_bytes_a_changed_deterministic_cell_fails(ba
     cid = cell_id("baseline", "none")
     ev = cand / "runs" / cid / "eval.jsonl"
     ev.write_text(ev.read_text().replace("}", ', "note": 1}', 1))  # same numbers, other bytes
+    stamp_run(ev.parent)  # a run that wrote these bytes itself (an edit after sealing is refused, not compared)
     rc, v = _run(capsys, base_grid, cand)
     assert rc == 0 and v["bytes"]["changed"] == [cid]  # reported, not judged, without --bytes
     rc, v = _run(capsys, base_grid, cand, "--bytes")
@@ -283,5 +286,6 @@ def test_cells_with_cpu_dependent_kernels_are_not_byte_checked(base_grid, tmp_pa
     cand = shutil.copytree(base, tmp_path / "cand")
     ev = cand / "runs" / cid / "eval.jsonl"
     ev.write_text(ev.read_text().replace("}", ', "note": 1}', 1))
+    stamp_run(ev.parent)
     rc, v = _run(capsys, base, cand, "--bytes")
     assert rc == 0 and v["bytes"]["changed"] == [] and v["bytes"]["skipped"] >= 1

@@ -19,7 +19,8 @@ import yaml
 from timbench.cli import main
 from timbench.grid.conditions import KINDS, load_conditions
 from timbench.grid.cost import cell_seconds, wall_seconds
-from timbench.grid.layout import prepare, read_status, write_status
+from timbench.grid.layout import prepare, read_status, run_dir, write_status
+from timbench.manifest import stamp_run
 from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners.cell import run_cell
@@ -275,15 +276,42 @@ def test_layout_refuses_another_grid_and_resolved_spec_reloads(ckpt, tmp_path):
         prepare(tmp_path, other, expand(other))
 
 
+def _sealed_done(out, cid, rows=3):
+    """A done cell as the runner leaves it: the run's files, sealed by its manifest, then cell.json."""
+    d = run_dir(out, cid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "metrics.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(rows)))
+    (d / "summary.json").write_text('{"status": "finished"}\n')
+    stamp_run(d)
+    write_status(out, cid, "done", None, 1.0, 1)
+    return d
+
+
 def test_select_skips_done_and_failed_unless_retrying(tmp_path):
     cells = [{"id": i} for i in ("a", "b", "c", "d")]
-    write_status(tmp_path, "a", "done", None, 1.0, 1)
+    _sealed_done(tmp_path, "a")
     write_status(tmp_path, "b", "failed", "boom", 1.0, 1)
     write_status(tmp_path, "c", "running", None, 0.0, 1)  # left by a kill: resumes
     assert [c["id"] for c in select(cells, tmp_path, retry_failed=False)] == ["c", "d"]
     assert [c["id"] for c in select(cells, tmp_path, retry_failed=True)] == ["b", "c", "d"]
     with pytest.raises(ValueError, match="valid: running, done, failed"):
         write_status(tmp_path, "a", "finished", None, 0.0, 1)
+
+
+def test_select_redoes_a_damaged_done_cell_and_refuses_one_without_manifest(tmp_path):
+    import io
+    cells = [{"id": "a"}, {"id": "b"}]
+    d = _sealed_done(tmp_path, "a")
+    _sealed_done(tmp_path, "b")
+    assert select(cells, tmp_path, retry_failed=False) == []
+    (d / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')  # the last row dropped after the run
+    err = io.StringIO()
+    assert [c["id"] for c in select(cells, tmp_path, retry_failed=False, stream=err)] == ["a"]
+    assert "cell a:" in err.getvalue() and "metrics.jsonl: sha256 differs" in err.getvalue()
+    assert not (d / "summary.json").exists() and not (d / "manifest.json").exists()  # reset: reruns from step 0
+    (run_dir(tmp_path, "b") / "manifest.json").unlink()  # a result made before manifests
+    with pytest.raises(ValueError, match=r"1 done cell\(s\) have no manifest.json .*grid verify .* --adopt"):
+        select(cells, tmp_path, retry_failed=False)
 
 
 def test_run_cell_records_non_finite_failure_and_skips_finished_runs(ckpt, tmp_path, monkeypatch):

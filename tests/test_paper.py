@@ -14,6 +14,7 @@ import pytest
 from gridfab import write_cells_json
 
 from timbench.cli import main
+from timbench.manifest import stamp_run
 from timbench.report.paper import paper_data, verdicts, write_paper
 from timbench.report.paper_claims import (NOT, PARTLY, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
                                           rose_before_collapse, spearman)
@@ -62,6 +63,7 @@ def write(root, cond, remedy, mode, seed, rows, final_acc, decls):
              {"step": STEPS, "accuracy_t1": final_acc, "accuracy_greedy": 0.6}]
     (d / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     (d / "summary.json").write_text(json.dumps({"status": "finished", "error": None, "steps_done": STEPS}))
+    stamp_run(d)  # sealed, as a finished run is
     (d / "cell.json").write_text(json.dumps({"status": "done", "error": None, "wall_s": 1.0, "attempts": 1}))
     v = VARIANTS[remedy]
     config = {"task": "add-4d-v1", "remedy": v["remedy"], "remedy_args": v.get("remedy_args", {}), "mode": mode,

@@ -12,6 +12,7 @@ from timbench.cli import main
 from timbench.report.cli import add_report_parser
 from timbench.report.leaderboard import remedy_ranking, tim_tolerance, write_report
 from timbench.report.summary import noise_sigma, summarize_grid
+from timbench.manifest import stamp_run
 from timbench.metrics import ABS_DELTA_BINS
 
 FIGURES = ["remedy_scores.png", "reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap.png",
@@ -132,10 +133,23 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     assert main(["grid", "report", str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
     root = standard_grid(tmp_path / "bad")
-    (root / "runs" / cell_id("noise-1", "none") / "metrics.jsonl").write_text('{"step": 0}\nnot json\n')
+    run = root / "runs" / cell_id("noise-1", "none")
+    metrics = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(metrics.rsplit("\n", 2)[0] + "\n")  # last row dropped after the run ended
+    assert main(["grid", "report", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "metrics.jsonl: sha256 differs from manifest.json" in err and len(err.splitlines()) == 1
+    assert main(["grid", "verify", str(root)]) == 1
+    assert "cell " + cell_id("noise-1", "none") + ":" in capsys.readouterr().out
+    (run / "metrics.jsonl").write_text('{"step": 0}\nnot json\n')
+    stamp_run(run)  # as if the run itself had written the malformed line and sealed it
     assert main(["grid", "report", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert "malformed JSON line" in err and "metrics.jsonl:2" in err and len(err.splitlines()) == 1
+    (run / "manifest.json").unlink()  # made before manifests: refused with the adopt command
+    assert main(["grid", "report", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "no manifest.json" in err and "grid verify" in err and "--adopt" in err
     (root / "cells.json").write_text(json.dumps({"grid": "x", "cells": [{"id": "a"}]}))
     with pytest.raises(ValueError, match="each cell needs keys id, axes, condition, reference, config"):
         summarize_grid(root)

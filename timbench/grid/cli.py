@@ -86,4 +86,6 @@ def add_parser(sub):
     grid_sub = g.add_subparsers(dest="grid_command", required=True)
     add_plan_parser(grid_sub)
     add_merge_parser(grid_sub)
+    from .verify import add_verify_parser
+    add_verify_parser(grid_sub)
     return grid_sub

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import manifest
 from ..atomic import atomic_write
 from ..dirlock import DirLock
 from ..readfile import read_json
@@ -129,12 +130,30 @@ def write_status(out: str | Path, cell_id: str, status: str, error: str | None, 
 
 
 def run_finished(out: str | Path, cell_id: str) -> bool:
-    """True when the run's summary.json says it finished (the run itself is the source of truth)."""
+    """True when the run's summary.json says it finished and its manifest still matches every file (the run
+    itself is the source of truth; one killed between its summary and its manifest is resumed, which seals it)."""
     path = run_dir(out, cell_id) / "summary.json"
     try:
-        return json.loads(path.read_text()).get("status") == "finished"
+        finished = json.loads(path.read_text()).get("status") == "finished"
     except (OSError, json.JSONDecodeError):
         return False
+    return finished and not manifest.problems(path.parent)
+
+
+def integrity(out: str | Path, cell_id: str) -> list[str]:
+    """Problems of a cell whose cell.json says done: its run's files against its manifest ([] when intact)."""
+    return manifest.problems(run_dir(out, cell_id))
+
+
+def reset_run(out: str | Path, cell_id: str) -> None:
+    """Remove what a run wrote (logs, summary, status, manifest, checkpoints) so the cell reruns from step 0:
+    a resume would re-summarise the damaged logs and seal them."""
+    d = run_dir(out, cell_id)
+    prev = read_status(out, cell_id) or {}
+    # no longer done: a kill before the redo ends leaves it `running`, which the next grid run resumes
+    write_status(out, cell_id, "running", None, 0.0, int(prev.get("attempts", 0)))
+    for name in (*manifest.RUN_FILES, manifest.MANIFEST, "error.txt", "checkpoints/state.pt"):
+        (d / name).unlink(missing_ok=True)
 
 
 GridLock = DirLock  # the grid runner's name for the one output-directory lock

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import manifest
 from ..atomic import atomic_write
 from ..grid.layout import PENDING
 from . import stats
@@ -327,6 +328,9 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     written}. `highlight` names a submitted remedy, drawn apart in the forest plot."""
     grid = load_results(path)
     dest = Path(out) if out is not None else grid.path
+    # The report's manifest goes first and comes back last: a report killed half-way has none, so `grid verify`
+    # names it instead of passing a mix of two generations.
+    (dest / manifest.MANIFEST).unlink(missing_ok=True)
     rows = summarize(grid)
     command = command or f"timbench grid report {path}"
     rule = rule_from_dict(grid.collapse)
@@ -356,4 +360,5 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     # Link the claims page when `timbench paper` has written one beside it (make paper runs it first).
     links = [("paper claims", "paper.html")] if (dest / "paper.html").is_file() else []
     atomic_write(written["leaderboard.html"], render_html(title, preamble, tabs, pngs, links))
+    written["manifest.json"] = manifest.stamp(dest, [p.relative_to(dest).as_posix() for p in written.values()])
     return written

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import manifest
 from ..grid.layout import PENDING, read_status
 from ..grid.layout import run_dir as layout_run_dir  # `run_dir` is a local name below
 from ..readfile import read_json
@@ -103,6 +104,8 @@ def load_cell_results(cell: CellRun, out: Path) -> CellRun:
     if st is not None:
         cell.status, cell.error = st["status"], st.get("error")
     done = cell.status == "done"
+    if done:
+        check_intact(out, run_dir)
     cell.metrics = read_jsonl(run_dir / "metrics.jsonl", tolerate_torn_tail=not done)
     cell.evals = read_jsonl(run_dir / "eval.jsonl", tolerate_torn_tail=not done)
     if (run_dir / "summary.json").is_file():
@@ -113,6 +116,19 @@ def load_cell_results(cell: CellRun, out: Path) -> CellRun:
     if done and not cell.metrics:
         raise ValueError(f"{run_dir}: cell.json says done but metrics.jsonl is missing or empty")
     return cell
+
+
+def check_intact(out: Path, run_dir: Path) -> None:
+    """Refuse (one-line ValueError naming the file) a done cell whose files no longer match its manifest."""
+    bad = manifest.problems(run_dir)
+    if not bad:
+        return
+    if manifest.missing(run_dir):
+        raise ValueError(f"{bad[0]}; stamp a result made before manifests once with "
+                         f"`timbench grid verify {out} --adopt`")
+    more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+    raise ValueError(f"{bad[0]}{more}; `timbench grid verify {out}` lists every problem, "
+                     "`timbench grid run` redoes the cell")
 
 
 def load_results(path: str | Path) -> Grid:

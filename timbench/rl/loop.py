@@ -407,6 +407,7 @@ def _run(loaded: Loaded, out, progress: bool) -> dict:
         summary["twin/param_distance"] = _param_distance(session.lanes[0].model, session.lanes[1].model)
     rd.write_summary(summary)
     rd.write_status(status, error)
+    rd.seal()
     if status == "failed":
         raise NonFiniteError(error)
     return summary

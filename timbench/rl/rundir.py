@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from ..atomic import atomic_write
+from ..manifest import MANIFEST, stamp_run
 
 
 STATUSES = ("running", "finished", "failed")
@@ -95,9 +96,14 @@ class RunDir:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
     def begin(self) -> None:
-        """Mark the run running; a summary.json of an earlier attempt no longer describes it."""
+        """Mark the run running; a summary.json or manifest of an earlier attempt no longer describes it."""
+        (self.path / MANIFEST).unlink(missing_ok=True)
         (self.path / "summary.json").unlink(missing_ok=True)
         self.write_status("running")
+
+    def seal(self) -> None:
+        """The run ended (finished, or failed on a non-finite value): hash its files into manifest.json, last."""
+        stamp_run(self.path)
 
     def write_status(self, status: str, error: str | None = None) -> None:
         if status not in STATUSES:
