@@ -3,6 +3,7 @@ leaderboard ranks it with an interval and paired comparisons, bad remedies becom
 results are never touched, and results made by another config or code are refused in one line."""
 
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -27,7 +28,7 @@ class Halve(Remedy):
     name = "halve"
     doc = "weights 0.5"
     def __call__(self, batch):
-        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5))
+        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5), extra={"halve/scale": 0.5})
 
 class NaNWeights(Remedy):
     name = "nan_weights"
@@ -87,14 +88,25 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
         assert c["by_setting"][0]["remedy"]["mean"] is not None and c["by_setting"][0]["other"]["lo"] is not None
     assert "  - noise-g2/recompute: " in text and "paired difference" in text.split("noise-g2/recompute: ")[1]
     assert (out / "figures" / "remedy_scores.png").is_file()  # the forest plot, the submission highlighted
-    new = [d.name for d in (out / "runs").iterdir() if "Halve" in d.name]
+    # known by name@content hash, never by its path (issue 29): ids, run dirs, leaderboard, submission
+    ident = f"halve@{hashlib.sha256((root / 'plugins.py').read_bytes()).hexdigest()[:8]}"
+    new = [d.name for d in (out / "runs").iterdir() if "halve" in d.name]
     assert len(new) == 2  # noise-g2 x 2 seeds; the reference cells come from the committed results
+    assert all(ident.replace("@", "-") in n for n in new)
     board = (out / "leaderboard.md").read_text()
-    assert "Halve" in board and "tis_token" in board and "none" in board
+    assert ident in board and "tis_token" in board and "none" in board
+    assert rec["remedy"] == ident and f"# Submission: {ident} on track tiny" in text
+    for f in ("leaderboard.md", "submission.md", "submission.json", "summary.csv"):
+        assert "plugins.py" not in (out / f).read_text() and "plugins-py" not in (out / f).read_text(), f
     assert _digest(committed) == before  # committed results untouched
-    # a rerun resumes: nothing left to run, same verdict
-    rec2 = submit(f"{root / 'plugins.py'}:Halve", str(root / "tiny.yaml"), out, committed)
-    assert rec2["score"] == rec["score"]
+    # a rerun with the same file moved elsewhere resumes: the same cells, nothing left to run, same verdict
+    moved = tmp_path / "elsewhere" / "plugins.py"
+    moved.parent.mkdir()
+    moved.write_bytes((root / "plugins.py").read_bytes())
+    stream = io.StringIO()
+    rec2 = submit(f"{moved}:Halve", str(root / "tiny.yaml"), out, committed, stream=stream)
+    assert "0 of 2 cells to run" in stream.getvalue()
+    assert rec2["score"] == rec["score"] and rec2["remedy"] == ident
 
 
 @pytest.mark.parametrize("cls, error", [("NaNWeights", "weights are NaN or infinite"), ("MaskAll", MASKED_ALL)])

@@ -21,6 +21,7 @@ import yaml
 from ..atomic import atomic_write
 from ..dirlock import DirLock
 from ..readfile import read_json
+from ..remedies.identity import comparable_config
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
@@ -36,6 +37,13 @@ def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
 
 def _dumps(doc: dict) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def _comparable(doc: dict) -> dict:
+    """`doc` with each cell's plug-in path dropped (the cell id holds its name@hash): a moved file resumes."""
+    cells = [{**c, "config": comparable_config(c.get("config"))} if isinstance(c, dict) else c
+             for c in doc.get("cells", [])] if isinstance(doc.get("cells"), list) else doc.get("cells")
+    return {**doc, "cells": cells} if "cells" in doc else doc
 
 
 def _first_difference(old: dict, new: dict) -> str:
@@ -70,7 +78,7 @@ def experiment_difference(a: dict, b: dict) -> str | None:
         for key in ("axes", "reference"):
             if c.get(key) != cb[cid].get(key):
                 return f"cell {cid} differs in {key}"
-        ka, kb = c.get("config") or {}, cb[cid].get("config") or {}
+        ka, kb = comparable_config(c.get("config") or {}), comparable_config(cb[cid].get("config") or {})
         keys = sorted(k for k in set(ka) | set(kb) if ka.get(k) != kb.get(k))
         if keys:
             return f"cell {cid} config differs in {', '.join(keys)} ({ka.get(keys[0])!r} vs {kb.get(keys[0])!r})"
@@ -87,7 +95,7 @@ def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
             old = json.loads(path.read_text())
         except json.JSONDecodeError:
             old = {}
-        if _dumps(old) != _dumps(doc):
+        if not isinstance(old, dict) or _dumps(_comparable(old)) != _dumps(_comparable(doc)):
             raise ValueError(f"{path} was written by a different grid ({_first_difference(old, doc)}); "
                              "use another --out or delete that directory")
     out.mkdir(parents=True, exist_ok=True)
