@@ -1,5 +1,5 @@
 """Issue 29: a plug-in remedy is known by its `name` and a hash of its file, never by its path (cell ids, run
-dirs, resume), and built-in ids are unchanged."""
+dirs, resume), built-in ids are unchanged, and a plug-in's own `extra` metrics reach summary.csv."""
 
 import json
 import shutil
@@ -10,7 +10,12 @@ import pytest
 from timbench.grid.layout import prepare
 from timbench.grid.spec import expand, parse_grid
 from timbench.remedies.identity import comparable_remedy, content_hash, is_file_spec, remedy_identity
+from timbench.report.collapse import rule_from_dict
+from timbench.report.results import CellRun
+from timbench.report.summary import COLUMNS, summarize_cell, summary_csv
 from timbench.rl.rundir import RunDir
+from timbench.schema import is_known
+from timbench.submit.extras import markdown_lines, plugin_metrics
 
 PLUGIN = '''
 import torch
@@ -106,3 +111,38 @@ def test_a_run_resumes_with_the_file_moved_and_refuses_another_remedy(tmp_path):
         RunDir(run, {"remedy": "/y/b/plug.py:Other", "steps": 2})
     with pytest.raises(ValueError, match="different config.yaml"):
         RunDir(run, {"remedy": "/y/b/plug.py:Halve", "steps": 3})
+
+
+def _cell(metrics, remedy="halve@12345678", condition="noise-g2"):
+    return CellRun(f"c.{condition}.{metrics[0].get('seed', 0)}", {"condition": condition, "remedy": remedy,
+                                                                  "mode": "recompute", "seed": 0},
+                   {"name": condition, "kind": "noise", "engine": "noise=gaussian:2.0"}, "ref", {},
+                   status="done", metrics=metrics)
+
+
+def test_a_plugins_extra_metrics_are_summarised_and_builtin_columns_stay_fixed():
+    steps = [{"step": 1, "critic/rewards/mean": 0.5, "rollout_corr/k3_kl": 0.1, "halve/scale": 0.5, "halve/kept": 1.0},
+             {"step": 2, "critic/rewards/mean": 0.5, "rollout_corr/k3_kl": 0.3, "halve/scale": 0.5, "halve/kept": 0.0}]
+    row = summarize_cell(_cell(steps), rule_from_dict({}))
+    assert row["remedy_extra/halve/scale"] == 0.5 and row["remedy_extra/halve/kept"] == 0.5
+    assert abs(row["mean/rollout_corr/k3_kl"] - 0.2) < 1e-12
+    assert not any(k.startswith("remedy_extra/rollout_corr") for k in row)  # schema keys are not extras
+    assert is_known("remedy_extra/halve/scale") and not is_known("remedy_extra/")
+    header = summary_csv([row]).splitlines()[0].split(",")
+    assert header[:len(COLUMNS)] == list(COLUMNS) and header[len(COLUMNS):] == ["remedy_extra/halve/kept",
+                                                                               "remedy_extra/halve/scale"]
+    builtin = summarize_cell(_cell([{"step": 1, "critic/rewards/mean": 0.5}], remedy="tis_token"), rule_from_dict({}))
+    assert summary_csv([builtin]).splitlines()[0].split(",") == list(COLUMNS)
+
+
+def test_the_submission_shows_a_plugins_extra_metrics_per_setting():
+    rows = [{"remedy": "halve@1", "kind": "noise", "status": "done", "condition": c, "mode": "recompute",
+             "remedy_extra/halve/scale": v} for c, v in (("noise-g2", 0.5), ("noise-g2", 0.7), ("production", 1.0))]
+    rows.append({"remedy": "none", "kind": "noise", "status": "done", "condition": "noise-g2", "mode": "recompute"})
+    m = plugin_metrics(rows, "halve@1")
+    assert m == {"halve/scale": {"mean": pytest.approx(2.2 / 3), "cells": 3,
+                                 "by_setting": {"noise-g2/recompute": pytest.approx(0.6),
+                                                "production/recompute": 1.0}}}
+    text = "\n".join(markdown_lines(m))
+    assert "`halve/scale`: 0.7333 over 3 cells (noise-g2/recompute 0.6; production/recompute 1)" in text
+    assert plugin_metrics(rows, "none") == {} and markdown_lines({}) == []

@@ -98,6 +98,11 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     assert rec["remedy"] == ident and f"# Submission: {ident} on track tiny" in text
     for f in ("leaderboard.md", "submission.md", "submission.json", "summary.csv"):
         assert "plugins.py" not in (out / f).read_text() and "plugins-py" not in (out / f).read_text(), f
+    # a plug-in's own `extra` metrics reach summary.csv and the submission (issue 29)
+    header = (out / "summary.csv").read_text().splitlines()[0].split(",")
+    assert header[-1] == "remedy_extra/halve/scale"
+    assert rec["extra_metrics"] == {"halve/scale": {"mean": 0.5, "cells": 2, "by_setting": {"noise-g2/recompute": 0.5}}}
+    assert "`halve/scale`: 0.5 over 2 cells (noise-g2/recompute 0.5)" in text
     assert _digest(committed) == before  # committed results untouched
     # a rerun with the same file moved elsewhere resumes: the same cells, nothing left to run, same verdict
     moved = tmp_path / "elsewhere" / "plugins.py"

@@ -23,6 +23,7 @@ from ..grid.merge import merge
 from ..readfile import read_json
 from ..remedies.identity import comparable_config, remedy_identity
 from ..report.seeds import NOTHING_TRAINED
+from .extras import markdown_lines, plugin_metrics
 from .paired import paired, paired_by_setting
 from .repro import is_plugin, reproducibility_warning
 from .track import check_committed, load_track
@@ -162,6 +163,8 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
             lines.append(f"  - {c['setting']}: {remedy} {fmt_interval(c['a_interval'])} vs {cmp['b']} "
                          f"{fmt_interval(c['b_interval'])}; paired difference {fmt_interval(c['interval'])}: "
                          f"**{c['verdict']}**")
+    extras = plugin_metrics(rows, remedy)
+    lines += markdown_lines(extras)
     for cid, err in failed:
         lines.append(f"- FAILED {cid}: {err or 'not run'}")
     text = "\n".join(lines) + "\n"
@@ -169,6 +172,7 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
     record = {"remedy": remedy, "track": track.name, "track_version": track.version, "rank": rank + 1,
               "of": len(ranked), "score": entry["score"], "score_lo": entry["interval"].lo,
               "score_hi": entry["interval"].hi, "tied_with": entry["tied_with"], "failed": dict(failed),
+              "extra_metrics": extras,
               "comparisons": [{"vs": c["b"], "seeds": c["seeds"], "diffs": c["diffs"], "mean": c["interval"].mean,
                                "lo": c["interval"].lo, "hi": c["interval"].hi, "verdict": c["verdict"],
                                "by_setting": [{"setting": p["setting"], "seeds": p["seeds"], "diffs": p["diffs"],
