@@ -9,7 +9,8 @@ import pytest
 
 from timbench.grid.layout import prepare
 from timbench.grid.spec import expand, parse_grid
-from timbench.remedies.identity import comparable_remedy, content_hash, is_file_spec, remedy_identity
+from timbench.remedies.identity import (comparable_remedy, content_hash, is_file_spec, other_version,
+                                       remedy_identity)
 from timbench.report.collapse import rule_from_dict
 from timbench.report.results import CellRun
 from timbench.report.summary import COLUMNS, summarize_cell, summary_csv
@@ -58,6 +59,8 @@ def test_a_plugin_is_name_and_content_hash_wherever_its_file_lies(tmp_path):
     assert comparable_remedy(f"{a}:Halve") == comparable_remedy(f"{b.parent}/plug.py:Halve") == "plug.py:Halve"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         remedy_identity(f"{tmp_path}/none.py:Halve")
+    assert other_version("halve@aaaa", {"none", "halve@aaaa", "halver@cccc", "halve@bbbb"}) == "halve@bbbb"
+    assert other_version("halve@aaaa", {"halve@aaaa", "none"}) is None and other_version("none", {"halve@b"}) is None
 
 
 def test_cell_ids_hold_the_identity_and_no_path_and_builtin_ids_are_unchanged(tmp_path):

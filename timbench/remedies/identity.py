@@ -47,6 +47,14 @@ def remedy_identity(spec: str) -> str:
     return f"{cls.name or cls.__name__}@{content_hash(parts[0])}"
 
 
+def other_version(identity: str, identities) -> str | None:
+    """The first of `identities` with the same plug-in name as `identity` and another content hash, else None."""
+    if "@" not in identity:
+        return None
+    name = identity.partition("@")[0]
+    return next((i for i in sorted(identities) if i != identity and "@" in i and i.partition("@")[0] == name), None)
+
+
 def comparable_remedy(spec):
     """The spec without the plug-in file's directory: what a resume check compares, so a moved file resumes.
 

@@ -21,7 +21,7 @@ from ..atomic import atomic_write
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
 from ..readfile import read_json
-from ..remedies.identity import comparable_config, remedy_identity
+from ..remedies.identity import comparable_config, other_version, remedy_identity
 from ..report.seeds import NOTHING_TRAINED
 from .extras import markdown_lines, plugin_metrics
 from .paired import paired, paired_by_setting
@@ -82,6 +82,11 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
                          "unless --allow-results")
     if out.resolve() == committed.resolve():
         raise ValueError(f"--out {out} is the committed results directory; give another one")
+    if (out / "cells.json").is_file():  # an edited plug-in is another remedy: do not mix its versions in one board
+        earlier = other_version(label, {c["axes"]["remedy"] for c in read_json(out / "cells.json")["cells"]})
+        if earlier:
+            raise ValueError(f"{out} holds {earlier}, another version of the plug-in file (now {label}); "
+                             "use another --out")
     if label in track.remedies:
         raise ValueError(f"remedy {label!r} already has committed results on track {track.name} ({committed})")
     print(f"submit {label} on track {track.name}: preflight of the committed results {committed}", file=stream,
