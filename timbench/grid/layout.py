@@ -41,9 +41,11 @@ def _dumps(doc: dict) -> str:
 
 def _comparable(doc: dict) -> dict:
     """`doc` with each cell's plug-in path dropped (the cell id holds its name@hash): a moved file resumes."""
-    cells = [{**c, "config": comparable_config(c.get("config"))} if isinstance(c, dict) else c
-             for c in doc.get("cells", [])] if isinstance(doc.get("cells"), list) else doc.get("cells")
-    return {**doc, "cells": cells} if "cells" in doc else doc
+    cells = doc.get("cells")
+    if not isinstance(cells, list):
+        return doc
+    return {**doc, "cells": [{**c, "config": comparable_config(c["config"])} if isinstance(c, dict) and "config" in c
+                             else c for c in cells]}
 
 
 def _first_difference(old: dict, new: dict) -> str:
