@@ -3,6 +3,7 @@ leaderboard ranks it with an interval and paired comparisons, bad remedies becom
 results are never touched, and results made by another config or code are refused in one line."""
 
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -27,7 +28,7 @@ class Halve(Remedy):
     name = "halve"
     doc = "weights 0.5"
     def __call__(self, batch):
-        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5))
+        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5), extra={"halve/scale": 0.5})
 
 class NaNWeights(Remedy):
     name = "nan_weights"
@@ -87,14 +88,30 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
         assert c["by_setting"][0]["remedy"]["mean"] is not None and c["by_setting"][0]["other"]["lo"] is not None
     assert "  - noise-g2/recompute: " in text and "paired difference" in text.split("noise-g2/recompute: ")[1]
     assert (out / "figures" / "remedy_scores.png").is_file()  # the forest plot, the submission highlighted
-    new = [d.name for d in (out / "runs").iterdir() if "Halve" in d.name]
+    # known by name@content hash, never by its path (issue 29): ids, run dirs, leaderboard, submission
+    ident = f"halve@{hashlib.sha256((root / 'plugins.py').read_bytes()).hexdigest()[:8]}"
+    new = [d.name for d in (out / "runs").iterdir() if "halve" in d.name]
     assert len(new) == 2  # noise-g2 x 2 seeds; the reference cells come from the committed results
+    assert all(ident.replace("@", "-") in n for n in new)
     board = (out / "leaderboard.md").read_text()
-    assert "Halve" in board and "tis_token" in board and "none" in board
+    assert ident in board and "tis_token" in board and "none" in board
+    assert rec["remedy"] == ident and f"# Submission: {ident} on track tiny" in text
+    for f in ("leaderboard.md", "submission.md", "submission.json", "summary.csv"):
+        assert "plugins.py" not in (out / f).read_text() and "plugins-py" not in (out / f).read_text(), f
+    # a plug-in's own `extra` metrics reach summary.csv and the submission (issue 29)
+    header = (out / "summary.csv").read_text().splitlines()[0].split(",")
+    assert header[-1] == "remedy_extra/halve/scale"
+    assert rec["extra_metrics"] == {"halve/scale": {"mean": 0.5, "cells": 2, "by_setting": {"noise-g2/recompute": 0.5}}}
+    assert "`halve/scale`: 0.5 over 2 cells (noise-g2/recompute 0.5)" in text
     assert _digest(committed) == before  # committed results untouched
-    # a rerun resumes: nothing left to run, same verdict
-    rec2 = submit(f"{root / 'plugins.py'}:Halve", str(root / "tiny.yaml"), out, committed)
-    assert rec2["score"] == rec["score"]
+    # a rerun with the same file moved elsewhere resumes: the same cells, nothing left to run, same verdict
+    moved = tmp_path / "elsewhere" / "plugins.py"
+    moved.parent.mkdir()
+    moved.write_bytes((root / "plugins.py").read_bytes())
+    stream = io.StringIO()
+    rec2 = submit(f"{moved}:Halve", str(root / "tiny.yaml"), out, committed, stream=stream)
+    assert "0 of 2 cells to run" in stream.getvalue()
+    assert rec2["score"] == rec["score"] and rec2["remedy"] == ident
 
 
 @pytest.mark.parametrize("cls, error", [("NaNWeights", "weights are NaN or infinite"), ("MaskAll", MASKED_ALL)])
@@ -119,9 +136,16 @@ def test_a_failed_submission_exits_1_and_retry_failed_reruns_it_after_the_fix(ti
     assert main(args) == 1  # every submitted cell failed (negative weights): not a success
     err = capsys.readouterr().err
     assert "2 of the submitted cells failed" in err and "--retry-failed" in err
-    plugin.write_text(plugin.read_text().replace("-1.0)", "0.5)"))
     assert main(args) == 1  # without --retry-failed the stale failures stand
-    assert main(args + ["--retry-failed"]) == 0
+    assert "0 of 2 cells to run" in capsys.readouterr().err
+    assert main(args + ["--retry-failed"]) == 1  # rerun, and the same file fails the same way
+    assert "2 of 2 cells to run" in capsys.readouterr().err
+    # the fixed file is another remedy (name@hash, issue 29): not mixed into the broken version's board
+    plugin.write_text(plugin.read_text().replace("-1.0)", "0.5)"))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds halve@" in err and "another version of the plug-in file" in err
+    assert main(args[:-4] + ["--out", str(tmp_path / "fixed"), "--workers", "2"]) == 0
     assert "2 of 2 cells to run" in capsys.readouterr().err
 
 

@@ -102,6 +102,10 @@ TWIN_KEYS = {"twin/frac_tokens_differ": "fraction of sampled tokens where the tw
 SUMMARY_PREFIXES = ("cum/", "final/", "mean/", "max/", "collapse/")
 """Aggregates of step keys in summary.json / summary.csv (`mean/rollout_corr/k3_kl`, ...)."""
 
+REMEDY_EXTRA_PREFIX = "remedy_extra/"
+"""Summary column prefix of a plug-in's own metrics (keys not in this schema), each the mean over steps:
+`remedy_extra/<key>` (timbench.report.summary); any key under it is known, since the plug-in names it."""
+
 SUMMARY_KEYS = ("algorithm", "engine", "error", "first_divergence_step", "mode", "seed", "status", "steps_done",
                 "task", "task_version", "trainer", "final_accuracy_t1", "final_accuracy_greedy",
                 "initial_accuracy_t1", "peak_accuracy_t1", "relative_accuracy_t1", "final_quantized_accuracy_greedy")
@@ -118,6 +122,8 @@ class SchemaError(KeyError):
 def is_known(key: str) -> bool:
     """Whether `key` is a step, eval or summary name (summary: a step key under one of SUMMARY_PREFIXES)."""
     if _is_step_key(key) or key in EVAL_KEYS or key in SUMMARY_KEYS:
+        return True
+    if key.startswith(REMEDY_EXTRA_PREFIX) and len(key) > len(REMEDY_EXTRA_PREFIX):
         return True
     return any(key.startswith(p) and (_is_step_key(key[len(p):]) or p == "collapse/") for p in SUMMARY_PREFIXES)
 

@@ -22,6 +22,7 @@ from .. import manifest
 from ..atomic import atomic_write
 from ..dirlock import DirLock
 from ..readfile import read_json
+from ..remedies.identity import comparable_config
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
@@ -37,6 +38,15 @@ def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
 
 def _dumps(doc: dict) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def _comparable(doc: dict) -> dict:
+    """`doc` with each cell's plug-in path dropped (the cell id holds its name@hash): a moved file resumes."""
+    cells = doc.get("cells")
+    if not isinstance(cells, list):
+        return doc
+    return {**doc, "cells": [{**c, "config": comparable_config(c["config"])} if isinstance(c, dict) and "config" in c
+                             else c for c in cells]}
 
 
 def _first_difference(old: dict, new: dict) -> str:
@@ -71,7 +81,7 @@ def experiment_difference(a: dict, b: dict) -> str | None:
         for key in ("axes", "reference"):
             if c.get(key) != cb[cid].get(key):
                 return f"cell {cid} differs in {key}"
-        ka, kb = c.get("config") or {}, cb[cid].get("config") or {}
+        ka, kb = comparable_config(c.get("config") or {}), comparable_config(cb[cid].get("config") or {})
         keys = sorted(k for k in set(ka) | set(kb) if ka.get(k) != kb.get(k))
         if keys:
             return f"cell {cid} config differs in {', '.join(keys)} ({ka.get(keys[0])!r} vs {kb.get(keys[0])!r})"
@@ -88,7 +98,7 @@ def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
             old = json.loads(path.read_text())
         except json.JSONDecodeError:
             old = {}
-        if _dumps(old) != _dumps(doc):
+        if not isinstance(old, dict) or _dumps(_comparable(old)) != _dumps(_comparable(doc)):
             raise ValueError(f"{path} was written by a different grid ({_first_difference(old, doc)}); "
                              "use another --out or delete that directory")
     out.mkdir(parents=True, exist_ok=True)

@@ -51,7 +51,7 @@ class Axes:
     condition: list = field(default_factory=lambda: ["baseline"])
     """Condition names from the condition table (set RunConfig.engine and RunConfig.trainer)."""
     remedy: list = field(default_factory=lambda: ["none"])
-    """Remedy names (RunConfig.remedy)."""
+    """Remedy specs (RunConfig.remedy); a plug-in file `path.py:Class` shows as `name@sha8` (remedies.identity)."""
     mode: list = field(default_factory=lambda: ["recompute"])
     """Handling modes, recompute | bypass (RunConfig.mode)."""
     algorithm: list = field(default_factory=lambda: ["grpo"])
@@ -258,6 +258,15 @@ def cell_id(axes: dict) -> str:
     return ".".join(_safe(axes[k]) for k in AXES[:-1]) + f".s{int(axes['seed'])}"
 
 
+def _remedy_label(spec: str, grid_name: str) -> str:
+    """The remedy axis value cells, ids and reports show: remedies.identity.remedy_identity (one-line errors)."""
+    from ..remedies.identity import remedy_identity
+    try:
+        return remedy_identity(spec)
+    except (ValueError, FileNotFoundError) as e:
+        raise ValueError(f"grid {grid_name}: axes.remedy {spec!r}: {e}") from None
+
+
 def _excluded(axes: dict, exclude: list[dict]) -> bool:
     return any(all(axes[k] in (v if isinstance(v, list) else [v]) for k, v in e.items()) for e in exclude)
 
@@ -282,17 +291,21 @@ def expand(grid: GridSpec) -> list[Cell]:
     """All cells of the grid in axis order (task outermost, seed innermost), minus exclusions."""
     cells: list[Cell] = []
     seen: dict[str, dict] = {}
+    labels: dict[str, str] = {}
     for values in itertools.product(*(getattr(grid.axes, k) for k in AXES)):
         axes = dict(zip(AXES, values))
         if _excluded(axes, grid.exclude):
             continue
+        spec = axes["remedy"]
+        if spec not in grid.remedy_variants:  # a plug-in file is known by name@hash, not by where it lies
+            axes["remedy"] = labels.setdefault(spec, _remedy_label(spec, grid.name))
         cid = cell_id(axes)
         if cid in seen:
             raise ValueError(f"grid {grid.name}: cells {seen[cid]} and {axes} both get id {cid!r}; "
                              "rename an axis value")
         seen[cid] = axes
         cond = grid.conditions[axes["condition"]]
-        variant = grid.remedy_variants.get(axes["remedy"], {"remedy": axes["remedy"]})
+        variant = grid.remedy_variants.get(spec, {"remedy": spec})
         raw = {"threads": 1, **grid.base, **variant, "task": axes["task"], "preset": axes["model"],
                "engine": cond.engine_spec, "trainer": cond.trainer_spec,
                "mode": axes["mode"], "algorithm": axes["algorithm"], "seed": axes["seed"]}

@@ -19,6 +19,7 @@ from ..spec import SPEC_KEYS, parse_spec
 from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
 from .direction import DIRECTION_REMEDIES
+from .identity import is_file_spec
 from .trl import TRL_REMEDIES
 from .verl import VERL_REMEDIES, Verl
 
@@ -73,8 +74,7 @@ def _class_from(spec: str):
     target, _, cls_name = spec.rpartition(":")
     if not target or not cls_name:
         raise ValueError(f"remedy {spec!r} is not MODULE:CLASS or FILE.py:CLASS; {_valid_specs()}")
-    is_file = target.endswith(".py") or "/" in target or "\\" in target
-    module = _import_file(Path(target)) if is_file else _import_module(target)
+    module = _import_file(Path(target)) if is_file_spec(spec) else _import_module(target)
     if not hasattr(module, cls_name):
         found = sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, Remedy)
                        and v is not Remedy)

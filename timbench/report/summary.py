@@ -5,7 +5,8 @@ From metrics.jsonl: the effective-objective drift C(r_train) - C(r_rollout) of a
 cumulative (`cum/drift/*`, sum over steps) and final (`final/drift/*`, mean of the last
 FINAL_WINDOW steps); the mean over steps of the mismatch metrics (`mean/...`, verl's names) and of
 the remedy metrics every run logs (`rollout_corr/rollout_is_*`, `rollout_corr/rollout_rs_*`); the
-running maximum of the exactness metrics; the collapse fields of
+running maximum of the exactness metrics; the mean over steps of a plug-in remedy's own metrics (keys the
+schema does not know, as `remedy_extra/<key>`, after the fixed columns); the collapse fields of
 `timbench.report.collapse` (`collapse/*`); and final accuracy relative to the zero-mismatch
 reference cell (`relative_accuracy_t1` = final_accuracy_t1 / the reference's).
 """
@@ -23,6 +24,7 @@ from ..spec import parse_spec
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
 from .results import CellRun, Grid, load_results
 from ..schema import ACCURACY_GREEDY, K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, PROBS_DIFF_MAX, QUANTIZED_ACCURACY_GREEDY
+from ..schema import REMEDY_EXTRA_PREFIX, is_known
 
 FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
 DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
@@ -62,6 +64,16 @@ def _mean(xs: list[float]) -> float | None:
     return math.fsum(xs) / len(xs) if xs else None
 
 
+def plugin_metric_keys(metrics: list[dict]) -> list[str]:
+    """Keys of metrics.jsonl rows the schema does not know: a plug-in remedy's own (the loop logs only known ones)."""
+    return sorted({k for r in metrics for k in r if not is_known(k)})
+
+
+def extra_columns(rows: list[dict]) -> list[str]:
+    """The `remedy_extra/<key>` columns any of `rows` has, sorted."""
+    return sorted({k for r in rows for k in r if k.startswith(REMEDY_EXTRA_PREFIX)})
+
+
 def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
     """The summary row of one cell, without its relative accuracy (that needs the reference row)."""
     ax = cell.axes
@@ -91,6 +103,8 @@ def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
     for k in MAX_KEYS:
         xs = _values(m, k)
         row[f"max/{k}"] = max(xs) if xs else None
+    for k in plugin_metric_keys(m):  # numbers only: a plug-in's metrics are checked finite (remedies.base)
+        row[f"{REMEDY_EXTRA_PREFIX}{k}"] = _mean([float(r[k]) for r in m if isinstance(r.get(k), (int, float))])
     return row
 
 

@@ -21,6 +21,7 @@ import yaml
 
 from ..atomic import atomic_write
 from ..manifest import MANIFEST, stamp_run
+from ..remedies.identity import comparable_config
 
 
 STATUSES = ("running", "finished", "failed")
@@ -60,6 +61,10 @@ class JsonlLog:
         self.f.close()
 
 
+def _comparable_text(config) -> str:
+    return yaml.safe_dump(comparable_config(config), sort_keys=True)
+
+
 class RunDir:
     def __init__(self, out: str | os.PathLike, config: dict):
         self.path = Path(out)
@@ -67,7 +72,9 @@ class RunDir:
         self.ckpt = self.path / "checkpoints" / "state.pt"
         cfg_path = self.path / "config.yaml"
         text = yaml.safe_dump(config, sort_keys=True)
-        if cfg_path.is_file() and self.ckpt.is_file() and cfg_path.read_text() != text:
+        # A plug-in file's directory is not compared: the same file moved elsewhere resumes (remedies.identity).
+        if cfg_path.is_file() and self.ckpt.is_file() and cfg_path.read_text() != text \
+                and _comparable_text(yaml.safe_load(cfg_path.read_text())) != _comparable_text(config):
             raise ValueError(f"{self.path} holds a run with a different config.yaml; use another --out "
                              "or delete it")
         atomic_write(cfg_path, text)

@@ -21,7 +21,9 @@ from ..atomic import atomic_write
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
 from ..readfile import read_json
+from ..remedies.identity import comparable_config, other_version, remedy_identity
 from ..report.seeds import NOTHING_TRAINED
+from .extras import markdown_lines, plugin_metrics
 from .paired import paired, paired_by_setting
 from .repro import is_plugin, reproducibility_warning
 from .track import check_committed, load_track
@@ -41,7 +43,8 @@ def plan_cells(track, remedy: str, remedy_args: dict) -> list[dict]:
     """The new remedy's cells of the track (cells.json entries), each config validated now (one-line errors)."""
     from ..grid.spec import expand
     from ..rl.config import from_dict
-    cells = [c.to_dict() for c in expand(track.spec(["none", remedy])) if c.axes["remedy"] == remedy]
+    label = remedy_identity(remedy)  # a plug-in file's cells are name@hash cells (remedies.identity)
+    cells = [c.to_dict() for c in expand(track.spec(["none", remedy])) if c.axes["remedy"] == label]
     for c in cells:
         c["config"]["remedy_args"] = dict(remedy_args)
         from_dict(dict(c["config"]), f"cell {c['id']}")  # the remedy's parameters, checked before anything runs
@@ -72,19 +75,25 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
     stream = stream or sys.stderr
     track = load_track(track_name)
     committed = Path(committed) if committed else track.committed_dir()
-    out = Path(out) if out else default_out(track.name, remedy)
+    label = remedy_identity(remedy)  # what cells, directories and the submission name: never a file's path
+    out = Path(out) if out else default_out(track.name, label)
     if _under_results(out) and not allow_results:
         raise ValueError(f"--out {out} is under results/; submissions go elsewhere (default build/submit/...) "
                          "unless --allow-results")
     if out.resolve() == committed.resolve():
         raise ValueError(f"--out {out} is the committed results directory; give another one")
-    if remedy in track.remedies:
-        raise ValueError(f"remedy {remedy!r} already has committed results on track {track.name} ({committed})")
-    print(f"submit {remedy} on track {track.name}: preflight of the committed results {committed}", file=stream,
+    if (out / "cells.json").is_file():  # an edited plug-in is another remedy: do not mix its versions in one board
+        earlier = other_version(label, {c["axes"]["remedy"] for c in read_json(out / "cells.json")["cells"]})
+        if earlier:
+            raise ValueError(f"{out} holds {earlier}, another version of the plug-in file (now {label}); "
+                             "use another --out")
+    if label in track.remedies:
+        raise ValueError(f"remedy {label!r} already has committed results on track {track.name} ({committed})")
+    print(f"submit {label} on track {track.name}: preflight of the committed results {committed}", file=stream,
           flush=True)
     notes = check_committed(track, committed, say=lambda line: print(line, file=stream, flush=True))
     if is_plugin(remedy):  # a plug-in's maths must be CPU- and thread-independent like the built-ins'
-        print(f"submit {remedy}: checking that one step gives the same bytes under 1/2 threads and portable "
+        print(f"submit {label}: checking that one step gives the same bytes under 1/2 threads and portable "
               "kernels (3 short processes)", file=stream, flush=True)
         warning = reproducibility_warning(remedy, dict(remedy_args or {}))
         if warning:
@@ -99,24 +108,26 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
         doc = read_json(out / "cells.json")
         have = {c["id"]: c for c in doc["cells"]}
-        for c in cells:
-            if c["id"] in have and have[c["id"]] != c:
+        for c in cells:  # a plug-in file moved since the last run is the same cell (comparable_config)
+            if c["id"] in have and {**have[c["id"]], "config": comparable_config(have[c["id"]]["config"])} != \
+                    {**c, "config": comparable_config(c["config"])}:
                 raise ValueError(f"{out} already holds cell {c['id']} with another config (other remedy_args?); "
                                  "use another --out")
-        doc["cells"] += [c for c in cells if c["id"] not in have]
+        mine = {c["id"]: c for c in cells}  # the file's current path, where the runs load it from
+        doc["cells"] = [mine.get(c["id"], c) for c in doc["cells"]] + [c for c in cells if c["id"] not in have]
         atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
         rerun = ("done",) if retry_failed else ("done", "failed")
         todo = [c for c in cells if (read_status(out, c["id"]) or {}).get("status") not in rerun]
         for note in notes:
             print(f"note: {note}", file=stream)
-        print(f"submit {remedy} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
+        print(f"submit {label} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
               file=stream)
         if todo:
             from ..runners.progress import Progress
-            run_local(todo, str(out), workers, progress=Progress(f"submit {remedy}", len(todo), 0, 0, workers,
+            run_local(todo, str(out), workers, progress=Progress(f"submit {label}", len(todo), 0, 0, workers,
                                                                  stream=stream))
         mark_nothing_trained(out, cells)
-        record = write_submission(out, remedy, track, cells, committed)
+        record = write_submission(out, label, track, cells, committed)
     # A cell that crashed (not one whose remedy masked everything: that is a scored result) fails the submission.
     record["failed_cells"] = [cid for cid, err in record["failed"].items() if MASKED_ALL not in str(err)]
     return record
@@ -157,6 +168,8 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
             lines.append(f"  - {c['setting']}: {remedy} {fmt_interval(c['a_interval'])} vs {cmp['b']} "
                          f"{fmt_interval(c['b_interval'])}; paired difference {fmt_interval(c['interval'])}: "
                          f"**{c['verdict']}**")
+    extras = plugin_metrics(rows, remedy)
+    lines += markdown_lines(extras)
     for cid, err in failed:
         lines.append(f"- FAILED {cid}: {err or 'not run'}")
     text = "\n".join(lines) + "\n"
@@ -164,6 +177,7 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
     record = {"remedy": remedy, "track": track.name, "track_version": track.version, "rank": rank + 1,
               "of": len(ranked), "score": entry["score"], "score_lo": entry["interval"].lo,
               "score_hi": entry["interval"].hi, "tied_with": entry["tied_with"], "failed": dict(failed),
+              "extra_metrics": extras,
               "comparisons": [{"vs": c["b"], "seeds": c["seeds"], "diffs": c["diffs"], "mean": c["interval"].mean,
                                "lo": c["interval"].lo, "hi": c["interval"].hi, "verdict": c["verdict"],
                                "by_setting": [{"setting": p["setting"], "seeds": p["seeds"], "diffs": p["diffs"],
