@@ -1,7 +1,7 @@
 """`timbench grid run`: run every cell of a grid that is not done yet (added to the `timbench grid` group).
 
     timbench grid run GRID.yaml --out results/NAME [--workers N] [--backend local|ray] [--address A]
-                                [--resources JSON] [--max-attempts N] [--retry-failed]
+                                [--resources JSON] [--max-attempts N] [--retry-failed] [--cell-timeout S]
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ def _cmd_run(args) -> int:
         if value is not None and args.backend != "ray":
             raise ValueError(f"{flag} is only for --backend ray")
     options = {}
+    if args.backend == "local":
+        options["cell_timeout"] = args.cell_timeout
+    elif args.cell_timeout is not None:
+        raise ValueError("--cell-timeout is only for --backend local so far (a Ray cell is not cancelled on time)")
     if args.backend == "ray":
         from .ray_runner import parse_resources
         options["resources"] = parse_resources(args.resources)
@@ -58,4 +62,7 @@ def add_run_parser(grid_sub) -> None:
     p.add_argument("--max-attempts", type=int, help="with --backend ray: submissions of a cell when its worker "
                    "or node is lost (default 3); each resumes from the last checkpoint the driver holds")
     p.add_argument("--retry-failed", action="store_true", help="also rerun cells that failed before")
+    p.add_argument("--cell-timeout", type=float, metavar="SECONDS",
+                   help="with --backend local: wall-clock limit per cell, after which it is killed and recorded "
+                        "failed (0 = none; default 10x the cost model's estimate, at least 600 s)")
     p.set_defaults(func=_cmd_run)

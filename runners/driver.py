@@ -67,5 +67,9 @@ def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backen
         failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
         progress = Progress(grid.name, len(cells), done, failed, workers, stream=stream)
         if todo:
-            run(todo, str(out), workers, address, progress, **(options or {}))
+            options = dict(options or {})
+            if backend == "local":  # the per-cell wall-clock limit (runners.local.cell_timeouts)
+                from .local import cell_timeouts
+                options["timeouts"] = cell_timeouts(todo, options.pop("cell_timeout", None))
+            run(todo, str(out), workers, address, progress, **options)
         return {c["id"]: read_status(out, c["id"]) for c in cells}

@@ -62,9 +62,38 @@ def _reap(proc, cell: dict, out: str, t0: float) -> dict:
     return st
 
 
+def cell_timeouts(cells: list[dict], timeout_s: float | None) -> dict[str, float]:
+    """Wall-clock limit per cell id: `timeout_s` for every cell when given (0 = none), else TIMEOUT_FACTOR x the
+    cost model's estimate, at least TIMEOUT_FLOOR_S (the estimate is for a quiet core; a busy one is slower)."""
+    if timeout_s is not None:
+        if timeout_s < 0:
+            raise ValueError(f"--cell-timeout must be >= 0 seconds (0 = no limit), got {timeout_s:g}")
+        return {} if timeout_s == 0 else {c["id"]: float(timeout_s) for c in cells}
+    from timbench.grid.cost import cell_seconds
+    return {c["id"]: max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * cell_seconds(c["config"])) for c in cells}
+
+
+TIMEOUT_FACTOR = 10.0
+TIMEOUT_FLOOR_S = 600.0
+
+
+def _timed_out(proc, cell: dict, out: str, t0: float, limit: float) -> dict:
+    proc.kill()  # a cell past its limit (a plug-in that never returns): its last checkpoint stays for a rerun
+    proc.join()
+    prev = read_status(out, cell["id"]) or {}
+    return write_status(out, cell["id"], "failed",
+                        f"timed out after {limit:.0f} s (the cell timeout: --cell-timeout SECONDS sets it, 0 = none; "
+                        f"the default is {TIMEOUT_FACTOR:g}x the cost model's estimate, at least "
+                        f"{TIMEOUT_FLOOR_S:.0f} s)", time.monotonic() - t0, int(prev.get("attempts", 1)))
+
+
 def run_local(cells: list[dict], out: str, workers: int | None = None, address: str | None = None,
-              progress: Progress | None = None) -> list[dict]:
-    """Run `cells` (cells.json entries) under `out`; return their final cell.json statuses, in order."""
+              progress: Progress | None = None, timeouts: dict[str, float] | None = None) -> list[dict]:
+    """Run `cells` (cells.json entries) under `out`; return their final cell.json statuses, in order.
+
+    `timeouts` maps a cell id to its wall-clock limit in seconds (absent: none); a cell past it is killed and
+    recorded failed with a one-line reason, and the grid goes on."""
+    timeouts = timeouts or {}
     if address is not None:
         raise ValueError("--address is only for --backend ray")
     workers = workers or os.cpu_count() or 1
@@ -83,11 +112,22 @@ def run_local(cells: list[dict], out: str, workers: int | None = None, address: 
                     progress.running += 1
             if progress:
                 progress.emit()
-            for sentinel in wait(list(running), timeout=progress.every_s if progress else None):
+            now = time.monotonic()
+            deadlines = [t0 + timeouts[c["id"]] - now for _, c, t0 in running.values() if c["id"] in timeouts]
+            waits = [w for w in (progress.every_s if progress else None, min(deadlines, default=None)) if w is not None]
+            for sentinel in wait(list(running), timeout=max(0.0, min(waits)) if waits else None):
                 proc, cell, t0 = running.pop(sentinel)
                 results[cell["id"]] = _reap(proc, cell, str(out), t0)
                 if progress:
                     progress.finished(results[cell["id"]])
+            now = time.monotonic()
+            for sentinel, (proc, cell, t0) in list(running.items()):
+                limit = timeouts.get(cell["id"])
+                if limit is not None and now - t0 >= limit:
+                    del running[sentinel]
+                    results[cell["id"]] = _timed_out(proc, cell, str(out), t0, limit)
+                    if progress:
+                        progress.finished(results[cell["id"]])
     finally:
         for proc, _, _ in running.values():  # interrupted: stop the workers; their cells resume next time
             proc.terminate()

@@ -29,6 +29,7 @@ whole files, and a snapshot's logs are written before its checkpoint.
 from __future__ import annotations
 
 import json
+import secrets
 import os
 import sys
 import time
@@ -51,6 +52,24 @@ def _import_ray():
     except ImportError:
         raise ValueError("--backend ray needs the optional extra: pip install 'timbench[ray]'") from None
     return ray
+
+
+def _token_auth_for_a_local_cluster() -> None:
+    """Start the local cluster with Ray's token authentication (a fresh random token unless RAY_AUTH_TOKEN is set).
+
+    Ray's GCS, raylet and workers listen on every interface (`ss -ltnp` shows `*:port`; Ray 2.60 has no
+    loopback-only switch), so without a token anyone who can reach this machine could submit code to them.
+    With it, a client that lacks the token is refused (tests/test_grid.py checks a foreign `ray.init`).
+    RAY_AUTH_MODE=disabled set by the user is respected. The mode is read into Ray's cached config, so it is
+    set here and the cache refreshed (Ray's own `_enable_token_auth` does exactly that).
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    from ray._raylet import AuthenticationTokenLoader
+    _enable_token_auth()
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 @dataclass
@@ -90,7 +109,11 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
     started = False
     if not ray.is_initialized():
         address = address or "local"
-        kw = {"num_cpus": workers} if address == "local" else {"address": address}
+        if address == "local":
+            _token_auth_for_a_local_cluster()
+        # address="local" always starts a new cluster: without it ray.init joins whatever cluster RAY_ADDRESS or
+        # /tmp/ray names (another user's on the same machine); joining one is what --address auto|HOST:PORT is for
+        kw = {"address": "local", "num_cpus": workers} if address == "local" else {"address": address}
         ray.init(include_dashboard=False, **kw)
         started = True
     log = lambda msg: print(msg, file=(progress.stream if progress else None) or sys.stderr, flush=True)
@@ -175,6 +198,7 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
                     prev = read_status(out, cid) or {}
                     write_status(out, cid, "running", None, 0.0, int(prev.get("attempts", 0)) + 1)
                     # A new attempt: an earlier attempt's summary no longer describes the run (rundir.begin).
+                    (run_dir(out, cid) / "manifest.json").unlink(missing_ok=True)
                     (run_dir(out, cid) / "summary.json").unlink(missing_ok=True)
                     if progress:
                         progress.running += 1

@@ -542,3 +542,61 @@ def test_paper_grid_fits_three_hours_and_holds_every_figures_cells():
     for cond, kind in kinds.items():
         if kind != "reference":
             assert {m for (c, r, m) in settings if c == cond and r == "none"} == {"recompute", "bypass"}, cond
+
+
+SLEEPER = '''
+import time
+from timbench.remedies import Remedy
+
+class Sleeper(Remedy):
+    name = "sleeper"
+    doc = "never returns (a hung plug-in)"
+    def __call__(self, batch):
+        time.sleep(3600)
+'''
+
+
+def test_a_cell_past_its_timeout_is_killed_and_the_grid_goes_on(ckpt, tmp_path, capfd):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    p = _grid_file(tmp_path, _tiny(ckpt, "hang", ["baseline", "bf16-engine"],
+                                   axes={"remedy": ["none", f"{tmp_path / 'sleeper.py'}:Sleeper"]},
+                                   exclude=[{"condition": "baseline", "remedy": f"{tmp_path / 'sleeper.py'}:Sleeper"}]))
+    out = tmp_path / "out"
+    assert main(["grid", "run", str(p), "--out", str(out), "--workers", "2", "--cell-timeout", "20"]) == 1
+    io_ = capfd.readouterr()
+    assert "2/3 cells done, 1 failed" in io_.out
+    (hung,) = [line for line in io_.err.splitlines() if line.startswith("FAILED ")]
+    assert "sleeper" in hung and "timed out after 20 s" in hung and "--cell-timeout" in hung
+    with pytest.raises(ValueError, match="--cell-timeout must be >= 0"):
+        from timbench.runners.local import cell_timeouts
+        cell_timeouts([{"id": "a", "config": {}}], -1.0)
+    assert main(["grid", "run", str(p), "--out", str(tmp_path / "o2"), "--backend", "ray",
+                 "--cell-timeout", "5"]) == 2
+    assert "--cell-timeout is only for --backend local" in capfd.readouterr().err
+
+
+_RAY_AUTH = """
+import os, subprocess, sys
+from timbench.runners.ray_runner import _import_ray, _token_auth_for_a_local_cluster
+ray = _import_ray()  # imported first, as run_ray does: the token mode must still reach Ray's cached config
+_token_auth_for_a_local_cluster()
+ctx = ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+ok = ray.get(ray.remote(lambda: 42).remote())
+env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+code = "import ray; ray.init(address=%r, log_to_driver=False); print('JOINED')" % ctx.address_info["gcs_address"]
+p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+ray.shutdown()
+print("RESULT", ok, p.returncode, "JOINED" in p.stdout)
+"""
+
+
+def test_the_local_ray_cluster_refuses_a_client_without_its_token(tmp_path):
+    import subprocess
+    import sys
+    pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    p = subprocess.run([sys.executable, "-c", _RAY_AUTH], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path)
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")] or [p.stderr[-3000:]]
+    ok, rc, joined = line.split()[1:]
+    assert ok == "42" and rc != "0" and joined == "False", line  # our tasks run; a tokenless client is refused

@@ -249,3 +249,32 @@ def test_unknown_key_in_yaml(tmp_path):
         load_config(p)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_config(tmp_path / "none.yaml")
+
+
+_FSIZE = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+from timbench.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_refused_write_is_one_line_with_the_path_and_a_rerun_resumes_byte_identical(ckpt, tmp_path):
+    # RLIMIT_FSIZE stands in for a full disk (no root or tmpfs needed): the checkpoint is the first file over it.
+    import subprocess
+    import sys
+    args = ["train", "--out", str(tmp_path / "full"), "--quiet"] + [
+        a for o in (f"model={ckpt}", "steps=3", "prompts_per_step=4", "group_size=4", "mini_batches=2",
+                    "eval_every=2", "eval_n=16", "checkpoint_every=1", "lr=1e-3") for a in ("--set", o)]
+    p = subprocess.run([sys.executable, "-c", _FSIZE, "200000", *args], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr[-2000:]
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "checkpoints/state.pt: File too large (EFBIG)" in err[0] and str(tmp_path) in err[0]
+    st = read_status(tmp_path / "full")
+    assert st["status"] == "failed" and "WriteError: writing" in st["error"] and "state.pt" in st["error"]
+    assert not list((tmp_path / "full").rglob(".*.tmp"))  # no temp file left behind
+    assert main(args) == 0  # the "disk" has room again: the same command resumes and finishes
+    assert main(["train", "--out", str(tmp_path / "clean")] + args[3:]) == 0
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name

@@ -10,24 +10,48 @@ any work, so a bad `--out` is one line instead of a traceback hours later.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 
+class WriteError(OSError):
+    """A write that the OS refused (disk full, read-only, no permission, file too large), as one line naming the
+    operation, the path and the errno: what a user needs to fix it, instead of `[Errno 28]` with no path."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def write_error(e: OSError, op: str, path: str | os.PathLike) -> WriteError:
+    if isinstance(e, WriteError):
+        return e
+    name = errno.errorcode.get(e.errno, "") if e.errno is not None else ""
+    err = WriteError(e.errno, f"{op} {path}: {e.strerror or e}" + (f" ({name})" if name else ""))
+    err.filename = str(path)
+    return err
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temp path beside `path`; on success it replaces `path`, on error it is removed."""
+    """Yield a temp path beside `path`; on success it replaces `path`, on error it is removed.
+
+    An OSError on the way (creating the directory or temp file, writing, replacing) is re-raised as one
+    `WriteError` line naming `path`; the previous version of `path`, if any, is untouched."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
         yield tmp
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(e, "writing", path) from e
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
 
 

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 from .. import manifest
-from .layout import load_cells, read_status, run_dir
 
 REPORT_FILES = ("leaderboard.md", "leaderboard.html", "summary.csv", "seeds.csv")
 """The report's fixed files; its figures/*.png are listed in the report manifest as written."""
@@ -27,6 +26,7 @@ def report_files(out: Path) -> list[str]:
 
 def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
     """(problems, stamped): one line per problem left; how many manifests `adopt` wrote."""
+    from .layout import load_cells, read_status, run_dir  # imported here: `timbench --help` stays torch-free
     out = Path(out)
     doc = load_cells(out)
     cells = doc.get("cells") if isinstance(doc, dict) else None

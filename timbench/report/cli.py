@@ -18,8 +18,7 @@ def _cmd_report(args) -> int:
     d = args.dir.rstrip("/")
     default = default_out(d, d)
     out = (args.out or default).rstrip("/")
-    if out != d:
-        check_output_dir(out)
+    check_output_dir(out)  # a read-only grid dir is one line now, not after the figures are drawn
     # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone; the report line
     # names --out only where it is not the default, so it regenerates exactly these files.
     command = f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}"

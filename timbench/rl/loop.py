@@ -379,7 +379,7 @@ def _run(loaded: Loaded, out, progress: bool) -> dict:
     try:
         session = _Session(loaded, rd, base)
     except BaseException as e:
-        rd.write_status("failed", one_line(e))
+        _record_failure(rd, e)
         raise
     status, error = "finished", None
     try:
@@ -398,8 +398,11 @@ def _run(loaded: Loaded, out, progress: bool) -> dict:
     except NonFiniteError as e:
         status, error = "failed", str(e)
     except BaseException as e:  # a crash or a kill: the status says so; rerunning resumes from the checkpoint
-        session.close()
-        rd.write_status("failed", one_line(e))
+        try:
+            session.close()
+        except OSError:  # a log that cannot flush (the disk that failed the step): the error below says so
+            pass
+        _record_failure(rd, e)
         raise
     session.close()
     summary = summarize(rd.path, loaded, status, error, session.extra)
@@ -411,6 +414,15 @@ def _run(loaded: Loaded, out, progress: bool) -> dict:
     if status == "failed":
         raise NonFiniteError(error)
     return summary
+
+
+def _record_failure(rd: RunDir, e: BaseException) -> None:
+    """status.json := failed with the error's one line; on a disk too full even for that, the run's own error
+    (the one that names the path) is what the caller raises, not this write's."""
+    try:
+        rd.write_status("failed", one_line(e))
+    except OSError:
+        pass
 
 
 def summarize(path, cfg: RunConfig | Loaded, status: str, error, extra: dict) -> dict:

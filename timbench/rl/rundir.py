@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, write_error
 from ..manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
 
@@ -54,8 +54,11 @@ class JsonlLog:
         self.f = open(path, "a")
 
     def write(self, row: dict) -> None:
-        self.f.write(dumps(row) + "\n")
-        self.f.flush()
+        try:
+            self.f.write(dumps(row) + "\n")
+            self.f.flush()
+        except OSError as e:  # disk full mid-run: one line naming the log (a rerun resumes from the checkpoint)
+            raise write_error(e, "appending to", self.path) from e
 
     def close(self) -> None:
         self.f.close()
