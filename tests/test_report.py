@@ -269,3 +269,20 @@ def test_report_out_leaves_the_grid_dir_alone_and_results_default_to_build(tmp_p
     assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
     assert main(["grid", "report", "results/fab", "--out", "results/fab"]) == 0  # told so: into the committed dir
     assert "timbench grid report results/fab --out results/fab`" in (src / "leaderboard.md").read_text()
+
+
+def test_a_report_is_one_generation_sealed_by_its_manifest(tmp_path, capsys):
+    root = standard_grid(tmp_path / "g")
+    assert main(["grid", "report", str(root)]) == 0
+    assert main(["grid", "verify", str(root)]) == 0
+    doc = json.loads((root / "manifest.json").read_text())
+    assert {"leaderboard.md", "leaderboard.html", "summary.csv", "figures/dose_response.png"} <= set(doc["files"])
+    md = root / "leaderboard.md"
+    md.write_text(md.read_text() + "edited\n")  # a file of another generation (or a hand edit)
+    capsys.readouterr()
+    assert main(["grid", "verify", str(root)]) == 1
+    assert "report: " in capsys.readouterr().out
+    (root / "manifest.json").unlink()  # a report killed half-way has none: it was removed before writing
+    assert main(["grid", "verify", str(root)]) == 1
+    assert "no manifest.json" in capsys.readouterr().out
+    assert main(["grid", "verify", str(root), "--adopt"]) == 0  # a pre-manifest report, stamped once

@@ -278,3 +278,25 @@ def test_a_refused_write_is_one_line_with_the_path_and_a_rerun_resumes_byte_iden
     assert main(["train", "--out", str(tmp_path / "clean")] + args[3:]) == 0
     for name in ("metrics.jsonl", "eval.jsonl"):
         assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
+
+
+def test_a_truncated_checkpoint_and_a_raising_plugin_are_one_line_errors(ckpt, tmp_path, capsys):
+    args = ["train", "--out", str(tmp_path / "r"), "--quiet"] + [
+        a for o in (f"model={ckpt}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
+                    "eval_every=2", "eval_n=16", "checkpoint_every=1") for a in ("--set", o)]
+    assert main(args) == 0
+    state = tmp_path / "r" / "checkpoints" / "state.pt"
+    state.write_bytes(state.read_bytes()[:1000])  # a checkpoint cut short (a copy that did not finish)
+    (tmp_path / "r" / "config.yaml").write_text((tmp_path / "r" / "config.yaml").read_text())
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "state.pt: unreadable checkpoint" in err[0] and "delete it" in err[0]
+    (tmp_path / "boom.py").write_text("from timbench.remedies import Remedy\n\nclass Boom(Remedy):\n"
+                                      "    name = 'boom'\n    doc = 'raises'\n"
+                                      "    def __call__(self, batch):\n        raise RuntimeError('plug-in bug')\n")
+    out = tmp_path / "b"
+    assert main(["train", "--out", str(out), "--quiet", "--remedy", f"{tmp_path / 'boom.py'}:Boom"] + args[4:]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "RuntimeError: plug-in bug" in err[0] and "traceback in" in err[0]
+    assert "Traceback" in (out / "error.txt").read_text()
+    assert read_status(out)["status"] == "failed"

@@ -18,6 +18,18 @@ def _cmd_train(args) -> int:
     except NonFiniteError as e:
         print(f"timbench train: run failed: {e}", file=sys.stderr)
         return 1
+    except (ValueError, KeyError, OSError):
+        raise  # the CLI's one-line errors (bad input, refused writes), exit 2
+    except Exception as e:  # noqa: BLE001 - e.g. a plug-in remedy that raises: one line, the traceback kept
+        import traceback
+        from pathlib import Path
+
+        from ..atomic import atomic_write
+        from .rundir import one_line
+        where = Path(args.out) / "error.txt"
+        atomic_write(where, traceback.format_exc())
+        print(f"timbench train: run failed: {one_line(e)} (traceback in {where})", file=sys.stderr)
+        return 1
     print(json.dumps(summary, sort_keys=True))
     return 0
 

@@ -83,7 +83,17 @@ class RunDir:
         atomic_write(cfg_path, text)
 
     def load_state(self) -> dict | None:
-        return torch.load(self.ckpt, weights_only=False) if self.ckpt.is_file() else None
+        if not self.ckpt.is_file():
+            return None
+        try:
+            state = torch.load(self.ckpt, weights_only=False)
+        except Exception as e:  # noqa: BLE001 - truncated or foreign bytes: torch raises EOF/unpickling/zip errors
+            raise ValueError(f"{self.ckpt}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
+                             "the run from step 0") from None
+        if not isinstance(state, dict) or "step" not in state or "lanes" not in state:
+            raise ValueError(f"{self.ckpt}: not a timbench run checkpoint (no step/lanes); delete it to rerun "
+                             "the run from step 0")
+        return state
 
     def save_state(self, state: dict) -> None:
         import io
