@@ -180,6 +180,7 @@ def test_histogram_bin_count_is_checked(tmp_path):
     p = root / "runs" / cell_id("noise-1", "none") / "metrics.jsonl"
     rows = [json.loads(l) | {"mismatch/abs_delta_hist": [1, 2]} for l in p.read_text().splitlines()]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stamp_run(p.parent)  # as a run that logged the wrong bin count itself would have sealed it
     with pytest.raises(ValueError, match=f"expected {len(ABS_DELTA_BINS)}"):
         write_report(root)
 

@@ -149,6 +149,8 @@ def main(argv=None) -> int:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else e
             print(f"timbench {args.command}: error: {msg}", file=sys.stderr)
             return 2
+        except BrokenPipeError:
+            raise  # a closed stdout (`| head`), handled below: not an error of the command
         except OSError as e:  # a refused write (disk full, read-only, permissions): one line naming the path
             from .atomic import write_error
             print(f"timbench {args.command}: error: {write_error(e, 'at', e.filename or '?')}", file=sys.stderr)

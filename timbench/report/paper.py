@@ -13,6 +13,7 @@ cells are left out and counted.
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from pathlib import Path
 
@@ -153,7 +154,11 @@ def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path) -> 
     for v in vs:
         fig, text = CLAIMS[v.claim]
         lines += [f"## {v.claim}: {v.verdict}", "", f"Paper: {text}", "", f"![{v.claim}](figures/{fig})", ""]
-        lines += [f"- **{s.verdict}**: {s.text}. {s.numbers}" for s in v.subs] + [""]
+        for s in v.subs:  # one nested line per setting (the numbers join settings with " | " or "; ")
+            parts = [p for p in re.split(r" \| |; ", s.numbers) if p]
+            lines += [f"- **{s.verdict}**: {s.text}." + (f" {parts[0]}" if len(parts) == 1 else "")]
+            lines += [f"  - {p}" for p in parts] if len(parts) > 1 else []
+        lines += [""]
     return "\n".join(lines)
 
 
