@@ -2,11 +2,11 @@
 
     python bench/peak_flops.py [--threads 2] [--out results/bench/peak_flops]
 
-The peak is a microbenchmark, the best plain loop this file can write in numba: per thread, independent
-accumulator chains over a register-resident block (no memory traffic), once as fused multiply-add
-(fastmath, so LLVM contracts to FMA: the ceiling of MKL's sgemm) and once as a separate multiply and add
-(no fastmath: the arithmetic the exact forward is allowed, since an unfused mul+add rounds twice and FMA
-once). The matmul rows are the tiny-dense shapes of one trainer mini-batch (256 sequences x 28 tokens =
+The peak is a microbenchmark, the best loop this file can write: AVX2 intrinsics in C (compiled with gcc
+at first use), per thread 12 independent 8-lane accumulator chains held in registers (no memory traffic),
+once as fused multiply-add (the ceiling of MKL's sgemm) and once as a separate multiply and add (the
+arithmetic the exact forward is allowed: an unfused mul+add rounds twice, FMA once, and the forward's
+bytes must not depend on which). The matmul rows are the tiny-dense shapes of one trainer mini-batch (256 sequences x 28 tokens =
 7,168 rows): the exact forward `matmul` (mul+add, k ascending), the backward's `matmul_fma` (dX) and
 `matmul_tn` (dW), and torch's `F.linear` (MKL). Medians of --repeats calls after one warm-up.
 Writes PREFIX.md and PREFIX.json. Measure on a quiet machine.
@@ -22,42 +22,63 @@ import time
 from pathlib import Path
 
 import numpy as np
-from numba import njit, prange
 
-LANES = 128  # accumulators per thread: 16 AVX2 vectors of 8 fp32, enough independent chains to hide latency
-ITERS = 200_000
+PEAK_C = r"""
+#include <immintrin.h>
+#include <omp.h>
+/* 12 independent 8-lane chains per thread, all in registers: enough to cover the mul+add latency (6 cycles)
+   at 2 multiplies + 2 adds per cycle, and the FMA latency (4) at 2 FMAs per cycle. Returns GFLOP/s. */
+#define CHAINS(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11)
+double peak(long iters, int threads, int fused) {
+  float sink = 0.0f;
+  double t0 = omp_get_wtime();
+  #pragma omp parallel num_threads(threads) reduction(+:sink)
+  {
+    __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+#define INIT(i) __m256 x##i = _mm256_set1_ps(1.0f + i);
+    CHAINS(INIT)
+    if (fused) {
+#define FMA(i) x##i = _mm256_fmadd_ps(x##i, a, b);
+      for (long n = 0; n < iters; n++) { CHAINS(FMA) }
+    } else {
+#define MULADD(i) x##i = _mm256_add_ps(_mm256_mul_ps(x##i, a), b);
+      for (long n = 0; n < iters; n++) { CHAINS(MULADD) }
+    }
+    float out[8];
+#define SUM(i) _mm256_storeu_ps(out, x##i); for (int k = 0; k < 8; k++) sink += out[k];
+    CHAINS(SUM)
+  }
+  double s = omp_get_wtime() - t0;
+  return sink == 12345.0f ? 0.0 : 2.0 * 12 * 8 * (double)iters * threads / s / 1e9;
+}
+"""
 
 
-@njit(parallel=True, fastmath=True, cache=True)
-def _fma_loop(acc, a, b, iters):
-    for t in prange(acc.shape[0]):
-        row = acc[t]
-        for _ in range(iters):
-            for j in range(LANES):
-                row[j] = row[j] * a + b
-    return acc
+def peak_lib():
+    """The peak loop compiled with gcc (-O2 -mavx2 -mfma -fopenmp) into build/, loaded with ctypes."""
+    import ctypes
+    import hashlib
+    import subprocess
+    build = Path("build/bench")
+    build.mkdir(parents=True, exist_ok=True)
+    so = build / f"peak_{hashlib.sha256(PEAK_C.encode()).hexdigest()[:12]}.so"
+    if not so.is_file():
+        src = so.with_suffix(".c")
+        src.write_text(PEAK_C)
+        try:
+            subprocess.run(["gcc", "-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(so)],
+                           check=True, capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise SystemExit(f"peak_flops: cannot compile the peak loop with gcc ({e}); install gcc") from None
+    lib = ctypes.CDLL(str(so))
+    lib.peak.restype, lib.peak.argtypes = ctypes.c_double, [ctypes.c_long, ctypes.c_int, ctypes.c_int]
+    return lib
 
 
-@njit(parallel=True, fastmath=False, cache=True)
-def _muladd_loop(acc, a, b, iters):
-    for t in prange(acc.shape[0]):
-        row = acc[t]
-        for _ in range(iters):
-            for j in range(LANES):
-                row[j] = row[j] * a + b
-    return acc
-
-
-def peak(threads: int, fn) -> float:
-    acc = np.ones((threads, LANES), dtype=np.float32)
-    a, b = np.float32(0.999999), np.float32(1e-7)
-    fn(acc, a, b, 10)
-    best = 0.0
-    for _ in range(5):
-        t0 = time.perf_counter()
-        fn(acc, a, b, ITERS)
-        best = max(best, 2.0 * threads * LANES * ITERS / (time.perf_counter() - t0) / 1e9)
-    return best
+def peak(threads: int, fused: bool) -> float:
+    lib = peak_lib()
+    lib.peak(1000, threads, int(fused))
+    return max(lib.peak(20_000_000, threads, int(fused)) for _ in range(5))
 
 
 def timed(fn, *args, repeats: int) -> float:
@@ -83,7 +104,7 @@ def main(argv=None) -> int:
     from timbench.kernels.numba_ops import matmul
     from timbench.threads import set_threads
     set_threads(args.threads)
-    peaks = {"fma": peak(args.threads, _fma_loop), "mul+add": peak(args.threads, _muladd_loop)}
+    peaks = {"fma": peak(args.threads, True), "mul+add": peak(args.threads, False)}
     rng = np.random.default_rng(0)
     rows = []
     m = 256 * 28
@@ -106,7 +127,7 @@ def main(argv=None) -> int:
     cmd = f"python bench/peak_flops.py --threads {args.threads} --out {args.out}"
     lines = ["# Matmul GFLOP/s against this machine's measured peak", "",
              f"`{cmd}` on {info['cpu']} ({', '.join(info['isa'])}), {args.threads} threads. Peak (register-resident "
-             f"loop, {LANES} fp32 accumulators per thread): FMA {peaks['fma']:.0f} GFLOP/s, separate mul+add "
+             f"AVX2 loop, 12 x 8 fp32 chains per thread): FMA {peaks['fma']:.0f} GFLOP/s, separate mul+add "
              f"{peaks['mul+add']:.0f} GFLOP/s. The exact forward may only use mul+add (its bytes must not depend "
              "on FMA contraction); the backward's fused steps use FMA explicitly.", "",
              "| shape | layer | kernel | ms | GFLOP/s | % of its peak |", "|---|---|---|---:|---:|---:|"]
