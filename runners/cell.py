@@ -14,21 +14,17 @@ import time
 import traceback
 
 from timbench.atomic import atomic_write
-from timbench.grid.layout import read_status, run_dir, run_finished, write_status
+from timbench.grid.layout import read_status, record_if_finished, run_dir, write_status
 from timbench.rl.rundir import one_line  # the one-line error format cell.json and status.json share
 
 
 def run_cell(cell: dict, out: str) -> dict:
     """Run (or resume, or skip) `cell` (an entry of cells.json) under results dir `out`; return its status."""
     cid = cell["id"]
-    prev = read_status(out, cid) or {}
-    attempts = int(prev.get("attempts", 0))
-    if run_finished(out, cid):
-        # Finished before a kill landed between summary.json and cell.json: record, don't redo.
-        if prev.get("status") != "done":
-            return write_status(out, cid, "done", None, prev.get("wall_s", 0.0), max(attempts, 1))
-        return prev
-    attempts += 1
+    finished = record_if_finished(out, cid)
+    if finished is not None:
+        return finished
+    attempts = int((read_status(out, cid) or {}).get("attempts", 0)) + 1
     write_status(out, cid, "running", None, 0.0, attempts)
     t0 = time.perf_counter()
     try:

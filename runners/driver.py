@@ -48,28 +48,39 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) 
     return todo
 
 
+def run_cells(cells: list[dict], out: str | Path, label: str, workers: int, backend: str = "local",
+              address: str | None = None, retry_failed: bool = False, stream=None,
+              options: dict | None = None) -> dict[str, dict]:
+    """Run the cells of `cells` that are not done yet into `out` (whose cells.json already holds them, under the
+    caller's lock); return {cell id: final cell.json status} for every cell given.
+
+    The one way cells run, for `grid run`, `track run` and `submit`: `select` (manifest checks, retry rule),
+    a progress line counting these cells, the backend, and on the local backend the per-cell wall-clock limit
+    (`options["cell_timeout"]`, see runners.local.cell_timeouts). Other `options` are the backend's own
+    keyword arguments (Ray: `resources`, `max_attempts`)."""
+    run = get_backend(backend)
+    todo = select(cells, out, retry_failed, stream)
+    before = {c["id"]: (read_status(out, c["id"]) or {}).get("status") for c in cells}
+    done = sum(1 for c in cells if before[c["id"]] == "done" and c not in todo)
+    failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
+    progress = Progress(label, len(cells), done, failed, workers, stream=stream)
+    options = dict(options or {})
+    timeout = options.pop("cell_timeout", None)
+    if todo:
+        if backend == "local":
+            from .local import cell_timeouts
+            options["timeouts"] = cell_timeouts(todo, timeout)
+        run(todo, str(out), workers, address, progress, **options)
+    return {c["id"]: read_status(out, c["id"]) for c in cells}
+
+
 def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backend: str = "local",
              address: str | None = None, retry_failed: bool = False, stream=None,
              options: dict | None = None) -> dict[str, dict]:
-    """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid.
-
-    `options` are the backend's own keyword arguments (Ray: `resources`, `max_attempts`).
-    """
-    run = get_backend(backend)
+    """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid."""
     planned = expand(grid)
     cells = [c.to_dict() for c in planned]
     workers = workers or grid.workers or os.cpu_count() or 1
     with GridLock(out):
         prepare(out, grid, planned)
-        todo = select(cells, out, retry_failed, stream)
-        before = {c["id"]: (read_status(out, c["id"]) or {}).get("status") for c in cells}
-        done = sum(1 for c in cells if before[c["id"]] == "done" and c not in todo)
-        failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
-        progress = Progress(grid.name, len(cells), done, failed, workers, stream=stream)
-        if todo:
-            options = dict(options or {})
-            if backend == "local":  # the per-cell wall-clock limit (runners.local.cell_timeouts)
-                from .local import cell_timeouts
-                options["timeouts"] = cell_timeouts(todo, options.pop("cell_timeout", None))
-            run(todo, str(out), workers, address, progress, **options)
-        return {c["id"]: read_status(out, c["id"]) for c in cells}
+        return run_cells(cells, out, grid.name, workers, backend, address, retry_failed, stream, options)

@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from timbench.grid.layout import read_status, run_dir, run_finished, write_status
+from timbench.grid.layout import read_status, record_if_finished, run_dir, write_status
 
 from .cell import one_line
 from .progress import Progress
@@ -133,11 +133,11 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
         def submit(c: _Cell) -> None:
             cid, cfg = c.cell["id"], c.cell["config"]
             rd = run_dir(out, cid)
-            prev = read_status(out, cid) or {}
-            if run_finished(out, cid):  # finished before a kill landed between summary.json and cell.json
-                finish(c, prev if prev.get("status") == "done" else
-                       write_status(out, cid, "done", None, prev.get("wall_s", 0.0), max(prev.get("attempts", 0), 1)))
+            finished = record_if_finished(out, cid)
+            if finished is not None:
+                finish(c, finished)
                 return
+            prev = read_status(out, cid) or {}
             key = json.dumps([cfg.get("model", "default"), cfg.get("remedy", "none")])
             try:
                 if key not in shipped:

@@ -150,6 +150,18 @@ def run_finished(out: str | Path, cell_id: str) -> bool:
     return finished and not manifest.problems(path.parent)
 
 
+def record_if_finished(out: str | Path, cell_id: str) -> dict | None:
+    """The cell's status if its run already finished (sealed and intact), recording it `done` first when a kill
+    landed between the run's end and cell.json; None when the run has to (re)start. Every backend asks this
+    before starting a cell, so the rule lives here once."""
+    if not run_finished(out, cell_id):
+        return None
+    prev = read_status(out, cell_id) or {}
+    if prev.get("status") == "done":
+        return prev
+    return write_status(out, cell_id, "done", None, prev.get("wall_s", 0.0), max(int(prev.get("attempts", 0)), 1))
+
+
 def integrity(out: str | Path, cell_id: str) -> list[str]:
     """Problems of a cell whose cell.json says done: its run's files against its manifest ([] when intact)."""
     return manifest.problems(run_dir(out, cell_id))

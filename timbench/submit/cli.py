@@ -45,8 +45,7 @@ def _cmd_track_run(args) -> int:
     from ..grid.cli import default_workers
     from ..grid.spec import expand
     from ..report.leaderboard import write_report
-    from ..runners.driver import select
-    from ..runners.local import run_local
+    from ..runners.driver import run_cells
     from ..report.seeds import NOTHING_TRAINED
     from .run import mark_nothing_trained
     from .track import load_track, write_manifest
@@ -60,14 +59,10 @@ def _cmd_track_run(args) -> int:
         write_manifest(track, out, cells_document(grid, planned))  # first: a killed run still has it
         cells = [c.to_dict() for c in planned]
         # Remedy by remedy (none first: it owns the reference cells), so a run cut short leaves whole remedies.
+        workers = default_workers(args.workers, grid.workers)
         for remedy in track.remedies:
-            todo = select([c for c in cells if c["axes"]["remedy"] == remedy], out, retry_failed=False)
-            if todo:
-                print(f"track {track.name}: {remedy}: {len(todo)} cells", file=sys.stderr, flush=True)
-                from ..runners.progress import Progress
-                workers = default_workers(args.workers, grid.workers)
-                run_local(todo, str(out), workers,
-                          progress=Progress(f"track {track.name} {remedy}", len(todo), 0, 0, workers))
+            run_cells([c for c in cells if c["axes"]["remedy"] == remedy], out, f"track {track.name} {remedy}",
+                      workers)
         # The same rule as for a submission: a remedy that trained on nothing is a failed (scored) cell.
         mark_nothing_trained(out, cells)
     write_report(out, command=f"timbench track run {args.track} --out {out}")

@@ -103,7 +103,7 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
     missing = sorted({c["reference"] for c in cells if c["reference"]} - committed_ids)
     if missing:
         raise ValueError(f"committed results {committed} lack the reference cell {missing[0]}")
-    from ..runners.local import run_local
+    from ..runners.driver import run_cells
     with GridLock(out, "timbench submit"):  # before anything is written to out
         merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
         doc = read_json(out / "cells.json")
@@ -122,10 +122,7 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
             print(f"note: {note}", file=stream)
         print(f"submit {label} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
               file=stream)
-        if todo:
-            from ..runners.progress import Progress
-            run_local(todo, str(out), workers, progress=Progress(f"submit {label}", len(todo), 0, 0, workers,
-                                                                 stream=stream))
+        run_cells(cells, out, f"submit {label}", workers, retry_failed=retry_failed, stream=stream)
         mark_nothing_trained(out, cells)
         record = write_submission(out, label, track, cells, committed)
     # A cell that crashed (not one whose remedy masked everything: that is a scored result) fails the submission.
