@@ -16,7 +16,7 @@ from gridfab import write_cells_json
 from timbench.cli import main
 from timbench.manifest import stamp_run
 from timbench.report.paper import paper_data, verdicts, write_paper
-from timbench.report.paper_claims import (NOT, PARTLY, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
+from timbench.report.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
                                           rose_before_collapse, spearman)
 from timbench.report.results import CellRun
 
@@ -119,7 +119,11 @@ def test_every_claim_gets_the_verdict_its_curves_imply(grid):
     f5 = {s.text.split(" (")[0]: s.verdict for s in v["F5"].subs}
     assert f5["token TIS + sequence rejection is closest to the zero-mismatch run"] == REPRODUCED
     assert f5["rejection on rho beats rejection on the PPO ratio"] == REPRODUCED
-    assert f5["K1 and K3 work about equally as the sequence criterion"] == REPRODUCED
+    # a claim of no difference whose interval contains 0 is consistent, never "reproduced"
+    assert f5["K1 and K3 work about equally as the sequence criterion"] == CONSISTENT
+    k1 = next(s for s in v["F5"].subs if s.text.startswith("K1"))
+    assert "smallest detectable difference" in k1.numbers and "80% power, 3 seeds" in k1.numbers
+    assert v["F5"].verdict.startswith(CONSISTENT + " (")  # its weakest central sub-claim, with the count
     assert f5["tightening the PPO clip is not a fix"] == REPRODUCED
     dose = {s.text.split(":")[0]: s.verdict for s in v["dose-response"].subs}
     assert dose["recompute"] == dose["bypass"] == REPRODUCED, v["dose-response"].subs
@@ -133,11 +137,11 @@ def test_rules_can_fail(tmp_path):
     d, _ = paper_data(paper_grid(tmp_path / "kl", k3_rise_at=5))
     v = by_claim(verdicts(d))
     assert v["F3"].verdict == REVERSED
-    # A tightened clip that rescues bypass reverses that sub-claim; the claim as a whole is then partly reproduced.
+    # A tightened clip that rescues bypass reverses that sub-claim; the claim's headline is then its weakest.
     d, _ = paper_data(paper_grid(tmp_path / "clip", clip_fixes=True))
     f5 = by_claim(verdicts(d))["F5"]
     clip = [s for s in f5.subs if s.text.startswith("tightening") and "bypass" in s.text]
-    assert [s.verdict for s in clip] == [REVERSED] and f5.verdict == PARTLY
+    assert [s.verdict for s in clip] == [REVERSED] and f5.verdict.startswith(REVERSED + " (")
 
 
 def test_noise_curve_interpolates_in_log_delta_and_clamps():
@@ -148,12 +152,23 @@ def test_noise_curve_interpolates_in_log_delta_and_clamps():
 
 
 def test_verdict_aggregation():
-    sub = lambda v: Sub("x", v, "")  # noqa: E731
+    sub = lambda v, central=True: Sub("x", v, "", central)  # noqa: E731
     assert Verdict("F", [sub(REPRODUCED), sub(REPRODUCED)]).verdict == REPRODUCED
-    assert Verdict("F", [sub(REPRODUCED), sub(NOT)]).verdict == PARTLY
+    # the headline is the weakest central sub-claim, with the count reproduced beside it
+    assert Verdict("F", [sub(REPRODUCED), sub(NOT)]).verdict == NOT + " (1 of 2 sub-claims reproduced)"
     assert Verdict("F", [sub(NOT), sub(REVERSED)]).verdict == REVERSED
     assert Verdict("F", [sub(NOT)]).verdict == NOT and Verdict("F", []).verdict == UNTESTED
-    assert Verdict("F", [sub(UNTESTED), sub(REPRODUCED)]).verdict == REPRODUCED
+    assert Verdict("F", [sub(UNTESTED), sub(REPRODUCED)]).verdict == UNTESTED + " (1 of 2 sub-claims reproduced)"
+    assert Verdict("F", [sub(CONSISTENT), sub(REPRODUCED)]).verdict.startswith(CONSISTENT)
+    assert Verdict("F", [sub(REPRODUCED), sub(NOT, central=False)]).verdict.startswith(REPRODUCED)
+
+
+def test_smallest_detectable_difference():
+    from timbench.report.paper_claims import detectable
+    from timbench.report.stats import Interval, t_quantile
+    iv = Interval(0.0, -1.0, 1.0, 3)  # half-width 1 = t_0.975,2 x sd / sqrt(3)
+    assert detectable(iv) == pytest.approx(1.0 + t_quantile(0.8, 2) / t_quantile(0.975, 2))
+    assert detectable(Interval(0.5, n=1)) is None
 
 
 def test_helpers():

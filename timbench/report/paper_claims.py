@@ -1,12 +1,15 @@
 """The seed paper's claims (arXiv 2605.14220) as tests over a grid's results: one verdict per claim.
 
 Each claim is split into sub-claims; each sub-claim is decided from the committed cells by a rule stated
-in its text and gets `reproduced`, `not reproduced` or `reversed`, with the numbers that decide it. A claim
-is `reproduced` when every sub-claim is, `reversed` when one is reversed and none reproduced, `partly
-reproduced` when some are, else `not reproduced`; a sub-claim the grid has no (or too few) cells for is
-`not tested` and left out (a claim with only those is `not tested`). Comparisons between settings are paired by seed (the
-same seed shares the warm start, prompts and sampler keys) and use 95% Student t intervals over seeds
-(timbench.report.stats); "no difference detected" means the interval of the paired difference contains 0.
+in its text and gets `reproduced` (the claimed effect is detected: its interval excludes no effect, in the
+claimed direction), `consistent, no difference detected` (for a claim of *no* difference, such as K1 ~ K3
+or "a tighter clip is not a fix": the interval contains 0, reported with the smallest effect the design
+could have detected), `not reproduced`, `reversed` (detected in the other direction) or `not tested` (the
+grid holds no, or too few, cells for it). A claim's headline is its weakest central sub-claim, in the order
+reversed < not reproduced < not tested < consistent < reproduced, with the count of sub-claims reproduced
+beside it; a sub-claim marked not central (a literature add-on to the paper's claim) is shown but does not
+set the headline. Comparisons between settings are paired by seed (the same seed shares the warm start,
+prompts and sampler keys) and use 95% Student t intervals over seeds (timbench.report.stats).
 
 Pure functions of `PaperData` (built by timbench.report.paper); nothing here reads files or draws.
 """
@@ -19,11 +22,17 @@ from dataclasses import dataclass, field
 from .collapse import moving_average
 from .leaderboard import fmt, fmt_interval
 from .results import CellRun
-from .stats import Interval, mean_interval
+from .stats import Interval, mean_interval, t_quantile
 
-REPRODUCED, NOT, REVERSED, PARTLY = "reproduced", "not reproduced", "reversed", "partly reproduced"
+REPRODUCED, NOT, REVERSED = "reproduced", "not reproduced", "reversed"
 UNTESTED = "not tested"
-"""A sub-claim the grid holds no (or too few) cells for; left out of its claim's verdict."""
+"""A sub-claim the grid holds no (or too few) cells for."""
+CONSISTENT = "consistent, no difference detected"
+"""A claim of no difference whose paired interval contains 0: not a proof of equality (see `detectable`)."""
+STRENGTH = (REVERSED, NOT, UNTESTED, CONSISTENT, REPRODUCED)
+"""Weakest first: a claim's headline is the weakest of its central sub-claims."""
+POWER = 0.8
+"""The power at which `detectable` states the smallest effect the design could have found."""
 SPIKE = 2.0
 """A seed's grad norm 'spikes' when its maximum exceeds SPIKE x the same seed's zero-mismatch maximum."""
 KL_RISE = 2.0
@@ -59,6 +68,8 @@ class Sub:
     text: str
     verdict: str
     numbers: str
+    central: bool = True
+    """False for a literature add-on shown beside the paper's claim: it does not set the headline."""
 
 
 @dataclass
@@ -68,14 +79,23 @@ class Verdict:
 
     @property
     def verdict(self) -> str:
-        vs = [s.verdict for s in self.subs if s.verdict != UNTESTED]
-        if not vs:
+        """The weakest central sub-claim's verdict, with how many sub-claims were reproduced when not all."""
+        central = [s.verdict for s in self.subs if s.central]
+        if not central:
             return UNTESTED
-        if all(v == REPRODUCED for v in vs):
-            return REPRODUCED
-        if REPRODUCED in vs:
-            return PARTLY
-        return REVERSED if REVERSED in vs else NOT
+        head = min(central, key=STRENGTH.index)
+        done = sum(1 for s in self.subs if s.verdict == REPRODUCED)
+        return head if done in (0, len(self.subs)) or head == REPRODUCED else \
+            f"{head} ({done} of {len(self.subs)} sub-claims reproduced)"
+
+
+def detectable(diff: Interval) -> float | None:
+    """The smallest true paired difference this design would detect with probability POWER at the 95% level:
+    (t_0.975 + t_POWER) x sd / sqrt(n), with sd / sqrt(n) read off the interval's half-width."""
+    if diff.half_width is None or diff.n < 2:
+        return None
+    t_a = t_quantile(0.975, diff.n - 1)
+    return diff.half_width * (1.0 + t_quantile(POWER, diff.n - 1) / t_a)
 
 
 # ---------------------------------------------------------------- per-seed quantities
@@ -332,9 +352,9 @@ def f5(d: PaperData, variants: dict[str, dict]) -> Verdict:
         diff = paired(rec[a], rec[b])
         same = diff.lo is not None and diff.lo <= 0 <= diff.hi
         subs.append(Sub(f"K1 and K3 work about equally as the sequence criterion ({a} vs {b}, matched rejection)",
-                        REPRODUCED if same else NOT,
-                        f"paired difference {_ci(diff)} (contains 0: {same}); rejected seqs {fmt(rejection(rec[a]))} "
-                        f"vs {fmt(rejection(rec[b]))}"))
+                        CONSISTENT if same else NOT,
+                        f"paired difference {_ci(diff)} (contains 0: {same}, {_power(diff)}); rejected seqs "
+                        f"{fmt(rejection(rec[a]))} vs {fmt(rejection(rec[b]))}"))
     clips = [l for l in variants if variants[l]["remedy"] == "none" and variants[l].get("eps_low") is not None]
     for lab in clips:
         for mode in ("recompute", "bypass"):
@@ -343,9 +363,12 @@ def f5(d: PaperData, variants: dict[str, dict]) -> Verdict:
                 continue
             diff, r = paired(mine, none), over_seeds(mine, rel)
             fixed = diff.lo is not None and diff.lo > 0 and r.hi is not None and r.hi >= 1 and not collapses(mine)[0]
+            # detected: worse than none, or short of the zero-mismatch run (its interval below 1)
+            short = (diff.hi is not None and diff.hi < 0) or (r.hi is not None and r.hi < 1)
             subs.append(Sub(f"tightening the PPO clip is not a fix ({lab}, {mode}: no gain over none, or still "
-                            "short of the zero-mismatch run)", REVERSED if fixed else REPRODUCED,
-                            f"rel {_ci(r)}, {collapses(mine)[0]}/{len(mine)} collapsed; minus none {_ci(diff)}"))
+                            "short of the zero-mismatch run)", REVERSED if fixed else REPRODUCED if short
+                            else CONSISTENT, f"rel {_ci(r)}, {collapses(mine)[0]}/{len(mine)} collapsed; minus none "
+                            f"{_ci(diff)} ({_power(diff)})"))
     return Verdict("F5", subs)
 
 
@@ -353,6 +376,12 @@ def _ppo_rejection(d: PaperData, cond: str, lab: str) -> float | None:
     vals = [mean_over_steps(d, cond, r, "actor/ppo_rs_seq_masked_fraction") for r in d.setting(cond, lab)]
     vals = [v for v in vals if v is not None]
     return math.fsum(vals) / len(vals) if vals else None
+
+
+def _power(diff: Interval) -> str:
+    mde = detectable(diff)
+    return f"smallest detectable difference {fmt(mde)} at {POWER:.0%} power, {diff.n} seeds" if mde is not None \
+        else "too few seeds to state a detectable difference"
 
 
 def _signed(diff: Interval) -> str:
@@ -411,7 +440,7 @@ def dose(d: PaperData) -> Verdict:
     subs.append(Sub("bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3)",
                     UNTESTED if not any(p["kind"] == "noise" for p in pts) else
                     REPRODUCED if ok else (REVERSED if r is not None and (b is None or r < b) else NOT),
-                    f"smallest sigma with >= 2/3 seeds collapsed: bypass {b}, recompute {r}"))
+                    f"smallest sigma with >= 2/3 seeds collapsed: bypass {b}, recompute {r}", central=False))
     return Verdict("dose-response", subs)
 
 
