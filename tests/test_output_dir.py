@@ -86,3 +86,24 @@ def test_dangling_symlink_is_not_a_directory(tmp_path):
     link.symlink_to(tmp_path / "gone")
     with pytest.raises(ValueError, match="exists and is not a directory"):
         check_output_dir(link, flag="--out")
+
+
+def test_a_disk_that_takes_no_data_fails_the_probe(tmp_path):
+    # RLIMIT_FSIZE 0 stands in for a 100%-full disk: an empty file can still be created, one byte cannot.
+    import subprocess
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)); from timbench.atomic import check_output_dir\n"
+            "try:\n    check_output_dir(sys.argv[1])\nexcept ValueError as e:\n    print('REFUSED', e)")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True)
+    assert "REFUSED --out" in p.stdout and "not writable (writing in" in p.stdout, p.stdout + p.stderr
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".timbench-probe")]
+
+
+def test_grid_report_takes_the_directory_lock(tmp_path, capsys):
+    from gridfab import standard_grid
+    from timbench.dirlock import DirLock
+    root = standard_grid(tmp_path / "g")
+    with DirLock(root, "timbench grid run"):  # a grid run (or another report) is writing there
+        assert main(["grid", "report", str(root)]) == 2
+    assert "is in use" in capsys.readouterr().err
+    assert main(["grid", "report", str(root)]) == 0

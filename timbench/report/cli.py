@@ -22,7 +22,9 @@ def _cmd_report(args) -> int:
     # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone; the report line
     # names --out only where it is not the default, so it regenerates exactly these files.
     command = f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}"
-    written = write_report(d, command=command + (f" --out {out}" if out != default else ""), out=out)
+    from ..dirlock import DirLock
+    with DirLock(out, "timbench grid report"):  # one writer per directory: a grid run or another report waits
+        written = write_report(d, command=command + (f" --out {out}" if out != default else ""), out=out)
     for p in written.values():
         print(p)
     print(f"timbench grid report: wrote {len(written)} files into {out}", file=sys.stderr)
