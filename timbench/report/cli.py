@@ -15,7 +15,10 @@ import sys
 def _cmd_report(args) -> int:
     from ..atomic import check_output_dir
     from .leaderboard import write_report
+    from pathlib import Path
     d = args.dir.rstrip("/")
+    if not Path(d).is_dir():  # before the lock below, which would create it
+        raise FileNotFoundError(f"{d}: not a directory (expected a grid result dir with cells.json)")
     default = default_out(d, d)
     out = (args.out or default).rstrip("/")
     check_output_dir(out)  # a read-only grid dir is one line now, not after the figures are drawn
