@@ -50,19 +50,23 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) 
 
 def run_cells(cells: list[dict], out: str | Path, label: str, workers: int, backend: str = "local",
               address: str | None = None, retry_failed: bool = False, stream=None,
-              options: dict | None = None) -> dict[str, dict]:
+              options: dict | None = None, announce=None) -> dict[str, dict]:
     """Run the cells of `cells` that are not done yet into `out` (whose cells.json already holds them, under the
     caller's lock); return {cell id: final cell.json status} for every cell given.
 
     The one way cells run, for `grid run`, `track run` and `submit`: `select` (manifest checks, retry rule),
     a progress line counting these cells, the backend, and on the local backend the per-cell wall-clock limit
     (`options["cell_timeout"]`, see runners.local.cell_timeouts). Other `options` are the backend's own
-    keyword arguments (Ray: `resources`, `max_attempts`)."""
+    keyword arguments (Ray: `resources`, `max_attempts`). `announce(n_todo)`, when given, is told how many
+    cells will run before any does (submit's "k of n cells to run" line)."""
     run = get_backend(backend)
     todo = select(cells, out, retry_failed, stream)
-    before = {c["id"]: (read_status(out, c["id"]) or {}).get("status") for c in cells}
-    done = sum(1 for c in cells if before[c["id"]] == "done" and c not in todo)
-    failed = sum(1 for c in cells if before[c["id"]] == "failed" and c not in todo)
+    if announce is not None:
+        announce(len(todo))
+    todo_ids = {c["id"] for c in todo}
+    before = {c["id"]: (read_status(out, c["id"]) or {}).get("status") for c in cells if c["id"] not in todo_ids}
+    done = sum(1 for s in before.values() if s == "done")
+    failed = sum(1 for s in before.values() if s == "failed")
     progress = Progress(label, len(cells), done, failed, workers, stream=stream)
     options = dict(options or {})
     timeout = options.pop("cell_timeout", None)

@@ -62,6 +62,12 @@ def _reap(proc, cell: dict, out: str, t0: float) -> dict:
     return st
 
 
+TIMEOUT_FACTOR = 10.0
+"""Default cell timeout = TIMEOUT_FACTOR x the cost model's single-thread estimate of the cell."""
+TIMEOUT_FLOOR_S = 600.0
+"""The default cell timeout's floor in seconds (a cheap cell on a busy machine may run many times its estimate)."""
+
+
 def cell_timeouts(cells: list[dict], timeout_s: float | None) -> dict[str, float]:
     """Wall-clock limit per cell id: `timeout_s` for every cell when given (0 = none), else TIMEOUT_FACTOR x the
     cost model's estimate, at least TIMEOUT_FLOOR_S (the estimate is for a quiet core; a busy one is slower)."""
@@ -71,10 +77,6 @@ def cell_timeouts(cells: list[dict], timeout_s: float | None) -> dict[str, float
         return {} if timeout_s == 0 else {c["id"]: float(timeout_s) for c in cells}
     from timbench.grid.cost import cell_seconds
     return {c["id"]: max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * cell_seconds(c["config"])) for c in cells}
-
-
-TIMEOUT_FACTOR = 10.0
-TIMEOUT_FLOOR_S = 600.0
 
 
 def _timed_out(proc, cell: dict, out: str, t0: float, limit: float) -> dict:

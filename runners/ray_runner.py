@@ -29,13 +29,14 @@ whole files, and a snapshot's logs are written before its checkpoint.
 from __future__ import annotations
 
 import json
-import secrets
 import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass, field
 
 from timbench.grid.layout import read_status, record_if_finished, run_dir, write_status
+from timbench.rl.rundir import clear_end_markers
 
 from .cell import one_line
 from .progress import Progress
@@ -197,9 +198,8 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
                     c.started, c.node = True, msg["node"]
                     prev = read_status(out, cid) or {}
                     write_status(out, cid, "running", None, 0.0, int(prev.get("attempts", 0)) + 1)
-                    # A new attempt: an earlier attempt's summary no longer describes the run (rundir.begin).
-                    (run_dir(out, cid) / "manifest.json").unlink(missing_ok=True)
-                    (run_dir(out, cid) / "summary.json").unlink(missing_ok=True)
+                    # A new attempt: an earlier attempt's end markers no longer describe the run (rundir.begin).
+                    clear_end_markers(run_dir(out, cid))
                     if progress:
                         progress.running += 1
                 elif msg["kind"] == "checkpoint":

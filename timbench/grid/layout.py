@@ -11,9 +11,7 @@ kill -9) sees a whole old file or a whole new one.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from pathlib import Path
 
 import yaml
@@ -22,7 +20,7 @@ from .. import manifest
 from ..atomic import atomic_write
 from ..dirlock import DirLock
 from ..readfile import read_json
-from ..remedies.identity import comparable_config
+from ..remedies.identity import comparable_cell, comparable_config
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
@@ -43,10 +41,7 @@ def _dumps(doc: dict) -> str:
 def _comparable(doc: dict) -> dict:
     """`doc` with each cell's plug-in path dropped (the cell id holds its name@hash): a moved file resumes."""
     cells = doc.get("cells")
-    if not isinstance(cells, list):
-        return doc
-    return {**doc, "cells": [{**c, "config": comparable_config(c["config"])} if isinstance(c, dict) and "config" in c
-                             else c for c in cells]}
+    return {**doc, "cells": [comparable_cell(c) for c in cells]} if isinstance(cells, list) else doc
 
 
 def _first_difference(old: dict, new: dict) -> str:

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from ..atomic import atomic_write
-from ..remedies.identity import comparable_config
+from ..remedies.identity import comparable_cell
 from .layout import load_cells, read_status, run_dir
 
 AXIS_KEYS = ("task", "preset", "remedy", "remedy_args", "mode", "algorithm", "seed", "engine", "trainer")
@@ -104,10 +104,6 @@ def _status(src: Path, cid: str) -> str:
     return (st or {}).get("status") or "pending"
 
 
-def _comparable(cell: dict, key: str):
-    return comparable_config(cell.get(key)) if key == "config" else cell.get(key)
-
-
 def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
     """(merged cells.json document, {cell id: source dir whose run to take, or None}); raises on a conflict."""
     docs = [(src, load_cells(src)) for src in sources]
@@ -123,7 +119,7 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
             cid = c["id"]
             if cid in cells:
                 for key in ("axes", "reference", "config"):  # a plug-in's path aside: its id holds name@hash
-                    if _comparable(cells[cid], key) != _comparable(c, key):
+                    if comparable_cell(cells[cid]).get(key) != comparable_cell(c).get(key):
                         raise ValueError(f"cannot merge {src}: cell {cid} is declared differently in {key} "
                                          f"than in {chosen[cid] or 'an earlier source'}")
             else:

@@ -69,3 +69,10 @@ def comparable_config(config: dict) -> dict:
     if not isinstance(config, dict) or "remedy" not in config:
         return config
     return {**config, "remedy": comparable_remedy(config["remedy"])}
+
+
+def comparable_cell(cell):
+    """A cells.json entry with its config made directory-independent (comparable_config); anything else as is."""
+    if not isinstance(cell, dict) or "config" not in cell:
+        return cell
+    return {**cell, "config": comparable_config(cell["config"])}

@@ -68,6 +68,13 @@ def _comparable_text(config) -> str:
     return yaml.safe_dump(comparable_config(config), sort_keys=True)
 
 
+def clear_end_markers(path: str | os.PathLike) -> None:
+    """Remove what says a run ended (its manifest, then its summary.json): a new attempt starts here (RunDir.begin,
+    and the Ray backend's driver when a worker starts the cell)."""
+    (Path(path) / MANIFEST).unlink(missing_ok=True)
+    (Path(path) / "summary.json").unlink(missing_ok=True)
+
+
 class RunDir:
     def __init__(self, out: str | os.PathLike, config: dict):
         self.path = Path(out)
@@ -76,7 +83,7 @@ class RunDir:
         cfg_path = self.path / "config.yaml"
         text = yaml.safe_dump(config, sort_keys=True)
         # A plug-in file's directory is not compared: the same file moved elsewhere resumes (remedies.identity).
-        if cfg_path.is_file() and self.ckpt.is_file() and cfg_path.read_text() != text \
+        if cfg_path.is_file() and self.ckpt.is_file() \
                 and _comparable_text(yaml.safe_load(cfg_path.read_text())) != _comparable_text(config):
             raise ValueError(f"{self.path} holds a run with a different config.yaml; use another --out "
                              "or delete it")
@@ -116,9 +123,8 @@ class RunDir:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
     def begin(self) -> None:
-        """Mark the run running; a summary.json or manifest of an earlier attempt no longer describes it."""
-        (self.path / MANIFEST).unlink(missing_ok=True)
-        (self.path / "summary.json").unlink(missing_ok=True)
+        """Mark the run running; the end markers of an earlier attempt no longer describe it."""
+        clear_end_markers(self.path)
         self.write_status("running")
 
     def seal(self) -> None:

@@ -21,7 +21,7 @@ from ..atomic import atomic_write
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
 from ..readfile import read_json
-from ..remedies.identity import comparable_config, other_version, remedy_identity
+from ..remedies.identity import comparable_cell, other_version, remedy_identity
 from ..report.seeds import NOTHING_TRAINED
 from .extras import markdown_lines, plugin_metrics
 from .paired import paired, paired_by_setting
@@ -108,21 +108,18 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
         doc = read_json(out / "cells.json")
         have = {c["id"]: c for c in doc["cells"]}
-        for c in cells:  # a plug-in file moved since the last run is the same cell (comparable_config)
-            if c["id"] in have and {**have[c["id"]], "config": comparable_config(have[c["id"]]["config"])} != \
-                    {**c, "config": comparable_config(c["config"])}:
+        for c in cells:  # a plug-in file moved since the last run is the same cell (comparable_cell)
+            if c["id"] in have and comparable_cell(have[c["id"]]) != comparable_cell(c):
                 raise ValueError(f"{out} already holds cell {c['id']} with another config (other remedy_args?); "
                                  "use another --out")
         mine = {c["id"]: c for c in cells}  # the file's current path, where the runs load it from
         doc["cells"] = [mine.get(c["id"], c) for c in doc["cells"]] + [c for c in cells if c["id"] not in have]
         atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        rerun = ("done",) if retry_failed else ("done", "failed")
-        todo = [c for c in cells if (read_status(out, c["id"]) or {}).get("status") not in rerun]
         for note in notes:
             print(f"note: {note}", file=stream)
-        print(f"submit {label} on track {track.name}: {len(todo)} of {len(cells)} cells to run -> {out}",
-              file=stream)
-        run_cells(cells, out, f"submit {label}", workers, retry_failed=retry_failed, stream=stream)
+        run_cells(cells, out, f"submit {label}", workers, retry_failed=retry_failed, stream=stream,
+                  announce=lambda n: print(f"submit {label} on track {track.name}: {n} of {len(cells)} cells to run "
+                                           f"-> {out}", file=stream))
         mark_nothing_trained(out, cells)
         record = write_submission(out, label, track, cells, committed)
     # A cell that crashed (not one whose remedy masked everything: that is a scored result) fails the submission.
