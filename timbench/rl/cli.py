@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S
+
 
 def _cmd_train(args) -> int:
     from ..atomic import check_output_dir
@@ -13,8 +15,10 @@ def _cmd_train(args) -> int:
     check_output_dir(args.out)
     overrides = list(args.set or []) + ([f"remedy={args.remedy}"] if args.remedy else [])
     cfg = load_config(args.config, overrides)
+    if not args.plugin_timeout >= 0:  # also refuses NaN
+        raise ValueError(f"--plugin-timeout must be >= 0 seconds (0 = no limit), got {args.plugin_timeout:g}")
     try:
-        summary = run(cfg, args.out, progress=not args.quiet)
+        summary = run(cfg, args.out, progress=not args.quiet, plugin_timeout=args.plugin_timeout)
     except NonFiniteError as e:
         print(f"timbench train: run failed: {e}", file=sys.stderr)
         return 1
@@ -42,4 +46,7 @@ def add_parser(sub) -> None:
     t.add_argument("--remedy", metavar="SPEC",
                    help="mismatch remedy: a name from `timbench remedies list`, FILE.py:CLASS or pkg.module:CLASS")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--plugin-timeout", type=float, default=PLUGIN_CALL_TIMEOUT_S, metavar="SECONDS",
+                   help="a plug-in remedy's hook call running longer fails the run "
+                        f"(default {PLUGIN_CALL_TIMEOUT_S:g}; 0 = no limit)")
     t.set_defaults(func=_cmd_train)

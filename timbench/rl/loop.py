@@ -28,6 +28,7 @@ from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..ratios import log_ratio, select
+from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
 from ..remedies import Remedy, RemedyBatch, check_bool_mask, check_result, per_sequence, replay_tensor
 from ..shipped import resolve_checkpoint
 from ..spec import ZERO_MISMATCH, Spec, quantized_reference
@@ -62,6 +63,8 @@ class Lane:
     """staleness=K > 0: the last K+1 policy versions; the engine samples with the oldest."""
     behavior: Qwen3ForCausalLM | None = None
     """staleness=K > 0: a trainer-side copy of the behavior policy (the weights that sampled)."""
+    plugin_timeout: float = PLUGIN_CALL_TIMEOUT_S
+    """Seconds one call of a plug-in remedy's hook may take (timbench.remedies.deadline; 0 = no limit)."""
 
 
 def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Spec, trainer_spec: Spec,
@@ -166,7 +169,8 @@ def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
 def correct_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     rb = RemedyBatch(batch.old_logprobs.detach(), batch.exp.rollout_logprobs, batch.advantages, batch.mask,
                      run.group_size)
-    result = check_result(lane.remedy(rb), rb, lane.remedy.name)
+    result = check_result(call_hook(lane.remedy, "__call__", rb, limit_s=lane.plugin_timeout), rb,
+                          lane.remedy.name)
     batch.mask, batch.weights, batch.remedy_metrics = batch.mask & result.mask, result.weights, result.metrics
 
 
@@ -188,7 +192,8 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
         w = out.logprobs.shape[1]
         msk, extra = mask[sl, :w], {}
         # A remedy may also reject inside the update, on the PPO ratio of this pass (Remedy.update_keep).
-        keep = lane.remedy.update_keep(select(log_ratio(out.logprobs.detach(), old[sl, :w]), msk), msk)
+        keep = call_hook(lane.remedy, "update_keep", select(log_ratio(out.logprobs.detach(), old[sl, :w]), msk), msk,
+                         limit_s=lane.plugin_timeout)
         if keep is not None:
             check_bool_mask(keep, msk.shape, f"remedy {lane.remedy.name}: update_keep must return None or")
             rows = msk.any(-1)
@@ -283,7 +288,7 @@ def _param_distance(a: torch.nn.Module, b: torch.nn.Module) -> float:
 class _Session:
     """A run's lanes, evaluator and logs, restored from the run directory's checkpoint if it has one."""
 
-    def __init__(self, run: Loaded, rd: RunDir, base: Qwen3ForCausalLM):
+    def __init__(self, run: Loaded, rd: RunDir, base: Qwen3ForCausalLM, plugin_timeout: float):
         cfg = run.config
         self.run, self.rd = run, rd
         n = cfg.prompts_per_step * cfg.group_size
@@ -292,6 +297,8 @@ class _Session:
         self.lanes = [make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl)]
         if cfg.twin:
             self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl))
+        for lane in self.lanes:
+            lane.plugin_timeout = plugin_timeout
         self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n))
         # A quantized rollout engine also gets its policy measured on its own (greedy, fp32 exact otherwise):
         # "quantization hurt the policy" vs "mismatch hurt training".
@@ -352,21 +359,22 @@ class _Session:
             log.close()
 
 
-def run(cfg: RunConfig | Loaded, out, progress: bool = True) -> dict:
+def run(cfg: RunConfig | Loaded, out, progress: bool = True, plugin_timeout: float = PLUGIN_CALL_TIMEOUT_S) -> dict:
     """Run (or resume) a training run into directory `out`; returns the summary.
 
     `cfg` is loaded here if it is a plain RunConfig (`load_config` already returns a Loaded). An exclusive
     lock on `out` is taken before anything is written there: a second run on the same directory is a
-    one-line error instead of truncating the first one's logs.
+    one-line error instead of truncating the first one's logs. `plugin_timeout` bounds each call of a plug-in
+    remedy's hooks (seconds, 0 = none; timbench.remedies.deadline): a hung plug-in fails the run.
     """
     from ..dirlock import DirLock
 
     loaded = load(cfg)
     with DirLock(out, "timbench train"):
-        return _run(loaded, out, progress)
+        return _run(loaded, out, progress, plugin_timeout)
 
 
-def _run(loaded: Loaded, out, progress: bool) -> dict:
+def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
     from tqdm import tqdm
 
     set_threads(loaded.threads)
@@ -377,7 +385,7 @@ def _run(loaded: Loaded, out, progress: bool) -> dict:
     rd = RunDir(out, loaded.to_dict())
     rd.begin()
     try:
-        session = _Session(loaded, rd, base)
+        session = _Session(loaded, rd, base, plugin_timeout)
     except BaseException as e:
         _record_failure(rd, e)
         raise
