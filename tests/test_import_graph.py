@@ -32,3 +32,37 @@ def test_tasks_has_no_import_cycle():
 
     cycles = [m for m in graph if reach(m, m, set())]
     assert not cycles, f"tasks/ modules on an import circle: {cycles}"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "timbench"
+
+
+def _imported_modules(path: Path, package: list[str]) -> set[str]:
+    """Absolute names of every module `path` (in `package`) imports, at any depth (function-local ones too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)  # `from .. import runners`
+    return out
+
+
+def test_the_library_never_imports_the_runners():
+    """Issue 24 item 5: runners sit above the library. Only the command-line layer (the `cli.py` modules, which
+    parse arguments and pick a backend) may import them; everything else gets what it runs passed in."""
+    offenders = sorted(f"{p.relative_to(ROOT)} imports {m}" for p in LIBRARY.rglob("*.py") if p.name != "cli.py"
+                       for m in _imported_modules(p, ["timbench", *p.relative_to(LIBRARY).parent.parts]) if m == "timbench.runners" or m.startswith("timbench.runners."))
+    assert not offenders, offenders
+
+
+def test_the_import_scan_sees_relative_and_function_local_imports(tmp_path):
+    # The check above must be able to fail: a function-local relative import of the runners is seen.
+    f = tmp_path / "probe.py"
+    f.write_text("def f():\n    from ..runners.driver import run_cells\n    from .. import runners\n")
+    found = _imported_modules(f, ["timbench", "submit"])
+    assert {"timbench.runners.driver", "timbench.runners"} <= found

@@ -11,8 +11,17 @@ import pytest
 import yaml
 
 from timbench.cli import main
-from timbench.submit.run import MASKED_ALL, submit
+from timbench.runners.driver import run_cells
+from timbench.submit.run import MASKED_ALL
+from timbench.submit.run import submit as _submit
 from timbench.submit.track import check_committed, load_track
+
+
+
+def submit(*args, **kw):
+    """The library's submit with the runner the CLI passes it."""
+    return _submit(*args, run_cells=run_cells, **kw)
+
 
 TRACK = {"track": "tiny", "version": 1, "remedies": ["none", "tis_token"],
          "grid": {"name": "track-tiny-v1",

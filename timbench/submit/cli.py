@@ -23,12 +23,13 @@ def _remedy_args(items: list[str]) -> dict:
 def _cmd_submit(args) -> int:
     from ..atomic import check_output_dir
     from ..grid.cli import default_workers
+    from ..runners.driver import run_cells
     from .run import submit
     if args.out:
         check_output_dir(args.out)
     rec = submit(args.remedy, args.track, args.out, args.committed, _remedy_args(args.set or []),
                  workers=default_workers(args.workers), allow_results=args.allow_results,
-                 retry_failed=args.retry_failed)
+                 retry_failed=args.retry_failed, run_cells=run_cells)
     print(rec["text"], end="")
     if rec["failed_cells"]:
         print(f"submit: {len(rec['failed_cells'])} of the submitted cells failed (first: {rec['failed_cells'][0]}); "

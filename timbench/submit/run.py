@@ -68,10 +68,11 @@ def mark_nothing_trained(out: Path, cells: list[dict]) -> None:
 
 def submit(remedy: str, track_name: str, out: str | Path | None = None, committed: str | Path | None = None,
            remedy_args: dict | None = None, workers: int = 1, allow_results: bool = False, stream=None,
-           retry_failed: bool = False) -> dict:
+           retry_failed: bool = False, *, run_cells) -> dict:
     """Run `remedy` on the track into `out` and write the merged leaderboard; returns the submission record
     (with `failed_cells`: the submitted cells that did not finish). `retry_failed` reruns failed cells (after a
-    fixed plug-in) instead of keeping their failure."""
+    fixed plug-in) instead of keeping their failure. `run_cells` runs them (`timbench.runners.driver.run_cells`,
+    passed in by the CLI: the library never imports the runners)."""
     stream = stream or sys.stderr
     track = load_track(track_name)
     committed = Path(committed) if committed else track.committed_dir()
@@ -103,7 +104,6 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
     missing = sorted({c["reference"] for c in cells if c["reference"]} - committed_ids)
     if missing:
         raise ValueError(f"committed results {committed} lack the reference cell {missing[0]}")
-    from ..runners.driver import run_cells
     with GridLock(out, "timbench submit"):  # before anything is written to out
         merge([committed], out)  # out gets the committed cells (or already holds them from an earlier run)
         doc = read_json(out / "cells.json")

@@ -85,10 +85,10 @@ def load_track(name_or_path: str) -> Track:
 # ---------------------------------------------------------------- code version
 
 def _package_dirs() -> list[Path]:
-    import timbench
-    import timbench.runners
-    import timbench.tasks
-    return sorted({Path(m.__file__).resolve().parent for m in (timbench, timbench.tasks, timbench.runners)})
+    # Located, not imported: the library never imports the runners (it only hashes their files here).
+    import importlib.util
+    return sorted({Path(loc).resolve() for name in ("timbench", "timbench.tasks", "timbench.runners")
+                   for loc in importlib.util.find_spec(name).submodule_search_locations})
 
 
 def code_hash() -> str:
