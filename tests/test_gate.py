@@ -29,6 +29,7 @@ probes:
   prefill_vs_decode: {requests: 3, max_new_tokens: 4}
   alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}
   weight_sync: {updates: 1, requests: 3, max_new_tokens: 4}
+  sampling_semantics: {prompts: 4, samples: 1000, alpha: 1.0e-3}
 """
 PARAMS = SamplingParams(temperature=0.8, seed=0)
 
@@ -52,7 +53,10 @@ def _probe(name, model, suite, engine_spec):
 
 @pytest.mark.parametrize("name,fault", [("batch_invariance", "batch_leak"), ("prefill_vs_decode", "bf16_logprobs"),
                                         ("alignment", "rope_base"), ("alignment", "zero_logprobs"),
-                                        ("weight_sync", "stale_weights"), ("weight_sync", "stale_embedding")])
+                                        ("weight_sync", "stale_weights"), ("weight_sync", "stale_embedding"),
+                                        ("sampling_semantics", "temperature_twice"),
+                                        ("sampling_semantics", "raw_logprobs"),
+                                        ("sampling_semantics", "zero_logprobs")])
 def test_each_probe_passes_clean_and_fails_on_its_fault(model, suite, name, fault):
     clean = _probe(name, model, suite, "kernels=exact")
     assert clean.passed, clean.numbers
@@ -117,6 +121,31 @@ def test_cli_fails_naming_the_probe_and_bad_input_is_one_line(suite, tmp_path, c
                            "rope_base"} and all(len(f.doc) > 40 for f in FAULTS.values())
 
 
+def test_frequency_test_and_chi2_on_hand_computed_cases():
+    import math
+
+    from timbench.gate.probes import frequency_test
+    from timbench.report.stats import chi2_sf
+
+    assert chi2_sf(2.0, 2) == pytest.approx(math.exp(-1.0), rel=1e-14)  # df 2: P(X >= x) = exp(-x/2)
+    assert chi2_sf(3.841458820694124, 1) == pytest.approx(0.05, rel=1e-12)  # the textbook 5% points
+    assert chi2_sf(18.307038053275146, 10) == pytest.approx(0.05, rel=1e-12)
+    assert chi2_sf(5.0, 0) == 1.0 and chi2_sf(math.inf, 3) == 0.0
+    # 100 draws, claimed p = 0.5 / 0.3 (0.2 never drawn): bins 60/50, 40/30, pool 0/20 -> 2 + 3.333 + 20
+    r = frequency_test({1: 60, 2: 40}, {1: math.log(0.5), 2: math.log(0.3)}, 100)
+    assert r["dof"] == 2 and r["chi2"] == pytest.approx(2.0 + 10 / 3 + 20.0) and r["prob_mass"] == pytest.approx(0.8)
+    # a token expected < 5 times joins the pool of the never-drawn mass: bins 98/97, pool 2/3
+    r = frequency_test({1: 98, 2: 2}, {1: math.log(0.97), 2: math.log(0.01)}, 100)
+    assert r["dof"] == 1 and r["chi2"] == pytest.approx(1 / 97 + 1 / 3)
+    # probabilities summing past 1 (logprobs of zero for two tokens) are no distribution at all
+    assert frequency_test({1: 5, 2: 5}, {1: 0.0, 2: 0.0}, 10)["chi2"] == math.inf
+
+
+def test_sampling_semantics_does_not_apply_to_synthetic_noise(model, suite):
+    r = _probe("sampling_semantics", model, suite, "noise=gaussian:0.5")
+    assert r.passed and "not testable" in r.note
+
+
 def test_committed_detection_matrix_catches_every_fault():
     from pathlib import Path
 
@@ -124,3 +153,34 @@ def test_committed_detection_matrix_catches_every_fault():
     assert set(doc["faults"]) == {"none", *FAULTS}
     assert doc["faults"]["none"]["gate_passed"]
     assert not any(row["gate_passed"] for f, row in doc["faults"].items() if f != "none")
+    reruns = doc["clean_reruns"]  # the false-alarm count behind the README's number
+    assert len(reruns) >= 10 and len({r["seed"] for r in reruns}) == len(reruns)
+
+
+def test_a_suite_naming_an_unknown_model_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text(TINY.replace("models: [tiny-dense]", "models: [qwen3-8b]"))
+    assert main(["gate", "run", "--suite", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown model(s) ['qwen3-8b']; valid: tiny-dense" in err[0]
+    assert "qwen3-0.6b-1layer" in err[0] and not (tmp_path / "x").exists()
+
+
+def test_a_production_shape_runs_the_probes_at_its_real_geometry():
+    # Qwen3-0.6B's geometry, one layer, built from a seed here: head_dim 128 and the 151,936-wide LM head run
+    # through the engine; the exact engine still passes at 0.0 and a fault is still caught.
+    from timbench.gate.shapes import SHAPES, load_model
+
+    model = load_model("qwen3-0.6b-1layer")
+    cfg = model.config
+    assert (cfg.vocab_size, cfg.head_dim, cfg.num_hidden_layers) == (151_936, 128, 1)
+    assert cfg == SHAPES["qwen3-0.6b-1layer"]
+    p = {"requests": 2, "max_new_tokens": 3}
+
+    def probe(engine_spec):
+        spec = parse_spec(engine_spec, side="engine")
+        return PROBES["prefill_vs_decode"](lambda w: make_engine(w.config, spec, max_num_seqs=4, weights=w),
+                                           model, p, PARAMS, spec)
+
+    clean = probe("kernels=exact")
+    assert clean.passed and clean.numbers["max_abs_diff"] == 0.0 and clean.numbers["tokens"] == 6
+    assert not probe("fault=bf16_logprobs").passed

@@ -27,6 +27,9 @@ class Fault:
     """ModelConfig -> the config the engine's model is built with."""
     completions: Callable[[list, int], list] | None = None
     """(completions, batch size of the generate call) -> what the engine returns."""
+    semantics: Callable | None = None
+    """SamplingParams asked for -> (params the tokens are sampled with, params their returned logprobs are
+    computed with): the sampling path and the logprob path disagree (needs an engine with `score`)."""
 
 
 def _logprobs(fn):
@@ -56,6 +59,15 @@ FAULTS: dict[str, Fault] = {
     "rope_base": Fault(
         "the rotary base is off by 1e-4 relative (a config-parsing regression: rope_theta vs rope_parameters)",
         config=lambda cfg: dataclasses.replace(cfg, rope_theta=cfg.rope_theta * (1 + 1e-4))),
+    "raw_logprobs": Fault(
+        "logprobs of the raw distribution (temperature 1) returned while tokens are sampled from the processed "
+        "one (raw vs processed logprob semantics changing between engine versions, vLLM #42260; an engine "
+        "left in its raw logprobs mode hands an RL framework the wrong mu)",
+        semantics=lambda p: (p, dataclasses.replace(p, temperature=1.0))),
+    "temperature_twice": Fault(
+        "temperature applied twice on the sampling path (a logits processor and the sampler both divide by T) "
+        "while the returned logprobs apply it once: tokens come from T^2, logprobs claim T",
+        semantics=lambda p: (dataclasses.replace(p, temperature=p.temperature ** 2), p)),
 }
 VALID = "none|" + "|".join(FAULTS)
 
@@ -79,8 +91,21 @@ class Faulty:
 
     def generate(self, requests, params=None):
         requests = list(requests)
+        if self.fault.semantics is not None:
+            return self._resampled(requests, params)
         comps = self.inner.generate(requests, *(() if params is None else (params,)))
         return comps if self.fault.completions is None else self.fault.completions(comps, len(requests))
+
+    def _resampled(self, requests, params):
+        from .engine import SamplingParams
+        sample_with, report_with = self.fault.semantics(params or SamplingParams())
+        if not hasattr(self.inner, "score") or report_with.top_p < 1:
+            raise ValueError(f"fault={self.name} re-scores the sampled tokens, which needs timbench's engine "
+                             "(engine=timbench) and top_p=1")
+        comps = self.inner.generate(requests, sample_with)
+        scores = self.inner.score([(c.prompt_ids, c.token_ids) for c in comps], report_with,
+                                  [c.request_id for c in comps])
+        return [dataclasses.replace(c, logprobs=lp.to(c.logprobs.dtype)) for c, lp in zip(comps, scores.logprobs)]
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -20,6 +20,8 @@ def add_parser(sub) -> None:
                                      "write the detection matrix")
     f.add_argument("--suite", default="smoke", help="suite name or path")
     f.add_argument("--out", default="build/gates", help="output directory (results/gates updates the committed one)")
+    f.add_argument("--clean-runs", type=int, default=0, metavar="N",
+                   help="also rerun the clean engine with N other seeds and count false alarms (default 0)")
     f.set_defaults(func=_faults)
     c = gs.add_parser("check", help="compare a candidate gate.json with a baseline: exit 0 pass, 1 regression, "
                                     "2 incomparable")
@@ -56,10 +58,13 @@ def _faults(args) -> int:
     from .run import detection_matrix
     from .suite import load_suite
 
-    doc = detection_matrix(load_suite(args.suite), args.out,
+    if args.clean_runs < 0:
+        raise ValueError(f"--clean-runs must be >= 0, got {args.clean_runs}")
+    doc = detection_matrix(load_suite(args.suite), args.out, clean_runs=args.clean_runs,
                            progress=lambda m: print(m, file=sys.stderr, flush=True))
     missed = [f for f, row in doc["faults"].items() if f != "none" and row["gate_passed"]]
     clean_failed = not doc["faults"]["none"]["gate_passed"]
     print(f"detection matrix: {len(doc['faults']) - 1} faults, missed: {', '.join(missed) or 'none'}; clean engine "
-          f"{'FAILED' if clean_failed else 'passed'} ({args.out}/detection.md)")
+          f"{'FAILED' if clean_failed else 'passed'}; false alarms in {len(doc['clean_reruns'])} clean reruns: "
+          f"{sum(bool(r['failed']) for r in doc['clean_reruns'])} ({args.out}/detection.md)")
     return 1 if missed or clean_failed else 0

@@ -9,6 +9,7 @@ never look at which fault (if any) the engine carries: they must find it.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -132,7 +133,59 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
                  {"tensors_differ": 0, "max_abs_diff": 0.0})
 
 
+def frequency_test(counts: dict[int, int], logprobs: dict[int, float], n: int, min_expected: float = 5.0) -> dict:
+    """Pearson's chi-square of `n` draws' token `counts` against the probabilities exp(logprob) the engine returned
+    for them. Tokens expected fewer than `min_expected` times are pooled with the mass of every token never drawn
+    (1 - the returned probabilities' sum), so the test needs no access to the engine's full distribution.
+    Returned probabilities summing past 1 cannot be one distribution: chi2 = inf."""
+    probs = {t: math.exp(lp) for t, lp in logprobs.items()}
+    mass = math.fsum(probs.values())
+    if mass > 1 + 1e-6:
+        return {"chi2": math.inf, "dof": 0, "prob_mass": mass}
+    bins, pool_o, pool_e = [], 0, n * max(0.0, 1.0 - mass)
+    for t, pr in sorted(probs.items()):
+        if n * pr >= min_expected:
+            bins.append((counts.get(t, 0), n * pr))
+        else:
+            pool_o, pool_e = pool_o + counts.get(t, 0), pool_e + n * pr
+    if pool_e > 0:
+        bins.append((pool_o, pool_e))
+    elif pool_o:
+        return {"chi2": math.inf, "dof": 0, "prob_mass": mass}
+    chi2 = math.fsum((o - e) ** 2 / e for o, e in bins)
+    return {"chi2": chi2, "dof": len(bins) - 1, "prob_mass": mass}
+
+
+def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Probe:
+    """The returned logprobs are those of the distribution actually sampled from (temperature / top-p applied
+    once, processed not raw): `samples` one-token draws of each of `prompts` prompts, each draw its own request
+    id (independent keyed sampling noise), token frequencies against the mean returned probability of each
+    token by a chi-square test pooled over prompts; fails when p < `alpha`, the false-alarm rate of one run.
+    A token's logprob may vary a little across draws (an engine that is not batch-invariant; that is the batch
+    invariance probe's finding): `logprob_spread` reports it. Synthetic `noise=` perturbs each request's logits
+    on purpose, so its draws come from different distributions and this test does not apply."""
+    from ..report.stats import chi2_sf
+
+    if getattr(getattr(spec, "noise", None), "kind", "none") != "none":
+        return Probe(True, {}, note="not testable: noise= gives every request its own distribution")
+    engine, n = make(model), p["samples"]
+    chi2, dof, spread, mass = 0.0, 0, 0.0, 0.0
+    for i, prompt in enumerate(_requests("gate:ss", model.config.vocab_size, p["prompts"], 1)):
+        comps = engine.generate([Request(prompt.prompt_ids, 1, i * n + j) for j in range(n)], params)
+        seen: dict[int, list[float]] = {}
+        for c in comps:
+            seen.setdefault(c.token_ids[0], []).append(float(c.logprobs[0]))
+        spread = max([spread] + [max(v) - min(v) for v in seen.values()])
+        probs = {t: math.fsum(math.exp(x) for x in v) / len(v) for t, v in seen.items()}
+        r = frequency_test({t: len(v) for t, v in seen.items()}, {t: math.log(q) for t, q in probs.items()}, n)
+        chi2, dof, mass = chi2 + r["chi2"], dof + r["dof"], max(mass, r["prob_mass"])
+    p_value = 0.0 if chi2 == math.inf else chi2_sf(chi2, dof)
+    numbers = {"draws": n * p["prompts"], "chi2": chi2, "dof": dof, "p_value": p_value,
+               "max_prob_mass": mass, "logprob_spread": spread}
+    return Probe(p_value >= p["alpha"], numbers, {"p_value": p["alpha"]})
+
+
 PROBES: dict[str, Callable] = {"determinism": determinism, "batch_invariance": batch_invariance,
                                "prefill_vs_decode": prefill_vs_decode, "alignment": alignment,
-                               "weight_sync": weight_sync}
+                               "weight_sync": weight_sync, "sampling_semantics": sampling_semantics}
 """Every probe by name, in the order a suite runs them."""

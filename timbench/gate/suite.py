@@ -37,6 +37,11 @@ def load_suite(name_or_path: str) -> Suite:
     missing = [k for k in need if k not in doc]
     if missing:
         raise ValueError(f"gate suite {path}: missing key(s) {missing}; a suite has {', '.join(need)}")
+    from .shapes import valid_models
+    bad = sorted(set(doc["models"]) - set(valid_models())) if isinstance(doc["models"], list) else doc["models"]
+    if bad:
+        raise ValueError(f"gate suite {path}: unknown model(s) {bad}; valid: {', '.join(valid_models())} "
+                         "(a shipped add-4d-v1 warm start or a production shape of timbench.gate.shapes)")
     unknown = sorted(set(doc["probes"]) - set(PROBES))
     if unknown:
         raise ValueError(f"gate suite {path}: unknown probe(s) {unknown}; valid: {', '.join(PROBES)}")

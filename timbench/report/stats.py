@@ -2,6 +2,7 @@
 
 - `t_quantile(p, df)`: Student t quantile (scipy is not a dependency): the CDF through the regularized
   incomplete beta function (Lentz's continued fraction), inverted by bisection.
+- `chi2_sf(x, df)`: chi-square survival function, through the regularized upper incomplete gamma function.
 - `mean_interval(xs)`: mean and 95% Student t interval over seeds (None bounds with one value).
 - `wilson(k, n)`: Wilson score interval of a proportion (eval accuracy with one seed, collapse rate).
 - `proportion_difference(k1, n1, k2, n2)`: Newcombe's hybrid score interval of p2 - p1 (compare).
@@ -81,6 +82,46 @@ def t_quantile(p: float, df: float) -> float:
 def z_quantile(p: float) -> float:
     """Standard normal quantile."""
     return NormalDist().inv_cdf(p)
+
+
+def gammaincc(a: float, x: float) -> float:
+    """Regularized upper incomplete gamma function Q(a, x) for a > 0, x >= 0 (Numerical Recipes 6.2: the series
+    below a + 1, the continued fraction (modified Lentz) above)."""
+    if x <= 0:
+        return 1.0
+    front = math.exp(-x + a * math.log(x) - math.lgamma(a))
+    if x < a + 1:
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(10_000):
+            ap += 1
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return max(0.0, 1.0 - total * front)
+    tiny = 1e-300
+    b, c, d = x + 1 - a, 1 / tiny, 1 / (x + 1 - a)
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-16:
+            break
+    return h * front
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for X ~ chi-square with `df` degrees of freedom (1.0 for df = 0: nothing was tested)."""
+    if df <= 0:
+        return 1.0
+    return 0.0 if x == math.inf else gammaincc(df / 2.0, x / 2.0)
 
 
 @dataclass(frozen=True)
