@@ -71,6 +71,18 @@ def test_track_run_writes_results_and_manifest(tiny):
     assert check_committed(load_track(str(root / "tiny.yaml")), committed) == []
 
 
+def test_track_run_writes_under_build_unless_told_results(tmp_path, monkeypatch):
+    """A regeneration writes under build/ by default (issue 29); the committed results only with --out results/..."""
+    import timbench.runners.driver as driver
+    ran = []
+    monkeypatch.setattr(driver, "run_cells", lambda cells, out, *a, **k: ran.append(Path(out)))  # no training here
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TRACK))
+    monkeypatch.chdir(tmp_path)
+    assert main(["track", "run", "tiny.yaml"]) == 1  # nothing ran, so its cells are not done
+    assert set(ran) == {Path("build/tracks/tiny")} and (tmp_path / "build/tracks/tiny/track.json").is_file()
+    assert not (tmp_path / "results").exists()
+
+
 def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     root, committed = tiny
     before = _digest(committed)
