@@ -98,7 +98,7 @@ def _xlabel_room(remedies: list[str]) -> tuple[float, float]:
     return below, left
 
 
-def _mode_box(blocks) -> dict:
+def _mode_box(title: str, blocks) -> dict:
     """Inches a mode's column needs: left margin (condition labels, slanted remedy labels), width, height and
     each block's top offset."""
     ylab = max(_inches(c)[0] for conds, _ in blocks for c in conds) + PAD
@@ -109,7 +109,7 @@ def _mode_box(blocks) -> dict:
         tops.append(y)
         y += len(conds) * CELL_H + below + BLOCK_GAP
     width = left + max(len(remedies) for _, remedies in blocks) * CELL_W
-    return {"left": left, "width": max(width, left + _inches("mode: recompute")[0]), "height": y, "tops": tops}
+    return {"left": left, "width": max(width, left + _inches(title)[0]), "height": y, "tops": tops}
 
 
 def _draw_block(ax, mode_rows: list[dict], conds: list[str], remedies: list[str], cmap, norm) -> set[str]:
@@ -142,7 +142,7 @@ def relative_accuracy_heatmap(rows: list[dict]):
     if not rows:
         return _no_data(plt.figure(figsize=(6, 2)), "cells")
     blocks = heat_blocks(rows)
-    boxes = {mode: _mode_box(b) for mode, b in blocks.items()}
+    boxes = {mode: _mode_box(f"mode: {mode}", b) for mode, b in blocks.items()}
     top = 0.62  # the suptitle's two lines
     body_h = max(b["height"] for b in boxes.values())
     width = sum(b["width"] for b in boxes.values()) + MODE_GAP * (len(boxes) - 1) + 1.0  # + the colour bar
