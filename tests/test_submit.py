@@ -249,5 +249,10 @@ def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
     assert "ETA ?" in lines[0] and "ETA " in lines[1] and "1 thread done" in lines[1]
     assert "took " in lines[2] and "2 threads done" in lines[2]
     assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, settings=two) is None
+    lines = []  # a probe that does not answer in time skips the check in one line (no traceback)
+    assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, timeout=0.01, settings=two,
+                                   say=lines.append) is None
+    assert len(lines) == 2 and lines[1].startswith("preflight: probes 1/2, ")
+    assert lines[1].endswith(": 1 thread: no answer in 0.01 s; check skipped")
     assert is_plugin("x.py:C") and is_plugin("pkg.mod:C") and not is_plugin("tis_token")
     assert not is_plugin("verl:decoupled_token_is") and not is_plugin("trl:token_mask")

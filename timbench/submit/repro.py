@@ -63,8 +63,12 @@ def reproducibility_warning(spec: str, args: dict, timeout: float = 120.0, setti
     say(f"preflight: probes {eta.status()}: one remedy step under " + "; ".join(label for label, _ in settings))
     digests = {}
     for label, env in settings:
-        r = subprocess.run([sys.executable, "-c", code, spec, json.dumps(args)], capture_output=True, text=True,
-                           timeout=timeout, env={**os.environ, **env})
+        try:
+            r = subprocess.run([sys.executable, "-c", code, spec, json.dumps(args)], capture_output=True, text=True,
+                               timeout=timeout, env={**os.environ, **env})
+        except subprocess.TimeoutExpired:  # a warning check, not a gate: say so and let the cells run
+            say(f"preflight: probes {eta.tick()}: {label}: no answer in {timeout:g} s; check skipped")
+            return None
         if r.returncode != 0:  # the run itself reports a broken remedy as a failed cell; nothing to add here
             say(f"preflight: probes {eta.tick()}: {label}: the step raised; check skipped (its cells will say why)")
             return None
