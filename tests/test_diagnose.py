@@ -173,3 +173,14 @@ def test_low_precision_keys_need_no_diagnose_code(moe):
     assert set(keys) == {"weight_quant=nvfp4,act_quant=nvfp4", "kv_cache_dtype=fp8_e4m3"}
     assert all(k["gap_share"] > 0 for k in keys.values())
     assert r["layers"]["first_level"] == "layer0"
+
+
+def test_diagnose_table_writes_under_build_unless_told_results(tmp_path, monkeypatch):
+    """A regeneration writes under build/ by default (issue 29); results/diagnose only with --out results/..."""
+    import timbench.diagnose.table as table
+    outs = []
+    monkeypatch.setattr(table, "run_table", lambda path, out, progress: outs.append(str(out)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagnose", "--table", "bench/diagnose.yaml"]) == 0
+    assert main(["diagnose", "--table", "bench/diagnose.yaml", "--out", "results/diagnose"]) == 0
+    assert outs == ["build/diagnose", "results/diagnose"]

@@ -80,14 +80,31 @@ def test_track_run_writes_results_and_manifest(tiny):
     assert check_committed(load_track(str(root / "tiny.yaml")), committed) == []
 
 
+def test_track_run_writes_under_build_unless_told_results(tmp_path, monkeypatch):
+    """A regeneration writes under build/ by default (issue 29); the committed results only with --out results/..."""
+    import timbench.runners.driver as driver
+    ran = []
+    monkeypatch.setattr(driver, "run_cells", lambda cells, out, *a, **k: ran.append(Path(out)))  # no training here
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TRACK))
+    monkeypatch.chdir(tmp_path)
+    assert main(["track", "run", "tiny.yaml"]) == 1  # nothing ran, so its cells are not done
+    assert set(ran) == {Path("build/tracks/tiny")} and (tmp_path / "build/tracks/tiny/track.json").is_file()
+    assert not (tmp_path / "results").exists()
+
+
 def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     root, committed = tiny
     before = _digest(committed)
     out = tmp_path / "sub"
     assert main(["submit", f"{root / 'plugins.py'}:Halve", "--track", str(root / "tiny.yaml"), "--committed",
                  str(committed), "--out", str(out), "--workers", "2"]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "rank " in text and "vs none: paired difference" in text and "vs tis_token:" in text
+    # the preflight's reproducibility probes report progress on stderr, one line per probe (issue 29)
+    probes = [line for line in captured.err.splitlines() if line.startswith("preflight: probes ")]
+    assert [line[len("preflight: probes "):].split(",")[0] for line in probes] == ["0/3", "1/3", "2/3", "3/3"]
+    assert all("ETA " in line for line in probes[:3]) and "took " in probes[3]
     rec = json.loads((out / "submission.json").read_text())
     assert rec["of"] == 3 and [c["vs"] for c in rec["comparisons"]] == ["none", "tis_token"]
     assert all(len(c["seeds"]) == 2 and c["lo"] is not None for c in rec["comparisons"])
@@ -233,8 +250,18 @@ def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
         "        w = fexp(log_rho(batch))\n"
         "        return finish(batch, weights=w, extra={'x': float(fsum(w * batch.mask))})\n")
     two = SETTINGS[:2]  # 1 vs 2 threads: enough to tell them apart, at 2 processes each
-    warning = reproducibility_warning(f"{tmp_path / 'plug.py'}:Threads", {}, settings=two)
+    lines = []
+    warning = reproducibility_warning(f"{tmp_path / 'plug.py'}:Threads", {}, settings=two, say=lines.append)
     assert warning and "2 threads" in warning and "fexp" in warning and "\n" not in warning
+    # progress while it works (issue 29): a line before the first probe and one per probe, with counts and an ETA
+    assert [line.split(":")[1].strip().split(",")[0] for line in lines] == ["probes 0/2", "probes 1/2", "probes 2/2"]
+    assert "ETA ?" in lines[0] and "ETA " in lines[1] and "1 thread done" in lines[1]
+    assert "took " in lines[2] and "2 threads done" in lines[2]
     assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, settings=two) is None
+    lines = []  # a probe that does not answer in time skips the check in one line (no traceback)
+    assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, timeout=0.01, settings=two,
+                                   say=lines.append) is None
+    assert len(lines) == 2 and lines[1].startswith("preflight: probes 1/2, ")
+    assert lines[1].endswith(": 1 thread: no answer in 0.01 s; check skipped")
     assert is_plugin("x.py:C") and is_plugin("pkg.mod:C") and not is_plugin("tis_token")
     assert not is_plugin("verl:decoupled_token_is") and not is_plugin("trl:token_mask")

@@ -10,8 +10,9 @@ def _cmd(args) -> int:
     from ..atomic import atomic_write, check_output_dir
     if args.table:
         from .table import run_table
-        check_output_dir(args.out or "results/diagnose")
-        run_table(args.table, args.out or "results/diagnose", progress=lambda m: print(m, file=sys.stderr))
+        out = args.out or "build/diagnose"  # a regeneration: results/diagnose only when told --out results/diagnose
+        check_output_dir(out)
+        run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr))
         return 0
     from ..model import load_model
     from ..spec import parse_spec
@@ -72,7 +73,8 @@ def add_parser(sub) -> None:
     d.add_argument("--seed", type=int, default=0, help="model init and sampling seed")
     d.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
     d.add_argument("--json", action="store_true", help="print one JSON object")
-    d.add_argument("--out", help="write diagnose.json and one figure per view here (with --table: results dir)")
+    d.add_argument("--out", help="write diagnose.json and one figure per view here (with --table: results dir, "
+                                 "default build/diagnose; --out results/diagnose updates the committed one)")
     d.add_argument("--no-keys", action="store_true", help="skip the one-key-at-a-time attribution")
     d.add_argument("--table", help="YAML table of models and named conditions (e.g. bench/diagnose.yaml)")
     d.set_defaults(func=_cmd)

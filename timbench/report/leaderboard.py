@@ -293,8 +293,8 @@ def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None,
     groups = seed_groups(rows) if groups is None else groups
     # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
     from .plots import drift_figure, kl_grad_figure, reward_accuracy_figure
-    from .plots_cells import (delta_distribution_figure, delta_histogram_figure, dose_response_figure,
-                              has_histograms, relative_accuracy_heatmap)
+    from .plots_cells import delta_distribution_figure, delta_histogram_figure, dose_response_figure, has_histograms
+    from .plots_heatmap import relative_accuracy_heatmap
     from .plots_forest import forest_figure
     cells = grid.cells
     out = [("remedy_scores.png", "remedy scores with 95% intervals (forest plot; the submitted remedy highlighted, "

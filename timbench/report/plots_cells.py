@@ -1,8 +1,8 @@
-"""Per-cell figures of a grid report: relative-accuracy heatmap, |delta| distributions, dose-response.
+"""Per-cell figures of a grid report: |delta| distributions and histograms, dose-response (the
+relative-accuracy heatmap has its own module, plots_heatmap).
 
 They read the summary rows of `timbench.report.summary` (and, for the |delta| distributions, each
-cell's per-step metrics). Collapsed cells are marked in every figure: "C@step" in the heatmap,
-hollow red markers in the dose-response plot.
+cell's per-step metrics). Collapsed cells are hollow red markers in the dose-response plot.
 """
 
 from __future__ import annotations
@@ -15,79 +15,11 @@ from ..grid.conditions import KINDS
 from ..metrics import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
 from .results import CellRun
-from .seeds import is_finished, trained_nothing
 from .style import legend, place_labels
 
 KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)
 DELTA_KEYS = ("mismatch/mean_abs_delta", "mismatch/p99_abs_delta", "mismatch/max_abs_delta")
 HIST_KEY = "mismatch/abs_delta_hist"
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def _heat_text(cell: list[dict]) -> tuple[str, float | None, bool]:
-    """(text, value to colour or None, marked) of one heatmap square from its seeds' summary rows: a failed
-    or nothing-trained cell is never coloured as a score, whatever its accuracy."""
-    broken = [r for r in cell if trained_nothing(r)] or [r for r in cell if not is_finished(r)]
-    if broken:
-        what = "nothing\ntrained" if trained_nothing(broken[0]) else "failed"
-        return f"{what}\n{len(broken)}/{len(cell)}", None, True
-    rel = _mean([r["relative_accuracy_t1"] for r in cell])
-    text = f"{rel:.2f}" if rel is not None else cell[0]["status"]
-    collapsed = [r["collapse/step"] for r in cell if r["collapse/collapsed"]]
-    if collapsed:  # one seed: the step; several: how many seeds collapsed, from the first step
-        text += f"\nC@{min(collapsed)}" if len(cell) == 1 else f"\nC {len(collapsed)}/{len(cell)}@{min(collapsed)}"
-    return text, rel, bool(collapsed)
-
-
-def relative_accuracy_heatmap(rows: list[dict]):
-    """(c) final accuracy / reference over condition x remedy, one panel per mode; mean over seeds etc.
-
-    Each panel shows only the conditions and remedies that have cells in its mode; a square with no cell is
-    blank, a failed or nothing-trained one hatched grey with what happened. A collapsed group reads C@n with
-    one seed, C k/m@n with several (k of m seeds, the first at step n)."""
-    modes = sorted({r["mode"] for r in rows})
-    ref_first = lambda c: (not any(r["kind"] == "reference" for r in rows if r["condition"] == c), c)  # noqa: E731
-    panels = {m: (sorted({r["condition"] for r in rows if r["mode"] == m}, key=ref_first),
-                  sorted({r["remedy"] for r in rows if r["mode"] == m}, key=lambda r: (r != "none", r)))
-              for m in modes}
-    n_rem = max((len(p[1]) for p in panels.values()), default=1)
-    n_cond = max((len(p[0]) for p in panels.values()), default=1)
-    fig, axes = plt.subplots(1, len(modes), squeeze=False, figsize=(
-        len(modes) * (1.1 * n_rem + 2.6) + 1.5, 0.6 * n_cond + 2.2))
-    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="white")
-    vmax = max(1.2, max((r["relative_accuracy_t1"] or 0 for r in rows), default=1))
-    im = None
-    for ax, mode in zip(axes[0], modes):
-        conds, remedies = panels[mode]
-        grid = np.full((len(conds), len(remedies)), np.nan)
-        for i, cond in enumerate(conds):
-            for j, rem in enumerate(remedies):
-                cell = [r for r in rows if (r["mode"], r["condition"], r["remedy"]) == (mode, cond, rem)]
-                if not cell:
-                    continue
-                text, rel, marked = _heat_text(cell)
-                if rel is not None:
-                    grid[i, j] = rel
-                else:
-                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#e0e0e0", hatch="///",
-                                               edgecolor="#9e9e9e", linewidth=0))
-                # dark squares (either end of RdYlGn) get white text, light ones black: always readable
-                dark = rel is not None and not 0.25 < rel / vmax < 0.8
-                ax.text(j, i, text, ha="center", va="center", fontsize=7.5, color="white" if dark else "black",
-                        fontweight="bold" if marked else None)
-        im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
-        ax.set_xticks(range(len(remedies)), remedies, rotation=35, ha="right")
-        ax.set_yticks(range(len(conds)), conds)
-        ax.grid(False)
-        ax.set_title(f"mode: {mode}")
-    fig.suptitle("final accuracy / zero-mismatch reference (C@n: collapsed at step n; hatched: failed)")
-    if im is not None:
-        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
-    return fig
 
 
 def delta_distribution_figure(cells: list[CellRun]):

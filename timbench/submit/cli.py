@@ -51,7 +51,8 @@ def _cmd_track_run(args) -> int:
     from .run import mark_nothing_trained
     from .track import load_track, write_manifest
     track = load_track(args.track)
-    out = Path(args.out or track.committed_dir())
+    # Like every regeneration: under build/ unless told --out results/... (the committed results submit reads).
+    out = Path(args.out or Path("build") / track.committed_dir().relative_to("results"))
     check_output_dir(out)
     grid = track.spec(track.remedies)
     planned = expand(grid)
@@ -102,7 +103,8 @@ def add_parser(sub) -> None:
     tsub = t.add_subparsers(dest="track_command", required=True)
     r = tsub.add_parser("run", help="run the track's committed remedies (resumable) and write its manifest")
     r.add_argument("track", help="track name or file")
-    r.add_argument("--out", help="results directory (default results/tracks/<track>)")
+    r.add_argument("--out", help="results directory (default build/tracks/<track>; --out results/tracks/<track> "
+                                 "updates the committed results that submit compares with)")
     add_workers_arg(r)
     r.set_defaults(func=_cmd_track_run)
     ls = tsub.add_parser("list", help="the tracks and their cell counts")

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+from ..eta import Eta
+
 SETTINGS = (("1 thread", {"TIMBENCH_REPRO_THREADS": "1"}),
             ("2 threads", {"TIMBENCH_REPRO_THREADS": "2"}),
             ("2 threads, portable CPU kernels", {"TIMBENCH_REPRO_THREADS": "2", "ATEN_CPU_CAPABILITY": "default"}))
@@ -47,18 +49,31 @@ def is_plugin(spec: str) -> bool:
     return ":" in spec and not spec.startswith(("verl:", "trl:"))
 
 
-def reproducibility_warning(spec: str, args: dict, timeout: float = 120.0, settings=SETTINGS) -> str | None:
-    """None when the plug-in's step digest agrees under every setting, else a one-line warning."""
+def reproducibility_warning(spec: str, args: dict, timeout: float = 120.0, settings=SETTINGS,
+                            say=None) -> str | None:
+    """None when the plug-in's step digest agrees under every setting, else a one-line warning.
+
+    `say` (a callable taking one line) hears a progress line before the first probe and after each one
+    ("preflight: probes 1/3, ETA 52s: 1 thread done"): each probe is a fresh process that imports torch."""
     code = ("import json, os, sys, torch; torch.set_num_threads(int(os.environ['TIMBENCH_REPRO_THREADS']));"
             "from timbench.submit.repro import step_digest; a = json.loads(sys.argv[2]);"
             "print(step_digest(sys.argv[1], a))")
+    say = say or (lambda line: None)
+    eta = Eta(len(settings))
+    say(f"preflight: probes {eta.status()}: one remedy step under " + "; ".join(label for label, _ in settings))
     digests = {}
     for label, env in settings:
-        r = subprocess.run([sys.executable, "-c", code, spec, json.dumps(args)], capture_output=True, text=True,
-                           timeout=timeout, env={**os.environ, **env})
+        try:
+            r = subprocess.run([sys.executable, "-c", code, spec, json.dumps(args)], capture_output=True, text=True,
+                               timeout=timeout, env={**os.environ, **env})
+        except subprocess.TimeoutExpired:  # a warning check, not a gate: say so and let the cells run
+            say(f"preflight: probes {eta.tick()}: {label}: no answer in {timeout:g} s; check skipped")
+            return None
         if r.returncode != 0:  # the run itself reports a broken remedy as a failed cell; nothing to add here
+            say(f"preflight: probes {eta.tick()}: {label}: the step raised; check skipped (its cells will say why)")
             return None
         digests[label] = r.stdout.strip()
+        say(f"preflight: probes {eta.tick()}: {label} done")
     if len(set(digests.values())) == 1:
         return None
     first = next(iter(digests.values()))

@@ -92,11 +92,13 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         raise ValueError(f"remedy {label!r} already has committed results on track {track.name} ({committed})")
     print(f"submit {label} on track {track.name}: preflight of the committed results {committed}", file=stream,
           flush=True)
-    notes = check_committed(track, committed, say=lambda line: print(line, file=stream, flush=True))
+    def say(line: str) -> None:  # preflight progress: flushed, so a user sees each line as it happens
+        print(line, file=stream, flush=True)
+    notes = check_committed(track, committed, say=say)
     if is_plugin(remedy):  # a plug-in's maths must be CPU- and thread-independent like the built-ins'
         print(f"submit {label}: checking that one step gives the same bytes under 1/2 threads and portable "
               "kernels (3 short processes)", file=stream, flush=True)
-        warning = reproducibility_warning(remedy, dict(remedy_args or {}))
+        warning = reproducibility_warning(remedy, dict(remedy_args or {}), say=say)
         if warning:
             print(warning, file=stream, flush=True)
     cells = plan_cells(track, remedy, dict(remedy_args or {}))
