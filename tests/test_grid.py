@@ -578,18 +578,21 @@ from timbench.remedies.builtin import NoRemedy
 
 class HangWhile(NoRemedy):
     name = "hang_while"
-    doc = "no correction, but first waits while the file HANG exists (a plug-in that hangs until it is fixed)"
+    doc = "no correction, but from step 1 on waits while the file HANG exists (a plug-in that hangs until fixed)"
+    calls = 0
     def __call__(self, batch):
         with open(PIDS, "a") as f:
             f.write(f"{os.getpid()}\\n")
-        while os.path.exists(HANG):
+        HangWhile.calls += 1
+        while HangWhile.calls > 1 and os.path.exists(HANG):
             time.sleep(0.2)
         return super().__call__(batch)
 '''
 
 
-def test_a_ray_cell_past_its_timeout_is_cancelled_recorded_and_redone_by_a_rerun(ckpt, tmp_path, capfd):
+def test_a_ray_cell_past_its_timeout_is_cancelled_recorded_and_resumed_by_a_rerun(ckpt, tmp_path, capfd):
     ray = pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
+    from timbench.runners.ship import CKPT, checkpoint_step
     hang, pids = tmp_path / "hang", tmp_path / "pids"
     hang.touch()
     (tmp_path / "hang.py").write_text(f"HANG, PIDS = {str(hang)!r}, {str(pids)!r}\n{HANG_WHILE}")
@@ -608,6 +611,8 @@ def test_a_ray_cell_past_its_timeout_is_cancelled_recorded_and_redone_by_a_rerun
         st = read_status(out, cid)
         assert st["status"] == "failed" and st["attempts"] == 1 and st["wall_s"] >= 20 and "\n" not in st["error"]
         assert "lost on" not in io_.err  # cancelled, not taken for a lost worker and resubmitted
+        ckpt = out / "runs" / cid / CKPT  # what the driver holds: step 0's checkpoint, which the rerun resumes from
+        assert checkpoint_step(ckpt.read_bytes()) == 1 and len(_lines(out / "runs" / cid / "metrics.jsonl")) == 1
         (pid,) = {int(x) for x in pids.read_text().split()}  # the hung worker's process is gone, not just ignored
         for _ in range(50):
             if not Path(f"/proc/{pid}").exists():
