@@ -600,7 +600,8 @@ def test_a_ray_cell_past_its_timeout_is_cancelled_recorded_and_resumed_by_a_reru
     remedy = f"{tmp_path / 'hang.py'}:HangWhile"
     p = _grid_file(tmp_path, _tiny(ckpt, "rayhang", ["baseline"], axes={"remedy": ["none", remedy]}))
     out = tmp_path / "out"
-    run = ["grid", "run", str(p), "--out", str(out), "--backend", "ray", "--cell-timeout", "30"]  # a cell runs ~7 s once started
+    # 30 s: a cell here runs ~7 s once started on a worker
+    run = ["grid", "run", str(p), "--out", str(out), "--backend", "ray", "--cell-timeout", "30"]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         assert main(run) == 1  # fail closed
