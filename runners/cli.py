@@ -21,11 +21,7 @@ def _cmd_run(args) -> int:
                         ("--max-attempts", args.max_attempts)):
         if value is not None and args.backend != "ray":
             raise ValueError(f"{flag} is only for --backend ray")
-    options = {}
-    if args.backend == "local":
-        options["cell_timeout"] = args.cell_timeout
-    elif args.cell_timeout is not None:
-        raise ValueError("--cell-timeout is only for --backend local so far (a Ray cell is not cancelled on time)")
+    options = {"cell_timeout": args.cell_timeout}
     if args.backend == "ray":
         from .ray_runner import parse_resources
         options["resources"] = parse_resources(args.resources)
@@ -63,6 +59,7 @@ def add_run_parser(grid_sub) -> None:
                    "or node is lost (default 3); each resumes from the last checkpoint the driver holds")
     p.add_argument("--retry-failed", action="store_true", help="also rerun cells that failed before")
     p.add_argument("--cell-timeout", type=float, metavar="SECONDS",
-                   help="with --backend local: wall-clock limit per cell, after which it is killed and recorded "
-                        "failed (0 = none; default 10x the cost model's estimate, at least 600 s)")
+                   help="wall-clock limit per cell (on Ray: from when its task starts on a worker), after which "
+                        "it is killed and recorded failed (0 = none; default 10x the cost model's estimate, at least "
+                        "600 s)")
     p.set_defaults(func=_cmd_run)

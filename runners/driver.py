@@ -55,7 +55,7 @@ def run_cells(cells: list[dict], out: str | Path, label: str, workers: int, back
     caller's lock); return {cell id: final cell.json status} for every cell given.
 
     The one way cells run, for `grid run`, `track run` and `submit`: `select` (manifest checks, retry rule),
-    a progress line counting these cells, the backend, and on the local backend the per-cell wall-clock limit
+    a progress line counting these cells, the backend, and the per-cell wall-clock limit of either backend
     (`options["cell_timeout"]`, see runners.local.cell_timeouts). Other `options` are the backend's own
     keyword arguments (Ray: `resources`, `max_attempts`). `announce(n_todo)`, when given, is told how many
     cells will run before any does (submit's "k of n cells to run" line)."""
@@ -71,9 +71,8 @@ def run_cells(cells: list[dict], out: str | Path, label: str, workers: int, back
     options = dict(options or {})
     timeout = options.pop("cell_timeout", None)
     if todo:
-        if backend == "local":
-            from .local import cell_timeouts
-            options["timeouts"] = cell_timeouts(todo, timeout)
+        from .local import cell_timeouts
+        options["timeouts"] = cell_timeouts(todo, timeout)
         run(todo, str(out), workers, address, progress, **options)
     return {c["id"]: read_status(out, c["id"]) for c in cells}
 

@@ -79,14 +79,20 @@ def cell_timeouts(cells: list[dict], timeout_s: float | None) -> dict[str, float
     return {c["id"]: max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * cell_seconds(c["config"])) for c in cells}
 
 
+def record_timeout(out: str, cell_id: str, limit: float, wall_s: float) -> dict:
+    """Record a cell whose run was killed past its `limit` as failed, with the one-line reason of every backend
+    (the Ray backend's too); its last checkpoint stays, so a rerun with --retry-failed resumes it."""
+    prev = read_status(out, cell_id) or {}
+    return write_status(out, cell_id, "failed",
+                        f"timed out after {limit:.0f} s (the cell timeout: --cell-timeout SECONDS sets it, 0 = none; "
+                        f"the default is {TIMEOUT_FACTOR:g}x the cost model's estimate, at least "
+                        f"{TIMEOUT_FLOOR_S:.0f} s)", wall_s, int(prev.get("attempts", 1)))
+
+
 def _timed_out(proc, cell: dict, out: str, t0: float, limit: float) -> dict:
     proc.kill()  # a cell past its limit (a plug-in that never returns): its last checkpoint stays for a rerun
     proc.join()
-    prev = read_status(out, cell["id"]) or {}
-    return write_status(out, cell["id"], "failed",
-                        f"timed out after {limit:.0f} s (the cell timeout: --cell-timeout SECONDS sets it, 0 = none; "
-                        f"the default is {TIMEOUT_FACTOR:g}x the cost model's estimate, at least "
-                        f"{TIMEOUT_FLOOR_S:.0f} s)", time.monotonic() - t0, int(prev.get("attempts", 1)))
+    return record_timeout(out, cell["id"], limit, time.monotonic() - t0)
 
 
 def run_local(cells: list[dict], out: str, workers: int | None = None, address: str | None = None,

@@ -21,7 +21,10 @@ driver received: the cell is resubmitted with that checkpoint, up to
 `max_attempts` submissions in this invocation, then recorded failed with a
 one-line reason. A failure of the run itself (bad config, non-finite loss) is
 reported by the worker and not retried, as in the local backend; nor is an
-exception of the task code itself (RayTaskError). A driver killed
+exception of the task code itself (RayTaskError). A cell past its wall-clock
+limit (runners.local.cell_timeouts) is cancelled, its worker process killed,
+and recorded failed as in the local backend, not retried; its scratch directory
+stays in the node's temp dir, as after any killed worker. A driver killed
 even by kill -9 resumes with the same command: the results directory holds only
 whole files, and a snapshot's logs are written before its checkpoint.
 """
@@ -39,12 +42,15 @@ from timbench.grid.layout import read_status, record_if_finished, run_dir, write
 from timbench.rl.rundir import clear_end_markers
 
 from .cell import one_line
+from .local import record_timeout
 from .progress import Progress
 from .ray_cell import cell_task
 from .ship import CKPT, bundle, checkpoint_step, read_run, write_run
 
 MAX_ATTEMPTS = 3
 """Submissions of one cell per invocation when workers or nodes are lost (its own errors are not retried)."""
+PROGRESS_EVERY_S = 5.0
+"""With a progress line, the longest the driver waits for a message before printing it again (if changed)."""
 
 
 def _import_ray():
@@ -73,15 +79,6 @@ def _token_auth_for_a_local_cluster() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-@dataclass
-class _Cell:
-    cell: dict
-    submitted: float = field(default_factory=time.monotonic)
-    tries: int = 0
-    started: bool = False
-    node: str | None = None
-
-
 def parse_resources(text: str | None) -> dict[str, float]:
     """`--resources` JSON ({"name": amount, ...}) -> dict, or a one-line ValueError."""
     if not text:
@@ -99,120 +96,203 @@ def parse_resources(text: str | None) -> dict[str, float]:
     return res
 
 
+def _connect(ray, address: str | None, workers: int | None) -> bool:
+    """Initialise Ray for `address` unless this process already has (then that instance is used and left
+    running); True when this call started it, so the caller shuts it down."""
+    if ray.is_initialized():
+        return False
+    address = address or "local"
+    if address == "local":
+        _token_auth_for_a_local_cluster()
+    # address="local" always starts a new cluster: without it ray.init joins whatever cluster RAY_ADDRESS or
+    # /tmp/ray names (another user's on the same machine); joining one is what --address auto|HOST:PORT is for
+    kw = {"address": "local", "num_cpus": workers} if address == "local" else {"address": address}
+    ray.init(include_dashboard=False, **kw)
+    return True
+
+
+@dataclass
+class _Cell:
+    """One cell on the driver, across its submissions in this invocation."""
+    cell: dict
+    submitted: float = field(default_factory=time.monotonic)
+    tries: int = 0
+    running_since: float | None = None
+    """When the driver heard this submission start on a worker (monotonic); None while queued or after it ended."""
+    node: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.cell["id"]
+
+
+class _RayRun:
+    """One invocation of the Ray backend: the tasks in flight, what was shipped, the results so far.
+
+    Each submitted cell is one generator task (`gens` maps it to its `_Cell`); `run` waits for the next
+    message of any of them and hands it to `receive`, which writes it into runs/<id>/ and on the last one
+    records the cell. Between messages, cells past their timeout are cancelled (`cancel_overdue`).
+    """
+
+    def __init__(self, ray, out: str, progress: Progress | None, resources: dict | None, max_attempts: int,
+                 timeouts: dict[str, float] | None):
+        self.ray, self.out, self.progress = ray, out, progress
+        self.resources, self.max_attempts, self.timeouts = dict(resources or {}), max_attempts, timeouts or {}
+        self.task = ray.remote(cell_task)
+        self.shipped: dict[str, object] = {}  # one object-store copy per distinct (model, remedy)
+        self.gens: dict = {}
+        self.results: dict[str, dict] = {}
+
+    def run(self, cells: list[dict]) -> list[dict]:
+        """Submit every cell, then follow them until each is recorded; their final statuses, in order."""
+        for cell in cells:
+            self.submit(_Cell(cell))
+        while self.gens:
+            if self.progress:
+                self.progress.emit()
+            ready, _ = self.ray.wait(list(self.gens), num_returns=1, timeout=self._wait_s())
+            for gen in ready:
+                self.receive(gen)
+            self.cancel_overdue()
+        return [self.results[c["id"]] for c in cells]
+
+    def log(self, msg: str) -> None:
+        print(msg, file=(self.progress.stream if self.progress else None) or sys.stderr, flush=True)
+
+    def finish(self, c: _Cell, st: dict) -> None:
+        """`c` ended with cell.json `st`: keep it and count it on the progress line."""
+        self.results[c.id] = st
+        if self.progress:
+            self.progress.running += 0 if c.running_since is not None else 1  # finished() counts it out of running
+            self.progress.finished(st)
+        c.running_since = None
+
+    def record(self, c: _Cell, status: str, error: str | None, wall_s: float) -> None:
+        """Write `c`'s outcome to cell.json (attempts as counted when it started, at least 1) and finish it."""
+        prev = read_status(self.out, c.id) or {}
+        self.finish(c, write_status(self.out, c.id, status, error, wall_s, max(int(prev.get("attempts", 0)), 1)))
+
+    def submit(self, c: _Cell) -> None:
+        """Submit `c` (again) with the run files the driver holds, unless its run already finished."""
+        finished = record_if_finished(self.out, c.id)
+        if finished is not None:
+            self.finish(c, finished)
+            return
+        cfg = c.cell["config"]
+        key = json.dumps([cfg.get("model", "default"), cfg.get("remedy", "none")])
+        try:
+            if key not in self.shipped:
+                self.shipped[key] = self.ray.put(bundle(cfg))
+        except (OSError, ValueError) as e:  # a file the cell names is missing on the driver
+            prev = read_status(self.out, c.id) or {}
+            self.finish(c, write_status(self.out, c.id, "failed", one_line(e), 0.0, prev.get("attempts", 0) + 1))
+            return
+        c.tries, c.running_since, c.submitted = c.tries + 1, None, time.monotonic()
+        resume = read_run(run_dir(self.out, c.id))
+        gen = self.task.options(num_cpus=cfg.get("threads", 1), resources=dict(self.resources), max_retries=0,
+                                name=f"cell {c.id}").remote(c.cell, self.shipped[key], resume)
+        self.gens[gen] = c
+
+    def receive(self, gen) -> None:
+        """Take the next message of `gen`'s task; a task that ended or died leaves `gens` here."""
+        c = self.gens[gen]
+        try:
+            msg = self.ray.get(next(gen))
+        except StopIteration:
+            del self.gens[gen]
+            self.lost(c, RuntimeError("the cell task ended without a result"))
+            return
+        except self.ray.exceptions.RayTaskError as e:  # our task code itself raised: retrying would repeat it
+            del self.gens[gen]
+            self.record(c, "failed", f"ray task raised {one_line(e.cause or e)}", time.monotonic() - c.submitted)
+            return
+        except Exception as e:  # noqa: BLE001 - a dead worker or node: resume elsewhere or record it
+            del self.gens[gen]
+            self.lost(c, e)
+            return
+        if msg["kind"] == "started":
+            self.started(c, msg["node"])
+        elif msg["kind"] == "checkpoint":
+            write_run(run_dir(self.out, c.id), msg["files"])
+        else:
+            del self.gens[gen]
+            write_run(run_dir(self.out, c.id), msg["files"])
+            self.record(c, msg["status"], msg["error"], msg["wall_s"])
+
+    def started(self, c: _Cell, node: str) -> None:
+        """`c`'s task runs on a worker of `node`: a new attempt (cell.json `running`); its timeout counts from now."""
+        c.running_since, c.node = time.monotonic(), node
+        prev = read_status(self.out, c.id) or {}
+        write_status(self.out, c.id, "running", None, 0.0, int(prev.get("attempts", 0)) + 1)
+        # A new attempt: an earlier attempt's end markers no longer describe the run (rundir.begin).
+        clear_end_markers(run_dir(self.out, c.id))
+        if self.progress:
+            self.progress.running += 1
+
+    def lost(self, c: _Cell, err: BaseException) -> None:
+        """`c`'s worker or node died: resubmit it from the last checkpoint the driver holds, or record it failed."""
+        if self.progress and c.running_since is not None:
+            self.progress.running -= 1
+        c.running_since = None
+        ckpt = run_dir(self.out, c.id) / CKPT
+        step = checkpoint_step(ckpt.read_bytes()) if ckpt.is_file() else 0
+        where = f"node {c.node[:12]}" if c.node else "a worker"
+        if c.tries < self.max_attempts:
+            self.log(f"cell {c.id}: lost on {where} ({one_line(err)}); resuming from step {step} "
+                     f"(submission {c.tries + 1} of {self.max_attempts})")
+            self.submit(c)
+            return
+        self.record(c, "failed", f"ray: worker or node lost {c.tries} times (last on {where}: {one_line(err)})",
+                    time.monotonic() - c.submitted)
+
+    def _deadline(self, c: _Cell) -> float | None:
+        limit = self.timeouts.get(c.id)
+        return None if limit is None or c.running_since is None else c.running_since + limit
+
+    def _wait_s(self) -> float | None:
+        """How long to wait for a message: until the next progress line or the nearest deadline (None: no limit)."""
+        now = time.monotonic()
+        waits = [d - now for d in map(self._deadline, self.gens.values()) if d is not None]
+        if self.progress:
+            waits.append(PROGRESS_EVERY_S)
+        return max(0.0, min(waits)) if waits else None
+
+    def cancel_overdue(self) -> None:
+        """Kill each task past its cell's timeout and record the cell failed as the local backend does (not a lost
+        worker: it is not resubmitted); the others go on. A task with a message waiting is read first, so a run
+        that ended before its deadline is never recorded as timed out."""
+        now = time.monotonic()
+        overdue = [gen for gen, c in self.gens.items() if (d := self._deadline(c)) is not None and now >= d]
+        if not overdue:
+            return
+        waiting, _ = self.ray.wait(overdue, num_returns=len(overdue), timeout=0)
+        for gen in overdue:
+            if gen in waiting:
+                continue
+            c = self.gens.pop(gen)
+            self.ray.cancel(gen, force=True)  # force: ends the worker process, whatever the run's thread is doing
+            self.finish(c, record_timeout(self.out, c.id, self.timeouts[c.id], now - c.running_since))
+
+
 def run_ray(cells: list[dict], out: str, workers: int | None = None, address: str | None = "local",
             progress: Progress | None = None, resources: dict | None = None,
-            max_attempts: int = MAX_ATTEMPTS) -> list[dict]:
-    """Run `cells` as Ray tasks, each needing `resources` (custom, per cell) besides its threads' CPUs."""
+            max_attempts: int = MAX_ATTEMPTS, timeouts: dict[str, float] | None = None) -> list[dict]:
+    """Run `cells` as Ray tasks, each needing `resources` (custom, per cell) besides its threads' CPUs.
+
+    `timeouts` maps a cell id to its wall-clock limit in seconds (runners.local.cell_timeouts; absent: none),
+    counted from when the driver hears the cell's task start on a worker, so time queued for a free CPU does
+    not count (each submission after a lost worker counts afresh). A cell past it is cancelled, its worker
+    process killed, and recorded failed with the local backend's one-line reason; the grid goes on."""
     ray = _import_ray()
     out = os.path.abspath(out)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-    started = False
-    if not ray.is_initialized():
-        address = address or "local"
-        if address == "local":
-            _token_auth_for_a_local_cluster()
-        # address="local" always starts a new cluster: without it ray.init joins whatever cluster RAY_ADDRESS or
-        # /tmp/ray names (another user's on the same machine); joining one is what --address auto|HOST:PORT is for
-        kw = {"address": "local", "num_cpus": workers} if address == "local" else {"address": address}
-        ray.init(include_dashboard=False, **kw)
-        started = True
-    log = lambda msg: print(msg, file=(progress.stream if progress else None) or sys.stderr, flush=True)
-    results: dict[str, dict] = {}
+    started = _connect(ray, address, workers)
     try:
-        task = ray.remote(cell_task)
-        shipped: dict[str, object] = {}  # one object-store copy per distinct (model, remedy)
-        gens: dict = {}
-
-        def finish(c: _Cell, st: dict) -> None:
-            results[c.cell["id"]] = st
-            if progress:
-                progress.running += 0 if c.started else 1  # finished() counts it out of running
-                progress.finished(st)
-            c.started = False
-
-        def submit(c: _Cell) -> None:
-            cid, cfg = c.cell["id"], c.cell["config"]
-            rd = run_dir(out, cid)
-            finished = record_if_finished(out, cid)
-            if finished is not None:
-                finish(c, finished)
-                return
-            prev = read_status(out, cid) or {}
-            key = json.dumps([cfg.get("model", "default"), cfg.get("remedy", "none")])
-            try:
-                if key not in shipped:
-                    shipped[key] = ray.put(bundle(cfg))
-            except (OSError, ValueError) as e:  # a file the cell names is missing on the driver
-                finish(c, write_status(out, cid, "failed", one_line(e), 0.0, prev.get("attempts", 0) + 1))
-                return
-            c.tries, c.started, c.submitted = c.tries + 1, False, time.monotonic()
-            gen = task.options(num_cpus=cfg.get("threads", 1), resources=dict(resources or {}), max_retries=0,
-                               name=f"cell {cid}").remote(c.cell, shipped[key], read_run(rd))
-            gens[gen] = c
-
-        def lost(c: _Cell, err: BaseException) -> None:
-            cid = c.cell["id"]
-            if progress and c.started:
-                progress.running -= 1
-            c.started = False
-            ckpt = run_dir(out, cid) / CKPT
-            step = checkpoint_step(ckpt.read_bytes()) if ckpt.is_file() else 0
-            where = f"node {c.node[:12]}" if c.node else "a worker"
-            if c.tries < max_attempts:
-                log(f"cell {cid}: lost on {where} ({one_line(err)}); resuming from step {step} "
-                    f"(submission {c.tries + 1} of {max_attempts})")
-                submit(c)
-                return
-            prev = read_status(out, cid) or {}
-            finish(c, write_status(out, cid, "failed",
-                                   f"ray: worker or node lost {c.tries} times (last on {where}: {one_line(err)})",
-                                   time.monotonic() - c.submitted, max(prev.get("attempts", 0), 1)))
-
-        for cell in cells:
-            submit(_Cell(cell))
-        while gens:
-            if progress:
-                progress.emit()
-            ready, _ = ray.wait(list(gens), num_returns=1, timeout=5.0 if progress else None)
-            for gen in ready:
-                c = gens[gen]
-                cid = c.cell["id"]
-                try:
-                    msg = ray.get(next(gen))
-                except StopIteration:
-                    del gens[gen]
-                    lost(c, RuntimeError("the cell task ended without a result"))
-                    continue
-                except ray.exceptions.RayTaskError as e:  # our task code itself raised: retrying would repeat it
-                    del gens[gen]
-                    prev = read_status(out, cid) or {}
-                    finish(c, write_status(out, cid, "failed", f"ray task raised {one_line(e.cause or e)}",
-                                           time.monotonic() - c.submitted, max(prev.get("attempts", 0), 1)))
-                    continue
-                except Exception as e:  # noqa: BLE001 - a dead worker or node: resume elsewhere or record it
-                    del gens[gen]
-                    lost(c, e)
-                    continue
-                if msg["kind"] == "started":
-                    c.started, c.node = True, msg["node"]
-                    prev = read_status(out, cid) or {}
-                    write_status(out, cid, "running", None, 0.0, int(prev.get("attempts", 0)) + 1)
-                    # A new attempt: an earlier attempt's end markers no longer describe the run (rundir.begin).
-                    clear_end_markers(run_dir(out, cid))
-                    if progress:
-                        progress.running += 1
-                elif msg["kind"] == "checkpoint":
-                    write_run(run_dir(out, cid), msg["files"])
-                else:
-                    del gens[gen]
-                    write_run(run_dir(out, cid), msg["files"])
-                    prev = read_status(out, cid) or {}
-                    finish(c, write_status(out, cid, msg["status"], msg["error"], msg["wall_s"],
-                                           max(int(prev.get("attempts", 0)), 1)))
+        results = _RayRun(ray, out, progress, resources, max_attempts, timeouts).run(cells)
     finally:
         if started:
             ray.shutdown()
     if progress:
         progress.emit(force=True)
-    return [results[c["id"]] for c in cells]
+    return results
