@@ -1,6 +1,6 @@
 """The gate's checkpoints: the shipped warm starts, and production-shape models built at run time.
 
-The tiny warm starts (head_dim 32, a 36-token vocabulary) never reach the kernel paths an engine runs in
+The tiny warm starts (head_dim 32, a 99-token vocabulary) never reach the kernel paths an engine runs in
 production: head_dim 128 attention, a 151,936-wide LM head, a 128-expert top-8 MoE layer. A production
 shape keeps a real model's geometry, truncated to one decoder layer, random-initialised from a fixed seed
 at run time (nothing downloaded or shipped), so those paths run. Its weights are random, so what it checks
