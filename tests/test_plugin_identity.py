@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from plugin_text import HALVE, HEADER
 from timbench.grid.layout import prepare
 from timbench.grid.spec import expand, parse_grid
 from timbench.remedies.identity import (comparable_remedy, content_hash, is_file_spec, other_version,
@@ -18,16 +19,7 @@ from timbench.rl.rundir import RunDir
 from timbench.schema import is_known
 from timbench.submit.extras import markdown_lines, plugin_metrics
 
-PLUGIN = '''
-import torch
-from timbench.remedies import Remedy, finish, log_rho
-
-class Halve(Remedy):
-    name = "halve"
-    doc = "weights 0.5"
-    def __call__(self, batch):
-        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5), extra={"halve/scale": 0.5})
-
+PLUGIN = HEADER + HALVE + '''
 class Nameless(Remedy):
     doc = "no name"
     def __call__(self, batch):

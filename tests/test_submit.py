@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from plugin_text import HALVE, HEADER
 from timbench.cli import main
 from timbench.runners.driver import run_cells
 from timbench.submit.run import MASKED_ALL
@@ -29,16 +30,7 @@ TRACK = {"track": "tiny", "version": 1, "remedies": ["none", "tis_token"],
                            "eval_n": 2, "checkpoint_every": 1},
                   "axes": {"condition": ["baseline", "noise-g2"], "seed": [0, 1]}, "reference": "baseline"}}
 
-PLUGINS = '''
-import torch
-from timbench.remedies import Remedy, finish, log_rho
-
-class Halve(Remedy):
-    name = "halve"
-    doc = "weights 0.5"
-    def __call__(self, batch):
-        return finish(batch, weights=torch.full_like(log_rho(batch), 0.5), extra={"halve/scale": 0.5})
-
+PLUGINS = HEADER + HALVE + '''
 class NaNWeights(Remedy):
     name = "nan_weights"
     doc = "returns NaN weights"
