@@ -132,13 +132,13 @@ def test_frequency_test_and_chi2_on_hand_computed_cases():
     assert chi2_sf(18.307038053275146, 10) == pytest.approx(0.05, rel=1e-12)
     assert chi2_sf(5.0, 0) == 1.0 and chi2_sf(math.inf, 3) == 0.0
     # 100 draws, claimed p = 0.5 / 0.3 (0.2 never drawn): bins 60/50, 40/30, pool 0/20 -> 2 + 3.333 + 20
-    r = frequency_test({1: 60, 2: 40}, {1: math.log(0.5), 2: math.log(0.3)}, 100)
+    r = frequency_test({1: 60, 2: 40}, {1: 0.5, 2: 0.3}, 100)
     assert r["dof"] == 2 and r["chi2"] == pytest.approx(2.0 + 10 / 3 + 20.0) and r["prob_mass"] == pytest.approx(0.8)
     # a token expected < 5 times joins the pool of the never-drawn mass: bins 98/97, pool 2/3
-    r = frequency_test({1: 98, 2: 2}, {1: math.log(0.97), 2: math.log(0.01)}, 100)
+    r = frequency_test({1: 98, 2: 2}, {1: 0.97, 2: 0.01}, 100)
     assert r["dof"] == 1 and r["chi2"] == pytest.approx(1 / 97 + 1 / 3)
     # probabilities summing past 1 (logprobs of zero for two tokens) are no distribution at all
-    assert frequency_test({1: 5, 2: 5}, {1: 0.0, 2: 0.0}, 10)["chi2"] == math.inf
+    assert frequency_test({1: 5, 2: 5}, {1: 1.0, 2: 1.0}, 10)["chi2"] == math.inf
 
 
 def test_sampling_semantics_does_not_apply_to_synthetic_noise(model, suite):

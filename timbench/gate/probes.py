@@ -133,12 +133,10 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
                  {"tensors_differ": 0, "max_abs_diff": 0.0})
 
 
-def frequency_test(counts: dict[int, int], logprobs: dict[int, float], n: int, min_expected: float = 5.0) -> dict:
-    """Pearson's chi-square of `n` draws' token `counts` against the probabilities exp(logprob) the engine returned
-    for them. Tokens expected fewer than `min_expected` times are pooled with the mass of every token never drawn
+def frequency_test(counts: dict[int, int], probs: dict[int, float], n: int, min_expected: float = 5.0) -> dict:
+    """Pearson's chi-square of `n` draws' token `counts` against the probabilities the engine returned for them. Tokens expected fewer than `min_expected` times are pooled with the mass of every token never drawn
     (1 - the returned probabilities' sum), so the test needs no access to the engine's full distribution.
     Returned probabilities summing past 1 cannot be one distribution: chi2 = inf."""
-    probs = {t: math.exp(lp) for t, lp in logprobs.items()}
     mass = math.fsum(probs.values())
     if mass > 1 + 1e-6:
         return {"chi2": math.inf, "dof": 0, "prob_mass": mass}
@@ -177,7 +175,7 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
             seen.setdefault(c.token_ids[0], []).append(float(c.logprobs[0]))
         spread = max([spread] + [max(v) - min(v) for v in seen.values()])
         probs = {t: math.fsum(math.exp(x) for x in v) / len(v) for t, v in seen.items()}
-        r = frequency_test({t: len(v) for t, v in seen.items()}, {t: math.log(q) for t, q in probs.items()}, n)
+        r = frequency_test({t: len(v) for t, v in seen.items()}, probs, n)
         chi2, dof, mass = chi2 + r["chi2"], dof + r["dof"], max(mass, r["prob_mass"])
     p_value = 0.0 if chi2 == math.inf else chi2_sf(chi2, dof)
     numbers = {"draws": n * p["prompts"], "chi2": chi2, "dof": dof, "p_value": p_value,

@@ -118,8 +118,9 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
         for c in doc["cells"]:
             cid = c["id"]
             if cid in cells:
-                for key in ("axes", "reference", "config"):  # a plug-in's path aside: its id holds name@hash
-                    if comparable_cell(cells[cid]).get(key) != comparable_cell(c).get(key):
+                have, new = comparable_cell(cells[cid]), comparable_cell(c)  # a plug-in's path aside: id has name@hash
+                for key in ("axes", "reference", "config"):
+                    if have.get(key) != new.get(key):
                         raise ValueError(f"cannot merge {src}: cell {cid} is declared differently in {key} "
                                          f"than in {chosen[cid] or 'an earlier source'}")
             else:

@@ -24,6 +24,7 @@ from matplotlib.textpath import text_to_path
 
 from .plots import _no_data, plt
 from .seeds import is_finished, trained_nothing
+from .stats import mean
 
 CELL_W, CELL_H = 0.82, 0.46
 """One square in inches: wide enough for "C 3/3@16" in bold, tall enough for three lines of 7.5-pt text."""
@@ -35,8 +36,7 @@ NO_SCORE = dict(facecolor="#f2f2f2", edgecolor="none", linewidth=0)
 
 
 def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+    return mean([x for x in xs if x is not None])
 
 
 def heat_text(cell: list[dict]) -> tuple[str, float | None, str]:

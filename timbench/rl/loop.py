@@ -68,13 +68,13 @@ class Lane:
 
 
 def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Spec, trainer_spec: Spec,
-              max_seqs: int, remedy: Remedy) -> Lane:
+              max_seqs: int, remedy: Remedy, plugin_timeout: float = PLUGIN_CALL_TIMEOUT_S) -> Lane:
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
     opt = AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     engine = make_engine(base.config, engine_spec, max_num_seqs=max_seqs, weights=model)
     ref = base.eval().requires_grad_(False) if cfg.kl_coef > 0 else None  # the frozen warm start
-    lane = Lane(name, model, opt, ref, engine, Compute.from_spec(trainer_spec), remedy)
+    lane = Lane(name, model, opt, ref, engine, Compute.from_spec(trainer_spec), remedy, plugin_timeout=plugin_timeout)
     if engine_spec.staleness:
         lane.history = PolicyHistory(engine_spec.staleness, model)
         lane.behavior = Qwen3ForCausalLM(base.config)
@@ -294,11 +294,11 @@ class _Session:
         n = cfg.prompts_per_step * cfg.group_size
         # The remedy's spec overrides (e.g. fp16) apply to the main lane only: the twin is the zero-mismatch
         # reference by definition, and its other hooks are no-ops there (rho == 1, routings agree).
-        self.lanes = [make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl)]
+        self.lanes = [make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl,
+                                plugin_timeout)]
         if cfg.twin:
-            self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl))
-        for lane in self.lanes:
-            lane.plugin_timeout = plugin_timeout
+            self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl,
+                                        plugin_timeout))
         self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n))
         # A quantized rollout engine also gets its policy measured on its own (greedy, fp32 exact otherwise):
         # "quantization hurt the policy" vs "mismatch hurt training".

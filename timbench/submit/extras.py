@@ -6,14 +6,9 @@ remedy's finished mismatched cells, overall and per (condition, mode) setting, t
 
 from __future__ import annotations
 
-import math
-
+from ..report.stats import mean
 from ..report.summary import extra_columns
 from ..schema import REMEDY_EXTRA_PREFIX
-
-
-def _mean(xs: list[float]) -> float | None:
-    return math.fsum(xs) / len(xs) if xs else None
 
 
 def plugin_metrics(rows: list[dict], remedy: str) -> dict:
@@ -25,8 +20,8 @@ def plugin_metrics(rows: list[dict], remedy: str) -> dict:
         have = [r for r in mine if r.get(col) is not None]
         settings = sorted({f"{r['condition']}/{r['mode']}" for r in have})
         out[col[len(REMEDY_EXTRA_PREFIX):]] = {
-            "mean": _mean([float(r[col]) for r in have]), "cells": len(have),
-            "by_setting": {s: _mean([float(r[col]) for r in have if f"{r['condition']}/{r['mode']}" == s])
+            "mean": mean([float(r[col]) for r in have]), "cells": len(have),
+            "by_setting": {s: mean([float(r[col]) for r in have if f"{r['condition']}/{r['mode']}" == s])
                            for s in settings}}
     return out
 
