@@ -120,6 +120,33 @@ def _needs_exact_engine(spec) -> str | None:
     return None
 
 
+def _device(v: str) -> str:
+    """cpu, cuda or cuda:N (torch's device names for the devices an engine can run on)."""
+    kind, _, index = v.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise ValueError
+    return v
+
+
+DEVICE_KEYS = ("engine", "kernels", "dtype", "logits_dtype", "attn_splits", "tp", "tp_reduce", "router_dtype",
+               "fault", "device")
+"""The keys whose arithmetic runs on any torch device; the others (exact kernels, quantization, keyed noise,
+mma_accum, staleness) are numba / NumPy code on host memory."""
+
+
+def _device_capable(spec) -> str | None:
+    if spec.device == "cpu":
+        return None
+    if spec.engine == "timbench" and spec.kernels != "torch":
+        return (f"device={spec.device} needs kernels=torch on timbench's engine (the exact kernels are CPU "
+                f"code; the zero-mismatch reference stays on the CPU)")
+    default = Spec()
+    off = [f"{k}={getattr(spec, k)}" for k in SPEC_KEYS if k not in DEVICE_KEYS and getattr(spec, k) != getattr(default, k)]
+    if off:
+        return f"device={spec.device} runs only the keys {', '.join(DEVICE_KEYS)}; {', '.join(off)} is host-only"
+    return None
+
+
 # The one definition of every condition key; `Spec` (below) is generated from it, in this order.
 SPEC_KEYS: dict[str, SpecKey] = {
     "engine": SpecKey(_choice("timbench", "vllm"), "timbench|vllm",
@@ -173,6 +200,9 @@ SPEC_KEYS: dict[str, SpecKey] = {
                                                      for k, n in NOISE_KINDS.items()),
                      "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",),
                      Noise()),
+    "device": SpecKey(_device, "cpu|cuda|cuda:N",
+                      "the torch device the engine runs on (kernels=torch or engine=vllm); the trainer and the "
+                      "zero-mismatch reference stay on the CPU", ("engine",), "cpu", check=_device_capable),
 }
 
 

@@ -49,7 +49,7 @@ def score(model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, g
     group them; default: all in one batch. Float64 specs run under no_grad.
     """
     c = Compute.from_spec(spec)
-    n = len(seqs)
+    n, dev = len(seqs), model.lm_head_weight.device  # an engine's model may sit on a GPU (spec key `device`)
     groups = groups or [list(range(n))]
     out_lp, out_am, out_rt, out_lv = [None] * n, [None] * n, [None] * n, ([None] * n if levels else None)
     with torch.no_grad():
@@ -57,24 +57,24 @@ def score(model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, g
             chunk = [seqs[i] for i in g]
             ids, p_len, r_len = pack(chunk, model.config.pad_token_id)
             hs = [] if levels else None  # per-layer residuals, then the final norm
-            logits, routing = model(ids, c, hiddens=hs)
+            logits, routing = model(ids.to(dev), c, hiddens=hs)
             r_max = int(r_len.max())
             j = torch.arange(r_max)
             mask = j[None, :] < r_len[:, None]
             src = (p_len[:, None] - 1 + j[None, :]).clamp(max=ids.shape[1] - 1)
             tgt = torch.where(mask, ids.gather(1, (src + 1).clamp(max=ids.shape[1] - 1)), 0)
             rows = torch.arange(len(chunk))[:, None]
-            lp_all = token_logprobs_all(logits[rows, src], temperature, c.kernels)
+            lp_all = token_logprobs_all(logits[rows.to(dev), src.to(dev)], temperature, c.kernels).cpu()
             lp = lp_all.gather(-1, tgt[..., None])[..., 0]
             am = lp_all.argmax(-1)
             for r, i in enumerate(g):
                 m = int(r_len[r])
                 out_lp[i], out_am[i] = lp[r, :m].clone(), am[r, :m].clone()
                 if routing is not None:
-                    out_rt[i] = routing[r, : int(p_len[r]) + m - 1].clone()
+                    out_rt[i] = routing[r, : int(p_len[r]) + m - 1].cpu().clone()
                 if levels:
-                    s = src[r, :m]
-                    out_lv[i] = [t[r, s].double() for t in [*hs, logits]]
+                    s = src[r, :m].to(dev)
+                    out_lv[i] = [t[r, s].double().cpu() for t in [*hs, logits]]
     return Scored(out_lp, out_am, out_rt, out_lv)
 
 

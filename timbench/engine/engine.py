@@ -17,6 +17,7 @@ import torch
 from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..quant import QuantCache
 from ..spec import Spec, parse_spec
+from .device import resolve_device
 from .sampler import SamplingParams, sample
 from .score import EngineScores, score_sequences
 from .sequence import Completion, Request, Sequence, check_request
@@ -33,7 +34,8 @@ class Engine:
             raise ValueError(f"Engine runs engine=timbench specs; use timbench.engine.make_engine for "
                              f"engine={self.spec.engine}")
         self.compute = Compute.from_spec(self.spec)
-        self.model = Qwen3ForCausalLM(config).to(self.compute.dtype).eval().requires_grad_(False)
+        self.device = resolve_device(self.spec.device)
+        self.model = Qwen3ForCausalLM(config).to(self.device, self.compute.dtype).eval().requires_grad_(False)
         # Engine weights change only in load_weights, so a kernel set may keep per-weight
         # layouts (exact: transposed fp32 copies) until then; load_weights invalidates them.
         self.compute.kernels.cache_weights(True)
@@ -43,8 +45,8 @@ class Engine:
         shape = (max_num_seqs, self.max_len, config.num_key_value_heads, config.head_dim)
         # Cache in fp32: values are already rounded to the activation dtype, so storing them
         # wider is exact and lets the fixed-order kernels read it without a conversion.
-        self.k_cache = [torch.zeros(shape) for _ in range(config.num_hidden_layers)]
-        self.v_cache = [torch.zeros(shape) for _ in range(config.num_hidden_layers)]
+        self.k_cache = [torch.zeros(shape, device=self.device) for _ in range(config.num_hidden_layers)]
+        self.v_cache = [torch.zeros(shape, device=self.device) for _ in range(config.num_hidden_layers)]
 
     # --- weights ----------------------------------------------------------------------------
     def load_weights(self, state: Mapping[str, torch.Tensor] | Qwen3ForCausalLM) -> None:
@@ -119,34 +121,36 @@ class Engine:
         pos = torch.tensor([s.length for s in seqs])  # absolute position of the token to sample
         return sample(logits, params, req, pos, self.compute.kernels, self.compute.noise)  # the spec it carries
 
+    def _tensor(self, values, dtype=torch.long):
+        return torch.tensor(values, dtype=dtype, device=self.device)
+
     def _prefill(self, seqs: list[Sequence], params: SamplingParams) -> None:
         lens = [len(s.request.prompt_ids) for s in seqs]
         width = max(lens)
         ids = torch.full((len(seqs), width), self.config.pad_token_id, dtype=torch.long)
         for i, s in enumerate(seqs):
             ids[i, : lens[i]] = torch.tensor(s.request.prompt_ids)
-        slots = torch.tensor([s.slot for s in seqs])
+        ids, slots = ids.to(self.device), self._tensor([s.slot for s in seqs])
 
         def on_kv(layer, k, v):
             self.k_cache[layer][slots, :width] = k.float()
             self.v_cache[layer][slots, :width] = v.float()
 
         logits, routing = self.model(ids, self.compute, on_kv=on_kv)
-        last = torch.tensor(lens) - 1
-        logits = logits[torch.arange(len(seqs)), last]
+        logits = logits[self._tensor(range(len(seqs))), self._tensor(lens) - 1]
         if routing is not None:
             for i, s in enumerate(seqs):
-                s.routes.append(routing[i, : lens[i]])
+                s.routes.append(routing[i, : lens[i]].cpu())
         tok, lp = self._sample(seqs, logits, params)
         self._append(seqs, tok, lp)
 
     def _decode(self, seqs: list[Sequence], params: SamplingParams) -> None:
-        ids = torch.tensor([s.last_token for s in seqs])
-        pos = torch.tensor([s.length - 1 for s in seqs])
-        slots = torch.tensor([s.slot for s in seqs])
+        ids = self._tensor([s.last_token for s in seqs])
+        pos = self._tensor([s.length - 1 for s in seqs])
+        slots = self._tensor([s.slot for s in seqs])
         logits, routing = self.model.decode(ids, pos, self.compute, self.k_cache, self.v_cache, slots)
         if routing is not None:
             for i, s in enumerate(seqs):
-                s.routes.append(routing[i : i + 1])
+                s.routes.append(routing[i : i + 1].cpu())
         tok, lp = self._sample(seqs, logits, params)
         self._append(seqs, tok, lp)

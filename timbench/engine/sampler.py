@@ -50,7 +50,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos:
            kernels: KernelSet, noise: Noise = Noise()) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of logits[B, V]; returns (tokens[B], logprobs[B])."""
     logits = perturb_logits(logits, noise, params, req, pos, kernels)
-    lp = token_logprobs_all(logits, params.temperature, kernels)
+    # The model may run on a GPU (the `device` key); sampling stays on the host, keyed, the same everywhere.
+    lp = token_logprobs_all(logits, params.temperature, kernels).cpu()
     if params.top_p < 1.0:
         lp = _top_p(lp, params.top_p)
     if params.temperature == 0:

@@ -46,7 +46,7 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
         raise ValueError(f"scoring through an engine needs engine=timbench (got engine={spec.engine}): only "
                          "timbench's engine path can be re-run here")
     c = Compute.from_spec(spec)
-    cfg = model.config
+    cfg, dev = model.config, model.lm_head_weight.device  # the engine's device (spec key `device`)
     n = len(seqs)
     rids = torch.tensor(list(request_ids) if request_ids is not None else range(n))
     plen = torch.tensor([len(p) for p, _ in seqs])
@@ -56,8 +56,8 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
         raise ValueError(f"sequence length {t_max} exceeds max_position_embeddings={cfg.max_position_embeddings}")
     cache_dtype = torch.float64 if c.dtype == torch.float64 else torch.float32  # the engine's is fp32
     shape = (n, t_max, cfg.num_key_value_heads, cfg.head_dim)
-    kc = [torch.zeros(shape, dtype=cache_dtype) for _ in range(cfg.num_hidden_layers)]
-    vc = [torch.zeros(shape, dtype=cache_dtype) for _ in range(cfg.num_hidden_layers)]
+    kc = [torch.zeros(shape, dtype=cache_dtype, device=dev) for _ in range(cfg.num_hidden_layers)]
+    vc = [torch.zeros(shape, dtype=cache_dtype, device=dev) for _ in range(cfg.num_hidden_layers)]
     params = SamplingParams(temperature=temperature, seed=seed)
     lps = [torch.empty(int(r), dtype=torch.float64) for r in rlen]  # fp32 values widen exactly
     ams = [torch.empty(int(r), dtype=torch.long) for r in rlen]
@@ -66,14 +66,14 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
     def step(rows, logits, hs, j):
         # Sampler: logit noise keyed by (seed, request, absolute position of the sampled token).
         noisy = perturb_logits(logits, spec.noise, params, rids[rows], plen[rows] + j, c.kernels)
-        lp_all = token_logprobs_all(noisy, temperature, c.kernels)
+        lp_all = token_logprobs_all(noisy, temperature, c.kernels).cpu()  # the sampler's side: host memory
         tok = torch.tensor([seqs[int(i)][1][j] for i in rows])
         lp = lp_all.gather(-1, tok[:, None])[:, 0]
         am = lp_all.argmax(-1)
         for r, i in enumerate(rows.tolist()):
             lps[i][j], ams[i][j] = lp[r], am[r]
             if levels:
-                lvs[i].append([t[r].double() for t in [*hs, logits]])
+                lvs[i].append([t[r].double().cpu() for t in [*hs, logits]])
 
     with torch.no_grad():
         # Prefill every prompt in one padded batch (the engine admits them together).
@@ -81,7 +81,7 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
         ids = torch.full((n, width), cfg.pad_token_id, dtype=torch.long)
         for i, (p, _) in enumerate(seqs):
             ids[i, : len(p)] = torch.tensor(list(p))
-        slots = torch.arange(n)
+        ids, slots = ids.to(dev), torch.arange(n, device=dev)
 
         def on_kv(i, k, v):
             kc[i][slots, :width] = k.to(cache_dtype)
@@ -89,14 +89,14 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
 
         hs = [] if levels else None
         logits, _ = model(ids, c, on_kv=on_kv, hiddens=hs)
-        last = plen - 1
-        step(slots, logits[slots, last], [t[slots, last] for t in hs] if levels else [], 0)
+        last = plen.to(dev) - 1
+        step(slots.cpu(), logits[slots, last], [t[slots, last] for t in hs] if levels else [], 0)
         # Decode: token j-1 goes in at position plen + j - 1 and the logits score token j.
         for j in range(1, int(rlen.max())):
             rows = torch.nonzero(rlen > j)[:, 0]
-            ids = torch.tensor([seqs[int(i)][1][j - 1] for i in rows])
+            ids = torch.tensor([seqs[int(i)][1][j - 1] for i in rows], device=dev)
             hs = [] if levels else None
-            logits, _ = model.decode(ids, plen[rows] + j - 1, c, kc, vc, rows, hiddens=hs)
+            logits, _ = model.decode(ids, (plen[rows] + j - 1).to(dev), c, kc, vc, rows.to(dev), hiddens=hs)
             step(rows, logits, hs or [], j)
     out_lv = None
     if levels:  # per sequence: per level [R, width]

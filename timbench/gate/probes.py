@@ -124,7 +124,7 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
     numbers = {}
     if hasattr(engine, "model"):
         own, want = engine.model.state_dict(), trained.state_dict()
-        stale = [k for k, v in own.items() if k in want and not torch.equal(v, want[k].to(v.dtype))]
+        stale = [k for k, v in own.items() if k in want and not torch.equal(v.cpu(), want[k].to(v.dtype))]
         numbers["tensors"], numbers["tensors_differ"] = len(own), len(stale)
     reqs = _requests("gate:ws", model.config.vocab_size, p["requests"], p["max_new_tokens"])
     tokens, worst = _diff(engine.generate(reqs, params), make(trained).generate(reqs, params))

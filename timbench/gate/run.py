@@ -20,7 +20,8 @@ from .suite import Suite
 
 NUMERIC_ENV = ("VLLM_BATCH_INVARIANT", "VLLM_ATTENTION_BACKEND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_V1",
                "VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-               "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG")
+               "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG",
+               "NVIDIA_TF32_OVERRIDE")
 
 
 def identity(spec, suite: Suite) -> dict:
@@ -28,6 +29,7 @@ def identity(spec, suite: Suite) -> dict:
 
     from .. import __version__
     from ..cli import _dist_version, _git_revision
+    from ..engine.device import describe
     from ..fingerprint import machine
     from ..submit.track import code_hash  # the code version submissions record: one definition
     ident = {"engine_spec": str(spec), "engine_package": "vllm" if spec.engine == "vllm" else "timbench",
@@ -36,6 +38,9 @@ def identity(spec, suite: Suite) -> dict:
              "machine": machine(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
              "suite": suite.name, "suite_version": suite.version, "timbench": __version__,
              "timbench_git": _git_revision(), "timbench_code": code_hash()}
+    accelerator = describe(torch.device(spec.device))  # {} on the CPU: a CPU gate.json reads as before
+    if accelerator:
+        ident["accelerator"] = accelerator
     ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return ident
 

@@ -86,7 +86,7 @@ def split_decode_attention_torch(q, k_cache, v_cache, slots, lengths, splits: in
     rep = h // k.shape[2]
     k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     scores = torch.einsum("bhd,bthd->bht", q.float(), k.float()) / math.sqrt(d)
-    t = torch.arange(t_max)
+    t = torch.arange(t_max, device=lengths.device)
     cs = (lengths + splits - 1) // splits                       # per-row chunk size
     chunk = t[None, :] // cs[:, None]                            # [B, T] chunk id of each key
     valid = t[None, :] < lengths[:, None]

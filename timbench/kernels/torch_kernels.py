@@ -56,7 +56,7 @@ class TorchKernels:
         t_max = int(lengths.max())
         k = k_cache[slots, :t_max].to(q.dtype).transpose(1, 2)  # cache is fp32; values are exact in q.dtype
         v = v_cache[slots, :t_max].to(q.dtype).transpose(1, 2)
-        mask = torch.arange(t_max)[None, :] < lengths[:, None]
+        mask = torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]
         out = F.scaled_dot_product_attention(
             q[:, :, None, :], k, v, attn_mask=mask[:, None, None, :],
             enable_gqa=q.shape[1] != k.shape[1])

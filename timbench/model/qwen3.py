@@ -205,7 +205,8 @@ class Qwen3ForCausalLM(nn.Module):
             replay = replay.reshape(-1, replay.shape[-1])
         weights, experts = kn.router_topk(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
         weights = weights.to(c.dtype)
-        per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype)
+        per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype,
+                               device=flat.device)
         for e in torch.unique(experts).tolist():
             tok, rank = torch.nonzero(experts == e, as_tuple=True)
             y = self._mlp(flat[tok], moe.experts[e], c)
@@ -276,7 +277,7 @@ class Qwen3ForCausalLM(nn.Module):
         if ids.shape[1] > self.config.max_position_embeddings:
             raise ValueError(f"sequence length {ids.shape[1]} exceeds max_position_embeddings="
                              f"{self.config.max_position_embeddings}")
-        pos = torch.arange(ids.shape[1]).expand(ids.shape)
+        pos = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
 
         def attend(i, q, k, v):
             if on_kv is not None:
