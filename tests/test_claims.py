@@ -4,6 +4,7 @@ headline, and bad input (a missing dir, a dir without cells) as one-line errors 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -183,7 +184,11 @@ def test_every_claim_cites_its_source():
         assert c.source and any(s in doc for s in ("arXiv", "Yao", "study", "IcePop")), c.id
 
 
-def test_cli_writes_claims_and_refuses_bad_input(tmp_path, capsys):
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cli_writes_claims_and_refuses_bad_input(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the committed results/ paths
     out = tmp_path / "claims"
     assert main(["claims", "results/vllm_moe", "results/align", "--out", str(out)]) == 0
     md, doc = (out / "claims.md").read_text(), json.loads((out / "claims.json").read_text())
@@ -199,6 +204,10 @@ def test_cli_writes_claims_and_refuses_bad_input(tmp_path, capsys):
     assert main(["claims", str(empty), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "neither cells.json" in err
+    (empty / "cells.json").write_text('{"cells": []}')
+    assert main(["claims", str(empty), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no finished cells" in err
     assert (out / "claims.json").read_text() == json.dumps(doc, indent=1, sort_keys=True) + "\n"  # not clobbered
 
 
