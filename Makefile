@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper align test test-vllm test-ray test-browser bench clean
+.PHONY: setup setup-vllm quick paper claims align test test-vllm test-ray test-browser bench clean
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -53,6 +53,14 @@ paper: setup
 	$(VENV)/bin/timbench paper $(PAPER_OUT) --out $(PAPER_OUT)
 	$(VENV)/bin/timbench grid report $(PAPER_OUT) --out $(PAPER_OUT)
 	cat $(PAPER_OUT)/paper.md
+
+# The field's other claims (README "The field's claims"), from the committed grids and alignment tables (seconds, no
+# runs). Writes under build/; `make claims CLAIMS_OUT=results/claims` updates the committed files.
+CLAIMS_OUT ?= build/claims
+CLAIMS_DIRS = results/paper results/lowprec results/quick results/staleness_quick results/tracks/quick results/vllm_moe results/align
+claims: setup
+	$(VENV)/bin/timbench claims $(CLAIMS_DIRS) --out $(CLAIMS_OUT)
+	cat $(CLAIMS_OUT)/claims.md
 
 # Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;
 # `make align ALIGN_OUT=results/align` updates it).

@@ -1,6 +1,6 @@
 """A bad `--out` (an existing file, a path under a file, a place nobody can write) is one error line.
 
-`train`, `grid run`, `align --table` and `warmstart` share `timbench.atomic.check_output_dir`; each command is
+`train`, `grid run`, `align --table`, `warmstart` and `claims` share `timbench.atomic.check_output_dir`; each command is
 driven through `timbench.cli.main` as a user would, and must exit 2 with one stderr line naming the
 path, write nothing, and leave the file that was in the way untouched.
 
@@ -25,6 +25,7 @@ COMMANDS = {
     "grid run": lambda out: ["grid", "run", "bench/grids/quick.yaml", "--out", out],
     "align --table": lambda out: ["align", "--table", "bench/align_quick.yaml", "--out", out],
     "warmstart": lambda out: ["warmstart", "--task", "add-3d-v1", "--model", "tiny-dense", "--out", out],
+    "claims": lambda out: ["claims", "results/align", "--out", out],
 }
 on_linux_proc = pytest.mark.skipif(not sys.platform.startswith("linux") or not os.path.isdir("/proc/self"),
                                    reason="needs Linux procfs")

@@ -2,6 +2,7 @@
 
     timbench grid report results/NAME [--out build/NAME]
     timbench paper results/paper [--out build/paper]
+    timbench claims DIR... [--out build/claims]
     timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json] [--bytes]
 """
 
@@ -53,17 +54,22 @@ def default_out(source: str, fallback: str) -> str:
     return source.rstrip("/")
 
 
-def _cmd_paper(args) -> int:
+def _written(command: str, out: str, write) -> int:
+    """Refuse an unwritable `out` first (one line), then run `write()` and list the files it wrote."""
     from ..atomic import check_output_dir
+    check_output_dir(out)
+    written = write()
+    for p in written.values():
+        print(p)
+    print(f"timbench {command}: wrote {len(written)} files into {out}", file=sys.stderr)
+    return 0
+
+
+def _cmd_paper(args) -> int:
     from .paper import write_paper
     d = args.dir.rstrip("/")
     out = args.out or default_out(d, "build/paper")
-    check_output_dir(out)
-    written = write_paper(d, out=out)
-    for p in written.values():
-        print(p)
-    print(f"timbench paper: wrote {len(written)} files into {out}", file=sys.stderr)
-    return 0
+    return _written("paper", out, lambda: write_paper(d, out=out))
 
 
 def add_paper_parser(sub) -> None:
@@ -74,6 +80,25 @@ def add_paper_parser(sub) -> None:
     p.add_argument("--out", help="where paper.md/.json and figures/ go (default: results/X -> build/X, "
                                  "else DIR itself; give --out results/X to update the committed files)")
     p.set_defaults(func=_cmd_paper)
+
+
+def _cmd_claims(args) -> int:
+    from .claims import write_claims
+    dirs = [d.rstrip("/") for d in args.dirs]
+    command = "timbench claims " + " ".join(dirs) + f" --out {args.out}"
+    return _written("claims", args.out, lambda: write_claims(dirs, args.out, command=command))
+
+
+def add_claims_parser(sub) -> None:
+    """Register `timbench claims DIR...`."""
+    p = sub.add_parser("claims", help="the field's published claims about mismatch (FP16, routing replay, TIS/MIS, "
+                                      "IcePop, FP8-RL, TRIAGE, ...) checked against grid result dirs and "
+                                      "alignment tables, one verdict per claim")
+    p.add_argument("dirs", nargs="+", help="grid result dirs (results/paper, results/lowprec, ...) and alignment "
+                                           "dirs (results/align)")
+    p.add_argument("--out", default="build/claims", help="where claims.md/.json go (default build/claims; give "
+                                                         "--out results/claims to update the committed files)")
+    p.set_defaults(func=_cmd_claims)
 
 
 def _cmd_compare(args) -> int:

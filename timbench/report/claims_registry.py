@@ -1,0 +1,117 @@
+"""The registry of the field's claims (`CLAIMS`), their verdict vocabulary and the pieces the rules share.
+
+A claim is data (id, source, the claim as published) plus one small rule function (registered with `@claim`
+in timbench.report.claims_rules) that returns its sub-claims (timbench.report.paper_claims.Sub), each with
+the numbers and the rule that decided it. The vocabulary is `timbench paper`'s: reproduced (the claimed effect
+is detected: a 95% interval over seeds, paired by seed, excludes no effect in the claimed direction),
+consistent, no difference detected (a claim of no difference whose interval contains 0, with the smallest
+detectable effect), not reproduced, reversed; plus `not testable here` (no committed grid or table holds the
+cells, with which would) and `reproduced (demonstration, one seed)` for a one-seed alignment measurement.
+A claim's headline is its weakest central sub-claim (`headline`). Sources: shared/reference/tim-literature.md
+and issue 30. Pure functions of Evidence (timbench.report.claims_data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .claims_data import Evidence
+from .leaderboard import fmt_interval as _ci
+from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, _power, _signed, collapses, mean_over_steps,
+                           over_seeds, paired, rel)
+
+NOT_TESTABLE = "not testable here"
+DEMO = "reproduced (demonstration, one seed)"
+"""A deterministic alignment measurement (one seed, thousands of tokens) that shows the effect."""
+STRENGTH = (REVERSED, NOT, NOT_TESTABLE, CONSISTENT, DEMO, REPRODUCED)
+"""Weakest first: a claim's headline is its weakest central sub-claim."""
+CLAIMS_GRID = "bench/grids/claims.yaml"
+"""The grid that runs the settings no committed grid has (fp16, MIS, IcePop, FP8 + TIS)."""
+FAR_BELOW = 10.0
+"""'Far below': the fp16 side's k3_kl at least this factor under bf16's (the source reports ~24x)."""
+ICEPOP_BAND = (0.5e-3, 4e-3)
+"""IcePop's 'masks ~1-2 per mille', read with a factor-2 tolerance."""
+THRESHOLD = 0.05
+"""'Training essentially fails once the discrepancy exceeds 0.05' (IcePop, Ring-mini-2.0)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    source: str
+    text: str
+    rule: Callable[[Evidence], list[Sub]]
+
+
+CLAIMS: list[Claim] = []
+
+
+def claim(id: str, source: str, text: str):
+    """Register a rule function as the claim `id` (in the order claims.md lists them)."""
+    def add(rule):
+        CLAIMS.append(Claim(id, source, text, rule))
+        return rule
+    return add
+
+
+def headline(subs: list[Sub]) -> str:
+    """The weakest central sub-claim's verdict, with how many sub-claims were reproduced when not all."""
+    central = [s.verdict for s in subs if s.central]
+    if not central:
+        return NOT_TESTABLE
+    head = min(central, key=STRENGTH.index)
+    done = sum(1 for s in subs if s.verdict in (REPRODUCED, DEMO))
+    return head if done in (0, len(subs)) or head in (REPRODUCED, DEMO) else \
+        f"{head} ({done} of {len(subs)} sub-claims reproduced)"
+
+
+# ---------------------------------------------------------------- shared pieces
+
+def damaged(rows: list[dict]) -> bool:
+    """A setting lost ground: >= 2/3 of its seeds collapsed, or its relative accuracy interval lies below 1."""
+    k, n = collapses(rows)
+    iv = over_seeds(rows, rel)
+    return bool(n) and (k * 3 >= 2 * n or (iv.hi is not None and iv.hi < 1))
+
+
+def untestable(what: str, would: str = CLAIMS_GRID) -> str:
+    return f"no committed grid runs {what}; the grid that would: {would}"
+
+
+def _setting(rows: list[dict]) -> str:
+    k, n = collapses(rows)
+    return f"rel {_ci(over_seeds(rows, rel))}, {k}/{n} collapsed"
+
+
+def no_difference(a: list[dict], b: list[dict], key=rel) -> tuple[str, str]:
+    """A claim of no difference: consistent when the paired interval contains 0, not reproduced when it does not."""
+    diff = paired(a, b, key)
+    if diff.lo is None:
+        return NOT_TESTABLE, f"paired over {diff.n} seed(s): too few for an interval"
+    return (CONSISTENT if diff.lo <= 0 <= diff.hi else NOT), f"paired difference {_ci(diff)} ({_power(diff)})"
+
+
+def step_mean(key: str):
+    """Per-seed key: the mean over steps of the metric `key` in that seed's cell."""
+    return lambda d, cond: (lambda r: mean_over_steps(d, cond, r, key))
+
+
+def remedy_gain(ev: Evidence, remedy: str) -> tuple[str, str]:
+    """`remedy` vs none on every (grid, condition, mode) where none lost ground: reproduced when the paired gain in
+    relative accuracy is detected at >= half of them, reversed when a loss is detected at more than a gain.
+    Staleness conditions (kind async) are left out: they test policy lag, not training-inference mismatch."""
+    out = []
+    for name, d in ev.grids.items():
+        for (cond, rem, mode), rows in d.rows.items():
+            none = d.rows.get((cond, "none", mode))
+            if rem != remedy or not none or not damaged(none) or d.kinds.get(cond) == "async":
+                continue
+            v = _signed(paired(rows, none))
+            out.append((v, f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} {_setting(rows)}, "
+                           f"gain {_ci(paired(rows, none))}"))
+    if not out:
+        return NOT_TESTABLE, untestable(f"{remedy} next to none on a mismatched condition that loses accuracy")
+    up, down = sum(v == REPRODUCED for v, _ in out), sum(v == REVERSED for v, _ in out)
+    verdict = REPRODUCED if up and up * 2 >= len(out) else REVERSED if down > up else NOT
+    return verdict, f"gain detected at {up}/{len(out)}, loss at {down}/{len(out)}; " + "; ".join(t for _, t in out)
