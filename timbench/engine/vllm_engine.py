@@ -48,7 +48,7 @@ from vllm.triton_utils import dispatcher as _triton_dispatcher  # noqa: E402
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec import Spec, parse_spec  # noqa: E402
 from . import vllm_moe  # noqa: E402
-from .sampler import SamplingParams  # noqa: E402
+from .sampler import SamplingParams, for_spec  # noqa: E402
 from .sequence import Completion, Request, check_request  # noqa: E402
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -252,12 +252,14 @@ class VllmEngine:
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
         requests = list(requests)
+        params = for_spec(params, self.spec)  # the condition's top_k / top_p
         prompts, sampling = [], []
         for r in requests:
             check_request(r, self.max_len)
             prompts.append(vllm.TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
             sampling.append(vllm.SamplingParams(
-                temperature=params.temperature, top_p=params.top_p, seed=request_seed(params.seed, r.request_id),
+                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
+                seed=request_seed(params.seed, r.request_id),
                 # Same limit as the timbench engine: the token budget or the end of the context.
                 max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
                 # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
