@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
+from timbench.engine import Engine
 from timbench.engine.sampler import SamplingParams, sample, sampling_support
+from timbench.engine.sequence import Request
 from timbench.kernels import get_kernels
 from timbench.model import Compute
 from timbench.remedies import load_remedy
@@ -106,3 +108,16 @@ def test_bad_values_are_one_line_errors():
         load_config(None, ["remedy=sampling_replay", "engine.engine=vllm", "engine.top_k=5"])
     with pytest.raises(ValueError, match="top_k must be an integer >= 0"):
         SamplingParams(top_k=-2)
+
+
+def test_engine_scores_what_it_sampled_under_truncation(dense):
+    eng = Engine(dense.config, "top_k=4,top_p=0.9")
+    eng.load_weights(dense)
+    reqs = [Request((1, 5, 7, i % 5 + 2), 6, i) for i in range(6)]
+    comps = eng.generate(reqs, SamplingParams(seed=3))
+    assert all(c.support is not None and c.support.shape == (len(c.token_ids), dense.config.vocab_size)
+               and int(c.support.sum(-1).max()) <= 4 for c in comps)
+    scores = eng.score([(c.prompt_ids, c.token_ids) for c in comps], SamplingParams(seed=3),
+                       request_ids=[c.request_id for c in comps])
+    for c, lp in zip(comps, scores.logprobs):
+        assert torch.equal(lp.float(), c.logprobs)  # teacher-forced scoring applies the same truncation

@@ -73,15 +73,23 @@ def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos:
     The support is the kept set of top-k / top-p (None when neither truncates: the whole vocabulary).
     """
     logits = perturb_logits(logits, noise, params, req, pos, kernels)
-    lp = token_logprobs_all(logits, params.temperature, kernels)
-    keep = sampling_support(lp, params, kernels)
-    if keep is not None:
-        lp = token_logprobs_all(logits.masked_fill(~keep, float("-inf")), params.temperature, kernels)
+    lp, keep = processed_logprobs(logits, params, kernels)
     if params.temperature == 0:
         tok = torch.argmax(lp, dim=-1)
     else:
         tok = torch.argmax(lp.double() + gumbel(params.seed, req, pos, lp.shape[-1]), dim=-1)
     return tok, lp.gather(-1, tok[:, None])[:, 0], keep
+
+
+def processed_logprobs(logits: torch.Tensor, params: SamplingParams,
+                       kernels: KernelSet) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logprobs [B, V] of the distribution sampled from, its support [B, V] bool or None): the tempered
+    log-softmax, or with top-k / top-p that of the logits outside the kept set set to -inf (vLLM's order)."""
+    lp = token_logprobs_all(logits, params.temperature, kernels)
+    keep = sampling_support(lp, params, kernels)
+    if keep is not None:
+        lp = token_logprobs_all(logits.masked_fill(~keep, float("-inf")), params.temperature, kernels)
+    return lp, keep
 
 
 def sampling_support(lp: torch.Tensor, params: SamplingParams, kernels: KernelSet) -> torch.Tensor | None:

@@ -258,12 +258,12 @@ class VllmEngine:
             check_request(r, self.max_len)
             prompts.append(vllm.TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
             sampling.append(vllm.SamplingParams(
-                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
-                seed=request_seed(params.seed, r.request_id),
+                temperature=params.temperature, top_p=params.top_p, seed=request_seed(params.seed, r.request_id),
                 # Same limit as the timbench engine: the token budget or the end of the context.
                 max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
                 # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
                 stop_token_ids=self._stop_ids, logprobs=0, detokenize=False,
+                **({"top_k": params.top_k} if params.top_k else {}),  # vLLM's default otherwise
             ))
         if not requests:
             return []
