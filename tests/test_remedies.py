@@ -192,7 +192,7 @@ def test_zero_mismatch_is_a_no_op_for_every_remedy(name):
 def test_list_describes_every_builtin(capsys):
     assert main(["remedies", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(REMEDIES) <= set(rows) and len(REMEDIES) == 16  # plus the verl / TRL vocabulary (test_remedy_vocab)
+    assert set(REMEDIES) <= set(rows) and len(REMEDIES) == 18  # plus the verl / TRL vocabulary (test_remedy_vocab)
     assert rows["tis_token"]["params"] == {"C": 2.0}
     assert rows["icepop"]["params"] == {"low": 0.5, "high": 5.0}
     assert rows["mis_seq"]["params"] == {"C": 2.0, "C_min": None}
@@ -200,6 +200,11 @@ def test_list_describes_every_builtin(capsys):
     assert rows["routing_replay_r3"]["hooks"]["replay"] == "engine"
     assert rows["unified_precision"]["hooks"]["trainer_follows_engine"] == ["dtype", "logits_dtype", "weight_quant",
                                                                            "act_quant"]
+    assert rows["rounding_aligned"]["hooks"]["rollout_rounding"] is True
+    assert rows["rounding_aligned"]["hooks"]["trainer_follows_engine"] == rows["unified_precision"]["hooks"][
+        "trainer_follows_engine"]
+    assert rows["sampling_replay"]["hooks"]["sampling_replay"] is True
+    assert "sampling_replay" not in rows["none"]["hooks"]  # hooks a remedy does not use are left out
     assert all(r["doc"] for r in rows.values())
     assert main(["remedies", "list"]) == 0
     assert "tis_token+seq_rs" in capsys.readouterr().out
@@ -456,8 +461,8 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
     calls = []
     real = loop_mod.sequence_logprobs
 
-    def spy(model, compute, seqs, temperature=1.0, replay=None):
-        out = real(model, compute, seqs, temperature, replay=replay)
+    def spy(model, compute, seqs, temperature=1.0, replay=None, support=None):
+        out = real(model, compute, seqs, temperature, replay=replay, support=support)
         calls.append((torch.is_grad_enabled(), seqs, replay, out.routing))
         return out
 

@@ -97,6 +97,13 @@ _AQ = ("none", *(k for k in ACT_QUANT if k != "none"))
 _KV = ("auto", *(k for k in KV_CACHE if k != "auto"))
 
 
+def _unit_mass(v: str) -> float:
+    x = float(v)
+    if not 0 < x <= 1:
+        raise ValueError
+    return x
+
+
 def _kv_cache_dtype(v: str) -> str:
     """vLLM's kv_cache_dtype values; its alias `fp8` is stored under the format it means (fp8_e4m3)."""
     return _choice(*_KV)(KV_ALIASES.get(v, v))
@@ -129,9 +136,9 @@ def _device(v: str) -> str:
 
 
 DEVICE_KEYS = ("engine", "kernels", "dtype", "logits_dtype", "attn_splits", "tp", "tp_reduce", "router_dtype",
-               "fault", "device")
+               "fault", "top_k", "top_p", "device")
 """The keys whose arithmetic runs on any torch device; the others (exact kernels, quantization, keyed noise,
-mma_accum, staleness) are numba / NumPy code on host memory."""
+mma_accum, staleness) are numba / NumPy code on host memory. (top_k / top_p: the sampler is on the host anyway.)"""
 
 
 def _device_capable(spec) -> str | None:
@@ -200,6 +207,13 @@ SPEC_KEYS: dict[str, SpecKey] = {
                                                      for k, n in NOISE_KINDS.items()),
                      "synthetic noise on the sampler's logits, keyed by (seed, request, position)", ("engine",),
                      Noise()),
+    "top_k": SpecKey(_nonneg_int, "integer >= 0",
+                     "rollout sampling keeps only the k most likely tokens (vLLM's top_k; 0 = off): the engine's "
+                     "logprobs are renormalised over that support, the trainer's are not (timbench.engine.sampler)",
+                     ("engine",), 0),
+    "top_p": SpecKey(_unit_mass, "float in (0, 1]",
+                     "rollout sampling keeps the smallest most-likely set of mass >= p (vLLM's top_p, applied after "
+                     "top_k; 1 = off), renormalised like top_k", ("engine",), 1.0),
     "device": SpecKey(_device, "cpu|cuda|cuda:N",
                       "the torch device the engine runs on (kernels=torch or engine=vllm); the trainer and the "
                       "zero-mismatch reference stay on the CPU", ("engine",), "cpu", check=_device_capable),

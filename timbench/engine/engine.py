@@ -18,7 +18,7 @@ from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..quant import QuantCache
 from ..spec import Spec, parse_spec
 from .device import resolve_device
-from .sampler import SamplingParams, sample
+from .sampler import SamplingParams, for_spec, sample
 from .score import EngineScores, score_sequences
 from .sequence import Completion, Request, Sequence, check_request
 
@@ -67,6 +67,7 @@ class Engine:
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
         requests = list(requests)
+        params = for_spec(params, self.spec)  # the condition's top_k / top_p
         for r in requests:
             check_request(r, self.max_len)
         order = [Sequence(r) for r in requests]
@@ -105,12 +106,14 @@ class Engine:
         """
         return score_sequences(self.model, self.spec, seqs, request_ids, params.temperature, params.seed, levels)
 
-    def _append(self, seqs: list[Sequence], tokens, logprobs) -> None:
+    def _append(self, seqs: list[Sequence], tokens, logprobs, support=None) -> None:
         eos = self.config.eos_token_id
         for i, seq in enumerate(seqs):
             t = int(tokens[i])
             seq.tokens.append(t)
             seq.logprobs.append(float(logprobs[i]))
+            if support is not None:
+                seq.support.append(support[i])
             if t == eos:
                 seq.finish_reason = "stop"
             elif len(seq.tokens) >= seq.request.max_new_tokens or seq.length >= self.max_len:
@@ -141,8 +144,7 @@ class Engine:
         if routing is not None:
             for i, s in enumerate(seqs):
                 s.routes.append(routing[i, : lens[i]].cpu())
-        tok, lp = self._sample(seqs, logits, params)
-        self._append(seqs, tok, lp)
+        self._append(seqs, *self._sample(seqs, logits, params))
 
     def _decode(self, seqs: list[Sequence], params: SamplingParams) -> None:
         ids = self._tensor([s.last_token for s in seqs])
@@ -152,5 +154,4 @@ class Engine:
         if routing is not None:
             for i, s in enumerate(seqs):
                 s.routes.append(routing[i : i + 1].cpu())
-        tok, lp = self._sample(seqs, logits, params)
-        self._append(seqs, tok, lp)
+        self._append(seqs, *self._sample(seqs, logits, params))

@@ -3,8 +3,12 @@
 The noise for a token is a pure function of its key, never of which other
 sequences share the batch, so with batch-invariant logits a request samples the
 same tokens in any batch. The reported logprob is that of the distribution the
-token was drawn from (temperature applied, top-p renormalised), as vLLM's
-processed logprobs.
+token was drawn from (temperature applied, top-k / top-p renormalised), as
+vLLM's processed logprobs: the filters set the logits outside the kept set
+(the "sampling support") to -inf and the logprobs are the log-softmax of what
+is left, top-k first, then top-p on the top-k distribution (vLLM's order).
+`sample` also returns that support per row, the mask a trainer needs to score
+the same truncated distribution (sampling replay, timbench.remedies.support).
 
 The synthetic-noise condition (`noise=` in the engine spec) perturbs the logits
 before temperature, with noise keyed like the Gumbel noise but on its own
@@ -15,6 +19,7 @@ perturbed distribution, so delta = log pi - log mu is the realised noise effect.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +36,8 @@ class SamplingParams:
     """Softmax temperature; 0 means greedy (argmax)."""
     top_p: float = 1.0
     """Nucleus mass; 1.0 disables it."""
+    top_k: int = 0
+    """Keep only the k most likely tokens (ties to the lower id); 0 disables it."""
     seed: int = 0
     """Seed of the keyed sampling noise."""
 
@@ -39,6 +46,19 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+
+    @property
+    def truncates(self) -> bool:
+        """Whether top-k or top-p can drop tokens (the support is then narrower than the vocabulary)."""
+        return self.top_k > 0 or self.top_p < 1.0
+
+
+def for_spec(params: SamplingParams, spec) -> SamplingParams:
+    """`params` with the engine spec's top_k / top_p (the condition keys) where the spec sets them."""
+    changes = {k: getattr(spec, k) for k, off in (("top_k", 0), ("top_p", 1.0)) if getattr(spec, k, off) != off}
+    return dataclasses.replace(params, **changes) if changes else params
 
 
 def gumbel(seed: int, req: torch.Tensor, pos: torch.Tensor, width: int, stream: int = NOISE_STREAM_SAMPLING):
@@ -47,18 +67,47 @@ def gumbel(seed: int, req: torch.Tensor, pos: torch.Tensor, width: int, stream: 
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,
-           kernels: KernelSet, noise: Noise = Noise()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row of logits[B, V]; returns (tokens[B], logprobs[B])."""
+           kernels: KernelSet, noise: Noise = Noise()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Sample one token per row of logits[B, V]; returns (tokens[B], logprobs[B], support[B, V] bool or None).
+
+    The support is the kept set of top-k / top-p (None when neither truncates: the whole vocabulary).
+    """
     logits = perturb_logits(logits, noise, params, req, pos, kernels)
-    # The model may run on a GPU (the `device` key); sampling stays on the host, keyed, the same everywhere.
-    lp = token_logprobs_all(logits, params.temperature, kernels).cpu()
-    if params.top_p < 1.0:
-        lp = _top_p(lp, params.top_p)
+    lp, keep = processed_logprobs(logits, params, kernels)
     if params.temperature == 0:
         tok = torch.argmax(lp, dim=-1)
     else:
         tok = torch.argmax(lp.double() + gumbel(params.seed, req, pos, lp.shape[-1]), dim=-1)
-    return tok, lp.gather(-1, tok[:, None])[:, 0]
+    return tok, lp.gather(-1, tok[:, None])[:, 0], keep
+
+
+def processed_logprobs(logits: torch.Tensor, params: SamplingParams,
+                       kernels: KernelSet) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logprobs [B, V] of the distribution sampled from, its support [B, V] bool or None): the tempered
+    log-softmax, or with top-k / top-p that of the logits outside the kept set set to -inf (vLLM's order).
+    The logits may sit on a GPU (the engine spec's `device`): the log-softmax runs there, as an engine's does, and
+    everything after it (support, keyed Gumbel noise) in host memory, the same code on every device."""
+    lp = token_logprobs_all(logits, params.temperature, kernels).cpu()
+    keep = sampling_support(lp, params, kernels)
+    if keep is not None:
+        masked = logits.masked_fill(~keep.to(logits.device), float("-inf"))
+        lp = token_logprobs_all(masked, params.temperature, kernels).cpu()
+    return lp, keep
+
+
+def sampling_support(lp: torch.Tensor, params: SamplingParams, kernels: KernelSet) -> torch.Tensor | None:
+    """[B, V] bool: the tokens top-k then top-p keep, from the full logprobs lp [B, V]; None when neither is on."""
+    if not params.truncates:
+        return None
+    keep = torch.ones_like(lp, dtype=torch.bool)
+    if 0 < params.top_k < lp.shape[-1]:
+        # A stable sort: equal logprobs keep the lower token id first, so the set never depends on the CPU.
+        order = torch.sort(lp, dim=-1, descending=True, stable=True).indices[:, params.top_k:]
+        keep = keep.scatter(-1, order, False)
+    if params.top_p < 1.0:
+        lp_k = lp if bool(keep.all()) else token_logprobs_all(lp.masked_fill(~keep, float("-inf")), 1.0, kernels)
+        keep = keep & torch.isfinite(_top_p(lp_k, params.top_p))
+    return keep
 
 
 def _top_p(lp: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kernels.logprobs import token_logprobs_all
 from ..model import Compute, Qwen3ForCausalLM
 from ..spec import Spec
-from .sampler import SamplingParams, perturb_logits
+from .sampler import SamplingParams, for_spec, perturb_logits, processed_logprobs
 
 
 @dataclass
@@ -58,7 +57,7 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
     shape = (n, t_max, cfg.num_key_value_heads, cfg.head_dim)
     kc = [torch.zeros(shape, dtype=cache_dtype, device=dev) for _ in range(cfg.num_hidden_layers)]
     vc = [torch.zeros(shape, dtype=cache_dtype, device=dev) for _ in range(cfg.num_hidden_layers)]
-    params = SamplingParams(temperature=temperature, seed=seed)
+    params = for_spec(SamplingParams(temperature=temperature, seed=seed), spec)  # and the spec's top_k / top_p
     lps = [torch.empty(int(r), dtype=torch.float64) for r in rlen]  # fp32 values widen exactly
     ams = [torch.empty(int(r), dtype=torch.long) for r in rlen]
     lvs = [[] for _ in range(n)] if levels else None
@@ -66,7 +65,7 @@ def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None,
     def step(rows, logits, hs, j):
         # Sampler: logit noise keyed by (seed, request, absolute position of the sampled token).
         noisy = perturb_logits(logits, spec.noise, params, rids[rows], plen[rows] + j, c.kernels)
-        lp_all = token_logprobs_all(noisy, temperature, c.kernels).cpu()  # the sampler's side: host memory
+        lp_all = processed_logprobs(noisy, params, c.kernels)[0]  # on the host, as the sampler's
         tok = torch.tensor([seqs[int(i)][1][j] for i in rows])
         lp = lp_all.gather(-1, tok[:, None])[:, 0]
         am = lp_all.argmax(-1)

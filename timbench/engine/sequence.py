@@ -41,6 +41,9 @@ class Completion:
     """`stop` (EOS) or `length` (token limit or context end)."""
     routing: torch.Tensor | None = None
     """MoE: experts chosen [prompt_len + response_len - 1, layers, k] for each token the engine processed."""
+    support: torch.Tensor | None = None
+    """[response_len, V] bool: the tokens top-k / top-p kept at each sampled position (the sampling support);
+    None when sampling did not truncate (the whole vocabulary) or the engine cannot say."""
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Sequence:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     routes: list[torch.Tensor] = field(default_factory=list)
+    support: list[torch.Tensor] = field(default_factory=list)
     finish_reason: str | None = None
 
     @property
@@ -70,4 +74,5 @@ class Sequence:
             logprobs=torch.tensor(self.logprobs, dtype=torch.float32),
             finish_reason=self.finish_reason or "length",
             routing=torch.cat(self.routes)[: self.length - 1] if self.routes else None,
+            support=torch.stack(self.support) if self.support else None,
         )

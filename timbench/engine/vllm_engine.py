@@ -48,7 +48,7 @@ from vllm.triton_utils import dispatcher as _triton_dispatcher  # noqa: E402
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec import Spec, parse_spec  # noqa: E402
 from . import vllm_moe  # noqa: E402
-from .sampler import SamplingParams  # noqa: E402
+from .sampler import SamplingParams, for_spec  # noqa: E402
 from .sequence import Completion, Request, check_request  # noqa: E402
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -262,6 +262,7 @@ class VllmEngine:
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
         requests = list(requests)
+        params = for_spec(params, self.spec)  # the condition's top_k / top_p
         prompts, sampling = [], []
         for r in requests:
             check_request(r, self.max_len)
@@ -272,6 +273,7 @@ class VllmEngine:
                 max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
                 # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
                 stop_token_ids=self._stop_ids, logprobs=0, detokenize=False,
+                **({"top_k": params.top_k} if params.top_k else {}),  # vLLM's default otherwise
             ))
         if not requests:
             return []

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..quant import fake_quant, quantize_act, quantize_kv, quantize_weight
+from ..quant.aligned import quantize_aligned
 
 
 def weight(w: torch.Tensor, c) -> torch.Tensor:
@@ -34,6 +35,9 @@ def weight(w: torch.Tensor, c) -> torch.Tensor:
     if c.weight_quant == "none":
         return w.to(dt)
     name = c.weight_quant
+    codes = None if c.rollout_codes is None else c.rollout_codes.get(w)
+    if codes is not None:  # rounding-aligned (TRACE): toward the rollout's codewords, straight-through
+        return fake_quant(w.to(dt), lambda t: quantize_aligned(t, name, codes, c.rollout_codes.outside))
     if c.quant_cache is None or w.requires_grad:
         return fake_quant(w.to(dt), lambda t: quantize_weight(t, name))
     return c.quant_cache.get(w, name, lambda t: quantize_weight(t.to(dt).float(), name), dt)

@@ -41,6 +41,9 @@ class Compute:
     quant_cache: "QuantCache | None" = None
     """Quantized weights kept between forwards (the engine's `timbench.quant.QuantCache`, cleared at each
     weight sync); None = quantize at every forward (a trainer)."""
+    rollout_codes: "RolloutCodes | None" = None
+    """A trainer's rounding-aligned quantization (`timbench.quant.aligned.RolloutCodes`): the codewords the
+    rollout's weights used, which its quantized weights round toward; None = round to nearest."""
 
     def __post_init__(self):
         # Kernel options that the spec selects reach the kernel set here, whichever way the Compute was made.

@@ -98,15 +98,19 @@ def pow2(e: Tensor) -> Tensor:
     return torch.where(e >= -126, normal, sub).view(torch.float32)
 
 
+def quantum(x: Tensor, f: FloatFormat) -> Tensor:
+    """The grid spacing of `f` at each element of a contiguous fp32 x: 2^(clamp(E, emin, emax) - mbits)."""
+    # Made in the bit domain: keep x's exponent field, clamp it, lower it by mbits. Every format here
+    # has emin - mbits >= -126, so q is a normal fp32 and its bits are just the biased exponent << 23.
+    q = torch.bitwise_and(x.view(torch.int32), 0x7F800000)
+    q.clamp_((f.emin + 127) << 23, (f.emax + 127) << 23).sub_(f.mbits << 23)
+    return q.view(torch.float32)
+
+
 def round_unchecked(x: Tensor, f: FloatFormat) -> Tensor:
     """round_to_format without the finiteness check (callers that checked already)."""
     x = x.float().contiguous()
-    # The quantum q = 2^(clamp(E, emin, emax) - mbits), made in the bit domain: keep x's exponent
-    # field, clamp it, lower it by mbits. Every format here has emin - mbits >= -126, so q is a
-    # normal fp32 and its bits are just the biased exponent << 23.
-    q = torch.bitwise_and(x.view(torch.int32), 0x7F800000)
-    q.clamp_((f.emin + 127) << 23, (f.emax + 127) << 23).sub_(f.mbits << 23)
-    q = q.view(torch.float32)
+    q = quantum(x, f)
     # x / q and round(.) * q are exact: q is a power of two and the quotient stays a normal fp32.
     # (In-place after the first op: fewer fresh buffers, which cost more than the arithmetic.)
     return torch.div(x, q).round_().mul_(q).clamp_(-f.max, f.max)

@@ -71,13 +71,24 @@ def fp8_block2d(w: Tensor, bn: int, bk: int) -> Tensor:
     per_block_cast_to_fp8 (DeepSeek-V3 checkpoints, FP8-RL's 128x128 weight blocks):
     amax = max(block amax, 1e-4); q = e4m3(x * (448 / amax)); dequant q * (amax / 448).
     Partial edge blocks are padded by replication (their amax is that of the real elements)."""
+    y, factor = fp8_block2d_split(w, bn, bk)
+    return unblock2d(round_unchecked(y, E4M3) * factor, w.shape)
+
+
+def fp8_block2d_split(w: Tensor, bn: int, bk: int) -> tuple[Tensor, Tensor]:
+    """fp8_block2d before its rounding: (y = w4 * (448 / amax) [N/bn, bn, K/bk, bk], factor amax / 448)."""
     n, k = w.shape
     pn, pk = -(-n // bn) * bn, -(-k // bk) * bk
     wp = F.pad(w[None], (0, pk - k, 0, pn - n), mode="replicate")[0] if (pn, pk) != (n, k) else w
     w4 = wp.reshape(pn // bn, bn, pk // bk, bk)
     a = torch.clamp(amax(w4, (1, 3)), min=1e-4)
-    q = round_unchecked(w4 * (E4M3.max / a), E4M3) * (a / E4M3.max)
-    return q.reshape(pn, pk)[:n, :k]
+    return w4 * (E4M3.max / a), a / E4M3.max
+
+
+def unblock2d(y4: Tensor, shape) -> Tensor:
+    """[N/bn, bn, K/bk, bk] blocks (padded) -> [N, K]."""
+    n, k = shape
+    return y4.reshape(y4.shape[0] * y4.shape[1], -1)[:n, :k]
 
 
 def mx(x3: Tensor, elem=E4M3) -> Tensor:
@@ -87,9 +98,14 @@ def mx(x3: Tensor, elem=E4M3) -> Tensor:
     clip: 7.9 * X in E2M1 becomes 6 * X; that is the spec's rule, kept). floor(log2) comes from
     frexp and X from bits, so x / X and q * X are exact. An all-zero block stays zeros (its
     scale code is irrelevant; a real encoder writes 2^-127 there)."""
-    e = torch.clamp(floor_log2(amax(x3, -1)) - elem.emax, -127, 127)
-    scale = pow2(e)
-    return round_unchecked(x3 / scale, elem) * scale
+    y, scale = mx_split(x3, elem)
+    return round_unchecked(y, elem) * scale
+
+
+def mx_split(x3: Tensor, elem=E4M3) -> tuple[Tensor, Tensor]:
+    """mx before its rounding: (y = x3 / X, the E8M0 scale X)."""
+    scale = pow2(torch.clamp(floor_log2(amax(x3, -1)) - elem.emax, -127, 127))
+    return x3 / scale, scale
 
 
 _RECIP6 = torch.tensor(1.0 / 6.0, dtype=torch.float32)  # get_reciprocal(FLOAT4_E2M1_MAX) in fp32
@@ -110,18 +126,28 @@ def nvfp4(x3: Tensor, gs: Tensor) -> Tensor:
       q           = e2m1(clamp(x * out_scale, -6, 6))
       dequant     = q * (block_scale / gs)          (dequantize_nvfp4_to_dtype)
     gs broadcasts against x3 ([1,1,1] per tensor, [R,1,1] per row)."""
+    y, factor = nvfp4_split(x3, gs)
+    return round_unchecked(y, E2M1) * factor
+
+
+def nvfp4_split(x3: Tensor, gs: Tensor) -> tuple[Tensor, Tensor]:
+    """nvfp4 before its element rounding: (y = clamp(x * out_scale, -6, 6), factor block_scale / gs)."""
     s = round_unchecked(gs * (amax(x3, -1) * _RECIP6), E4M3)
     inv = torch.where(s == 0, torch.zeros_like(s), 1.0 / torch.where(s == 0, torch.ones_like(s), s * (1.0 / gs)))
-    q = round_unchecked((x3 * inv).clamp_(-E2M1.max, E2M1.max), E2M1)
-    return q * (s / gs)
+    return (x3 * inv).clamp_(-E2M1.max, E2M1.max), s / gs
 
 
 def int_symmetric(x: Tensor, a: Tensor, div: float, qmin: int, qmax: int) -> Tensor:
     """scale = max(amax / div, fp32 eps); q = clamp(round_half_even(x / scale), qmin, qmax);
     dequant q * scale. div = qmax (narrow range: ModelOpt / TensorRT-LLM, vLLM's dynamic int8
     activations) or (qmax - qmin) / 2 (full range: compressed-tensors calculate_qparams, GPTQ)."""
-    scale = torch.clamp(a / div, min=FP32_EPS)
+    scale = int_scale(a, div)
     return torch.clamp(torch.round(x / scale), qmin, qmax) * scale
+
+
+def int_scale(a: Tensor, div: float) -> Tensor:
+    """int_symmetric's scale max(amax / div, fp32 eps)."""
+    return torch.clamp(a / div, min=FP32_EPS)
 
 
 def int_asymmetric(x: Tensor, lo: Tensor, hi: Tensor, qmax: int) -> Tensor:

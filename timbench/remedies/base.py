@@ -93,6 +93,12 @@ class Remedy:
     trainer_follows_engine: ClassVar[tuple[str, ...]] = ()
     """Spec keys the trainer takes from the (overridden) engine spec, e.g. ("weight_quant", "act_quant"):
     unified precision, whatever format the condition's engine uses."""
+    sampling_replay: ClassVar[bool] = False
+    """Sampling replay: the trainer scores every response token over the engine's sampling support (the
+    tokens top-k / top-p kept there) instead of the whole vocabulary, in the recompute and the update passes."""
+    rollout_rounding: ClassVar[bool] = False
+    """Rounding-aligned quantization: the trainer's quantized weights round toward the codewords the rollout's
+    weights used (timbench.quant.aligned) instead of to the nearest grid value."""
     mode: str | None = None
     """Handling mode the remedy implies (verl's bypass_mode: "bypass", decoupled: "recompute"), or None for
     any; a config whose mode differs is refused with a one-line error (timbench.rl.config.load)."""
@@ -117,6 +123,10 @@ class Remedy:
 
     def __call__(self, batch: RemedyBatch) -> RemedyResult:
         raise NotImplementedError
+
+    def check_engine(self, engine) -> None:
+        """Raise a one-line ValueError when this remedy cannot run against `engine` (the main lane's engine
+        Spec after the overrides), e.g. a hook that needs information that engine does not give. Default: none."""
 
     def update_keep(self, log_r: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
         """Optional rejection inside each update pass, on the PPO ratio r = pi_theta / pi_old.

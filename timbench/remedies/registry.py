@@ -20,12 +20,15 @@ from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
 from .direction import DIRECTION_REMEDIES
 from .identity import is_file_spec
+from .rounding import ROUNDING_REMEDIES
+from .support import SUPPORT_REMEDIES
 from .trl import TRL_REMEDIES
 from .verl import VERL_REMEDIES, Verl
 
 ENTRY_POINT_GROUP = "timbench.remedies"
 
-REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES)}
+REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES, *ROUNDING_REMEDIES,
+                                                                *SUPPORT_REMEDIES)}
 """Built-in remedies by name."""
 
 VOCABULARY: dict[str, type[Remedy]] = {"verl": Verl, **VERL_REMEDIES, **TRL_REMEDIES}
@@ -141,7 +144,8 @@ def describe(cls: type[Remedy]) -> dict:
             "param_docs": {k: v["doc"] for k, v in describe_params(cls.Params).items()},
             "hooks": {"replay": cls.replay, "engine_override": dict(cls.engine_override),
                       "trainer_override": dict(cls.trainer_override),
-                      "trainer_follows_engine": list(cls.trainer_follows_engine), "mode": _implied_mode(cls)}}
+                      "trainer_follows_engine": list(cls.trainer_follows_engine), "mode": _implied_mode(cls),
+                      **{k: True for k in ("sampling_replay", "rollout_rounding") if getattr(cls, k)}}}
 
 
 def _implied_mode(cls: type[Remedy]) -> str | None:

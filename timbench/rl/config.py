@@ -211,6 +211,7 @@ def load(cfg: RunConfig | Loaded) -> Loaded:
     trainer = cfg.trainer.override(remedy.trainer_override, f"remedy {cfg.remedy!r} trainer_override", "trainer")
     follow = {k: str(getattr(engine, k)) for k in remedy.trainer_follows_engine}
     trainer = trainer.override(follow, f"remedy {cfg.remedy!r} trainer_follows_engine", "trainer")
+    remedy.check_engine(engine)
     return Loaded(cfg, task, algorithm, remedy, engine, trainer, _eval_problems(task, cfg.eval_n))
 
 

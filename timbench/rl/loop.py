@@ -27,6 +27,7 @@ from ..kernels.reduce import fmean, fstd, fsum, masked_mean
 from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
+from ..quant.aligned import RolloutCodes
 from ..ratios import log_ratio, select
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
 from ..remedies import Remedy, RemedyBatch, check_bool_mask, check_result, per_sequence, replay_tensor
@@ -139,11 +140,13 @@ def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepB
     """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing)."""
     exp, chunk = batch.exp, batch.mini_batch
     replay = exp.routing if lane.remedy.replay == "engine" else None
+    support = _support(lane, exp)
     lps, ents, routes = [], [], []
     with torch.no_grad():
         for i in range(0, len(exp.seqs), chunk):
             rp = replay_tensor(exp.seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
-            out = sequence_logprobs(model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp)
+            out = sequence_logprobs(model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp,
+                                    support=None if support is None else support[i:i + chunk])
             lps.append(out.logprobs)
             ents.append(out.entropy)
             routes.append(out.routing)
@@ -153,9 +156,25 @@ def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepB
     return pad(lps)[:, : batch.mask.shape[1]], pad(ents), per_sequence(routes, lengths, chunk)
 
 
+def _support(lane: Lane, exp: Experience) -> torch.Tensor | None:
+    """The engine's sampling support [N, R, V] when the remedy replays it (sampling replay), else None."""
+    return exp.support if lane.remedy.sampling_replay else None
+
+
+def rollout_codes(lane: Lane) -> RolloutCodes | None:
+    """The codewords of the weights this step's rollout sampled with, when the remedy aligns rounding to them:
+    the trainer's own weights (synchronous: the engine got them at the last sync) or the stale behavior ones."""
+    if not lane.remedy.rollout_rounding or lane.compute.weight_quant == "none":
+        return None
+    weights = lane.model.state_dict() if lane.history is None else lane.history.behavior
+    return RolloutCodes(lane.model, weights, lane.compute.weight_quant, lane.compute.dtype,
+                        getattr(lane.remedy.params, "outside", "clamp"))
+
+
 def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     """The trainer's pi_old; R3 replays the engine's routing here already. With a stale engine the trainer
     scores the batch under both its current and the behavior weights and keeps the one `stale_old` names."""
+    lane.compute.rollout_codes = rollout_codes(lane)  # before any trainer pass of this step
     current = _trainer_pass(lane.model, lane, run, batch)
     if lane.history is not None:
         lane.behavior.load_state_dict(lane.history.behavior)
@@ -184,8 +203,10 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute.
     replay = {"engine": exp.routing, "old": batch.trainer_routing}.get(lane.remedy.replay)
     n, mb = len(exp.seqs), batch.mini_batch
+    support = _support(lane, exp)
     minis = [MiniBatch(slice(i, i + mb), exp.seqs[i:i + mb],
-                       replay_tensor(exp.seqs[i:i + mb], None if replay is None else replay[i:i + mb]))
+                       replay_tensor(exp.seqs[i:i + mb], None if replay is None else replay[i:i + mb]),
+                       None if support is None else support[i:i + mb])
              for i in range(0, n, mb)]
 
     def objective(out, sl):

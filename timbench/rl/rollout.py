@@ -29,6 +29,9 @@ class Experience:
     """[N, R] bool response-token mask."""
     routing: list
     """Per response, the engine's MoE routing (or None)."""
+    support: torch.Tensor | None = None
+    """[N, R, V] bool, the tokens the sampler could draw at each response position (top-k / top-p support;
+    True past a response's end), or None when sampling kept the whole vocabulary."""
 
 
 def pad_right(rows: list[torch.Tensor], width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,4 +53,16 @@ def collect(engine: Engine, task, problems, group_size: int, step: int, seed: in
                             for i, c in enumerate(comps)], dtype=torch.float32)
     lp, mask = pad_right([c.logprobs for c in comps], max(len(c.token_ids) for c in comps))
     return Experience(list(problems), [(c.prompt_ids, c.token_ids) for c in comps], rewards, lp, mask,
-                      [c.routing for c in comps])
+                      [c.routing for c in comps], pad_support([c.support for c in comps], lp.shape[1]))
+
+
+def pad_support(rows: list[torch.Tensor | None], width: int) -> torch.Tensor | None:
+    """[N, width, V] bool from per-response [len, V] supports (True past each end), or None when none has one."""
+    if all(r is None for r in rows):
+        return None
+    vocab = next(r for r in rows if r is not None).shape[-1]
+    out = torch.ones(len(rows), width, vocab, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if r is not None:
+            out[i, : len(r)] = r
+    return out

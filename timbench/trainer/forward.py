@@ -42,12 +42,15 @@ def pack(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int):
 
 
 def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperature: float = 1.0,
-                      replay: torch.Tensor | None = None) -> TrainerOutput:
+                      replay: torch.Tensor | None = None, support: torch.Tensor | None = None) -> TrainerOutput:
     """Logprobs of each response token given its prompt and the response so far.
 
     `seqs` is a list of (prompt_ids, response_ids). Token j of a response sits at
     position len(prompt)+j and is scored by the logits at the position before it.
-    `replay` [B, T, layers, k] fixes MoE experts (routing replay).
+    `replay` [B, T, layers, k] fixes MoE experts (routing replay). `support` [B, >= R, V] bool restricts
+    each response position's distribution to the tokens the engine's sampler could draw there (sampling
+    replay): the other logits become -inf before the log-softmax, so the logprobs (and the entropy) are
+    renormalised over that support and no gradient reaches the dropped logits.
     """
     ids, p_len, r_len = pack(seqs, model.config.pad_token_id)
     logits, routing = model(ids, compute, replay=replay)
@@ -57,7 +60,10 @@ def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperatu
     src = (p_len[:, None] - 1 + j[None, :]).clamp(max=ids.shape[1] - 1)  # position whose logits score token j
     tgt = torch.where(mask, ids.gather(1, (src + 1).clamp(max=ids.shape[1] - 1)), 0)
     rows = torch.arange(len(seqs))[:, None]
-    lp_all = token_logprobs_all(logits[rows, src], temperature, compute.kernels)
+    scored = logits[rows, src]
+    if support is not None:
+        scored = scored.masked_fill(~support[:, :r_max], float("-inf"))
+    lp_all = token_logprobs_all(scored, temperature, compute.kernels)
     lp = lp_all.gather(-1, tgt[..., None])[..., 0]
     with torch.no_grad():
         ent = -fsum((fexp(lp_all) * lp_all).nan_to_num(), -1)  # fixed order: a logged metric

@@ -32,6 +32,8 @@ class MiniBatch:
     """(prompt_ids, response_ids) of those rows."""
     replay: torch.Tensor | None = None
     """MoE experts to replay in the forward (`timbench.remedies.replay_tensor`), or None."""
+    support: torch.Tensor | None = None
+    """[n, R, V] bool sampling support to renormalise the logprobs over (sampling replay), or None."""
 
 
 Objective = Callable[[TrainerOutput, slice], tuple[torch.Tensor, dict]]
@@ -50,7 +52,7 @@ def update_policy(model: Qwen3ForCausalLM, opt: torch.optim.Optimizer, compute: 
     rows = []
     for _ in range(epochs):
         for mb in mini_batches:
-            out = sequence_logprobs(model, compute, mb.seqs, temperature, replay=mb.replay)
+            out = sequence_logprobs(model, compute, mb.seqs, temperature, replay=mb.replay, support=mb.support)
             loss, metrics = objective(out, mb.rows)
             opt.zero_grad(set_to_none=True)
             loss.backward()
