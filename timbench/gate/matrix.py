@@ -1,0 +1,141 @@
+"""`timbench gate matrix DIR...`: one table of several engine releases' gate runs, and what changed between them.
+
+Each DIR is one release's gate run (`timbench gate run --out DIR`: gate.json, and pip-freeze.txt when
+`make gate-matrix` made it) or, for a release that could not be installed, imported or gated, an error.txt
+holding that one-line error: that is the release's row, not a failure of the matrix. Releases are compared in
+the order given, each with the one before it: verdicts and numbers that moved, the identity that moved
+(engine version, torch, transformers), and `timbench gate check`'s verdict on the pair.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .check import check, load_report
+from .run import format_numbers
+
+IDENTITY_KEYS = ("engine_version", "torch", "torch_git", "suite", "suite_version", "engine_spec")
+"""What a release row shows of gate.json's identity, and what a change line reports when it moves."""
+
+
+def load_row(path) -> dict:
+    """One release: {"name", "report" | "error", "transformers"}; a one-line ValueError when DIR holds neither
+    a gate.json nor an error.txt, or its gate.json is malformed."""
+    d = Path(path)
+    row = {"name": d.name, "report": None, "error": None, "transformers": None}
+    freeze = d / "pip-freeze.txt"
+    if freeze.is_file():
+        pins = dict(ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)
+        row["transformers"] = pins.get("transformers")
+    if (d / "gate.json").is_file():
+        rep = load_report(d)
+        missing = [k for k in ("identity", "probes", "passed", "seconds") if k not in rep] if isinstance(rep, dict) \
+            else ["identity"]
+        bad = missing or [k for k in IDENTITY_KEYS if k not in rep["identity"]]
+        if bad:
+            raise ValueError(f"{d / 'gate.json'}: not a gate.json (missing {', '.join(bad)})")
+        row["report"] = rep
+    elif (d / "error.txt").is_file():
+        text = (d / "error.txt").read_text().strip()
+        row["error"] = text.splitlines()[0] if text else "error.txt is empty"
+    else:
+        raise ValueError(f"{d}: no gate.json or error.txt (a matrix row is a `timbench gate run --out DIR` or "
+                         "a release's error.txt from bench/gates/matrix.sh)")
+    return row
+
+
+def changes(prev: dict, cur: dict) -> list[str]:
+    """What moved from release `prev` to `cur`: identity, each probe's verdict and numbers, gate check's verdict."""
+    if prev["report"] is None or cur["report"] is None:
+        side = prev if prev["report"] is None else cur
+        return [f"not comparable: {side['name']} has no gate run ({side['error']})"]
+    a, b = prev["report"], cur["report"]
+    lines = [f"{k}: {a['identity'][k]} -> {b['identity'][k]}" for k in IDENTITY_KEYS
+             if a["identity"][k] != b["identity"][k]]
+    if prev["transformers"] != cur["transformers"]:
+        lines.append(f"transformers: {prev['transformers']} -> {cur['transformers']}")
+    old = {(r["model"], r["probe"]): r for r in a["probes"]}
+    for r in b["probes"]:
+        o = old.get((r["model"], r["probe"]))
+        where = f"{r['model']} {r['probe']}"
+        if o is None:
+            lines.append(f"{where}: new probe ({_verdict(r)})")
+            continue
+        if o["passed"] != r["passed"]:
+            lines.append(f"{where}: {_verdict(o)} -> {_verdict(r)}")
+        moved = {k: (o["numbers"].get(k), v) for k, v in r["numbers"].items() if o["numbers"].get(k) != v}
+        if moved:
+            lines.append(f"{where}: " + ", ".join(f"{k} {_num(x)} -> {_num(y)}" for k, (x, y) in moved.items()))
+    code, found = check(a, b)
+    lines.append(f"`timbench gate check {prev['name']} {cur['name']}`: exit {code}"
+                 + (f" ({len(found)} regression(s))" if code == 1 else " (incomparable)" if code == 2 else ""))
+    return lines
+
+
+def build(dirs) -> tuple[dict, str]:
+    """(matrix.json document, matrix.md text) over the release dirs, in the order given."""
+    rows = [load_row(d) for d in dirs]
+    if not rows:
+        raise ValueError("gate matrix: no release directories given")
+    keys = list(dict.fromkeys((r["model"], r["probe"]) for row in rows if row["report"] for r in row["report"]["probes"]))
+    doc = {"releases": [], "changes": []}
+    for row in rows:
+        rep = row["report"]
+        doc["releases"].append({
+            "name": row["name"], "error": row["error"], "transformers": row["transformers"],
+            "identity": rep and rep["identity"], "passed": rep and rep["passed"], "seconds": rep and rep["seconds"],
+            "probes": rep and {f"{r['model']} {r['probe']}": {k: r[k] for k in ("passed", "numbers", "thresholds",
+                                                                               "note")} for r in rep["probes"]}})
+    for prev, cur in zip(rows, rows[1:]):
+        doc["changes"].append({"from": prev["name"], "to": cur["name"], "lines": changes(prev, cur)})
+    return doc, render(rows, keys, doc["changes"])
+
+
+def render(rows, keys, moved) -> str:
+    names = [r["name"] for r in rows]
+    lines = ["Release matrix (`timbench gate matrix`, made by `make gate-matrix`): each release's gate run, every "
+             "probe's verdict and numbers, and what changed between consecutive releases.", "",
+             "| release | package version | torch | transformers | suite | gate | wall s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["report"] is None:
+            lines.append(f"| {r['name']} | - | - | {r['transformers'] or '-'} | - | **ERROR**: {r['error']} | - |")
+            continue
+        i = r["report"]["identity"]
+        lines.append(f"| {r['name']} | {i['engine_package']} {i['engine_version']} | {i['torch']} | "
+                     f"{r['transformers'] or '-'} | {i['suite']} v{i['suite_version']} | "
+                     f"{'pass' if r['report']['passed'] else '**FAIL**'} | {r['report']['seconds']:.0f} |")
+    lines += ["", "| model | probe | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for model, probe in keys:
+        cells = []
+        for r in rows:
+            hit = next((p for p in (r["report"] or {}).get("probes", []) if (p["model"], p["probe"]) == (model, probe)),
+                       None)
+            cells.append("ERROR" if r["report"] is None else "-" if hit is None
+                         else f"{_verdict(hit)}: {format_numbers(hit['numbers'])}" + (f" ({hit['note']})" if hit["note"]
+                                                                                       else ""))
+        lines.append(f"| {model} | {probe} | " + " | ".join(cells) + " |")
+    lines += ["", "Changes between consecutive releases:"]
+    for m in moved:
+        lines += ["", f"- **{m['from']} -> {m['to']}**"] + [f"  - {ln}" for ln in m["lines"]]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(r) -> str:
+    return "pass" if r["passed"] else "**FAIL**"
+
+
+def _num(x) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def write(dirs, out) -> dict:
+    """Build the matrix over `dirs` and write matrix.json / matrix.md under `out` (atomically)."""
+    from ..atomic import atomic_write
+
+    doc, text = build(dirs)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "matrix.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write(out / "matrix.md", text)
+    return doc
