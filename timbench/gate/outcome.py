@@ -31,17 +31,21 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
     from ..report.collapse import detect_collapse
     from ..rl.config import from_dict
     from ..rl.loop import NonFiniteError, run
+    from ..threads import set_threads
 
     cfg = {"task": RL_TASK, "preset": preset, "algorithm": "grpo", "mode": p["mode"], "engine": str(spec),
            "trainer": "kernels=exact,dtype=fp32", "seed": seed, "steps": p["steps"],
            "prompts_per_step": p["prompts_per_step"], "group_size": p["group_size"], "lr": p["lr"],
            "eval_every": p["steps"], "eval_n": p["eval_n"], "checkpoint_every": p["steps"],
-           "threads": torch.get_num_threads()}  # the gate process's threads, left as they are
+           "threads": 1}  # as RL runs are configured (measured, a 3-step run on 2 busy cores: 1 thread 44 s, 2 threads 292 s)
+    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="timbench-gate-rl-") as d:
         try:
             run(from_dict(cfg, "gate rl_outcome"), d, progress=False)
         except NonFiniteError:
             pass  # summary.json says failed: the collapse rule calls it non_finite
+        finally:
+            set_threads(threads)  # run() pins the process's threads; the next probes get the gate's back
         read = lambda name: [json.loads(line) for line in (Path(d) / name).read_text().splitlines()]  # noqa: E731
         rows, evals = read("metrics.jsonl"), read("eval.jsonl")
         summary = json.loads((Path(d) / "summary.json").read_text())
