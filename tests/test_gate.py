@@ -54,6 +54,7 @@ def _probe(name, model, suite, engine_spec):
 @pytest.mark.parametrize("name,fault", [("batch_invariance", "batch_leak"), ("prefill_vs_decode", "bf16_logprobs"),
                                         ("alignment", "rope_base"), ("alignment", "zero_logprobs"),
                                         ("weight_sync", "stale_weights"), ("weight_sync", "stale_embedding"),
+                                        ("weight_sync", "stale_prefix_cache"),
                                         ("sampling_semantics", "temperature_twice"),
                                         ("sampling_semantics", "raw_logprobs"),
                                         ("sampling_semantics", "zero_logprobs")])
@@ -118,7 +119,7 @@ def test_cli_fails_naming_the_probe_and_bad_input_is_one_line(suite, tmp_path, c
     with pytest.raises(SpecError, match="fault"):
         parse_spec("fault=batch_leak", side="trainer")
     assert set(FAULTS) >= {"stale_weights", "stale_embedding", "zero_logprobs", "bf16_logprobs", "batch_leak",
-                           "rope_base"} and all(len(f.doc) > 40 for f in FAULTS.values())
+                           "rope_base", "stale_prefix_cache"} and all(len(f.doc) > 40 for f in FAULTS.values())
 
 
 def test_frequency_test_and_chi2_on_hand_computed_cases():

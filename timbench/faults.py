@@ -10,6 +10,7 @@ under each (its detection matrix is committed under results/gates/).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable
@@ -30,6 +31,10 @@ class Fault:
     semantics: Callable | None = None
     """SamplingParams asked for -> (params the tokens are sampled with, params their returned logprobs are
     computed with): the sampling path and the logprob path disagree (needs an engine with `score`)."""
+    prefix_cache: bool = False
+    """The engine keeps each prompt's prefill (its KV and last-position logits) across generate calls, and a
+    weight sync does not flush it: a prompt prefilled before the sync is served that stale prefill after it,
+    its decode then runs with the new weights on the old KV (needs timbench's engine, `model` exposed)."""
 
 
 def _logprobs(fn):
@@ -68,6 +73,12 @@ FAULTS: dict[str, Fault] = {
         "temperature applied twice on the sampling path (a logits processor and the sampler both divide by T) "
         "while the returned logprobs apply it once: tokens come from T^2, logprobs claim T",
         semantics=lambda p: (dataclasses.replace(p, temperature=p.temperature ** 2), p)),
+    "stale_prefix_cache": Fault(
+        "the prefix / KV cache is not flushed after a weight update: a prompt seen before the sync is prefilled "
+        "from the old weights' KV (vLLM #9744: the cached prefix is not updated after load_weights, so RL "
+        "frameworks call llm.reset_prefix_cache() after every sync, e.g. ms-swift #3640; NeMo-RL #4018: a "
+        "prefix cache left stale across refits grew the train-rollout mismatch step over step)",
+        prefix_cache=True),
 }
 VALID = "none|" + "|".join(FAULTS)
 
@@ -77,8 +88,18 @@ class Faulty:
 
     def __init__(self, engine, name: str):
         self.inner, self.name, self.fault = engine, name, FAULTS[name]
+        self.version = 0
+        """Weight syncs so far."""
+        self.prefilled: dict[tuple, int] = {}
+        """prefix_cache: prompt -> the weight version its (never flushed) cached prefill was computed with."""
+        self.snapshots: dict[int, torch.nn.Module] = {}
+        """prefix_cache: weight version -> the engine's model as it was then (what the stale KV came from)."""
 
     def load_weights(self, state) -> None:
+        if self.fault.prefix_cache:
+            if self.version in self.prefilled.values():  # the cache holds prefills of the outgoing weights
+                self.snapshots[self.version] = copy.deepcopy(self.inner.model)
+            self.version += 1
         if self.fault.sync is None:
             return self.inner.load_weights(state)
         if isinstance(state, torch.nn.Module):
@@ -93,6 +114,8 @@ class Faulty:
         requests = list(requests)
         if self.fault.semantics is not None:
             return self._resampled(requests, params)
+        if self.fault.prefix_cache:
+            return self._cached(requests, params)
         comps = self.inner.generate(requests, *(() if params is None else (params,)))
         return comps if self.fault.completions is None else self.fault.completions(comps, len(requests))
 
@@ -107,8 +130,61 @@ class Faulty:
                                   [c.request_id for c in comps])
         return [dataclasses.replace(c, logprobs=lp.to(c.logprobs.dtype)) for c, lp in zip(comps, scores.logprobs)]
 
+    def _cached(self, requests, params):
+        if not hasattr(self.inner, "model"):
+            raise ValueError(f"fault={self.name} replays stale prefills, which needs timbench's engine (engine=timbench)")
+        stale = {r.prompt_ids: self.snapshots[v] for r in requests
+                 if (v := self.prefilled.get(r.prompt_ids, self.version)) != self.version}
+        for r in requests:
+            self.prefilled.setdefault(r.prompt_ids, self.version)
+        model, self.inner.model = self.inner.model, _StalePrefill(self.inner.model, stale, self.inner.config.pad_token_id)
+        try:
+            return self.inner.generate(requests, *(() if params is None else (params,)))
+        finally:
+            self.inner.model = model
+
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+class _StalePrefill:
+    """The engine's model whose prefill of a cached prompt comes from the weights that first prefilled it: those
+    rows' KV and last-position logits are the stale model's, everything else (and every decode) the live one's."""
+
+    def __init__(self, live, stale: dict[tuple, torch.nn.Module], pad: int):
+        self.live, self.stale, self.pad = live, stale, pad
+
+    def __call__(self, ids, compute, on_kv=None, **kw):
+        prompts = [tuple(int(t) for t in row) for row in ids]
+        prompts = [p[: max((i + 1 for i, t in enumerate(p) if t != self.pad), default=0)] for p in prompts]
+        groups: dict[int, tuple] = {}
+        for i, p in enumerate(prompts):
+            if p in self.stale:
+                groups.setdefault(id(self.stale[p]), (self.stale[p], []))[1].append(i)
+        if not groups:
+            return self.live(ids, compute, on_kv=on_kv, **kw)
+        kv: dict[int, list] = {}
+        outs = []
+        for model, rows in groups.values():
+            capture = lambda layer, k, v, rows=rows: kv.setdefault(layer, []).append((rows, k, v))  # noqa: E731
+            outs.append((rows, model(ids, compute, on_kv=capture, **kw)))
+
+        def mixed(layer, k, v):
+            k, v = k.clone(), v.clone()
+            for rows, ks, vs in kv.get(layer, []):
+                k[rows], v[rows] = ks[rows], vs[rows]
+            on_kv(layer, k, v)
+
+        logits, routing = self.live(ids, compute, on_kv=None if on_kv is None else mixed, **kw)
+        logits = logits.clone()
+        for rows, (old_logits, old_routing) in outs:
+            logits[rows] = old_logits[rows]
+            if routing is not None:
+                routing[rows] = old_routing[rows]
+        return logits, routing
+
+    def __getattr__(self, name):
+        return getattr(self.live, name)
 
 
 __all__ = ["FAULTS", "Fault", "Faulty", "VALID"]

@@ -1,9 +1,10 @@
 """The gate's probes: each runs one engine property on one checkpoint and returns pass/fail with its numbers.
 
 A probe is a function (engine factory, model, its parameters from the suite, the
-sampling settings, the engine spec) -> `Probe`. Exact properties (determinism, batch invariance,
-prefill vs decode, weight sync) pass only at 0.0 difference; the alignment probe
-against timbench's exact fp32 trainer has a threshold from the suite. Probes
+sampling settings, the engine spec) -> `Probe`; the RL-outcome probe lives in `outcome`.
+Exact properties (determinism, batch invariance, prefill vs decode, weight sync) pass
+only at 0.0 difference; the alignment probe against timbench's exact fp32 trainer has
+a threshold from the suite. Probes
 never look at which fault (if any) the engine carries: they must find it.
 """
 
@@ -111,8 +112,12 @@ def alignment(make, model, p: dict, params: SamplingParams, spec) -> Probe:
 
 def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
     """After k trainer updates and an in-memory sync: every engine tensor equals the trainer's (rounded to the
-    engine's dtype), and the logprobs equal those of a fresh engine started from the updated weights."""
+    engine's dtype), and the logprobs equal those of a fresh engine started from the updated weights. The same
+    prompts are generated once before the updates too, as an RL loop meets a prompt again: a prefix / KV cache
+    the sync does not flush would serve them stale afterwards."""
     engine = make(model)
+    reqs = _requests("gate:ws", model.config.vocab_size, p["requests"], p["max_new_tokens"])
+    engine.generate(reqs, params)
     trained = type(model)(model.config)
     trained.load_state_dict(model.state_dict())
     gen = torch.Generator().manual_seed(params.seed)
@@ -126,7 +131,6 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
         own, want = engine.model.state_dict(), trained.state_dict()
         stale = [k for k, v in own.items() if k in want and not torch.equal(v.cpu(), want[k].to(v.dtype))]
         numbers["tensors"], numbers["tensors_differ"] = len(own), len(stale)
-    reqs = _requests("gate:ws", model.config.vocab_size, p["requests"], p["max_new_tokens"])
     tokens, worst = _diff(engine.generate(reqs, params), make(trained).generate(reqs, params))
     numbers |= {"completions_differ": tokens, "max_abs_diff": worst}
     return Probe(numbers.get("tensors_differ", 0) == 0 and tokens == 0 and worst == 0.0, numbers,
@@ -183,7 +187,11 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
     return Probe(p_value >= p["alpha"], numbers, {"p_value": p["alpha"]})
 
 
+from .outcome import rl_outcome  # noqa: E402 - it builds on Probe above
+
 PROBES: dict[str, Callable] = {"determinism": determinism, "batch_invariance": batch_invariance,
                                "prefill_vs_decode": prefill_vs_decode, "alignment": alignment,
-                               "weight_sync": weight_sync, "sampling_semantics": sampling_semantics}
-"""Every probe by name, in the order a suite runs them."""
+                               "weight_sync": weight_sync, "sampling_semantics": sampling_semantics,
+                               "rl_outcome": rl_outcome}
+"""Every probe by name, in the order a suite runs them. A probe gets its suite parameters plus `model`, the
+suite model's name; a probe's `models:` list, when given, limits it to those of the suite's models."""

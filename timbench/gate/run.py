@@ -67,8 +67,10 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
         model = load_model(name)
         make = lambda weights: make_engine(weights.config, spec, max_num_seqs=64, weights=weights)  # noqa: E731
         for probe, p in suite.probes.items():
+            if name not in p.get("models", suite.models):  # a probe may run on some of the suite's models only
+                continue
             t = time.perf_counter()
-            r: Probe = PROBES[probe](make, model, p, params, spec)
+            r: Probe = PROBES[probe](make, model, {**p, "model": name}, params, spec)
             rows.append({"model": name, "probe": probe, **dataclasses.asdict(r), "seconds": time.perf_counter() - t})
             if progress:
                 progress(f"[gate {suite.name} v{suite.version}] {name} {probe}: {'pass' if r.passed else 'FAIL'} "
@@ -91,7 +93,8 @@ def render(report: dict) -> str:
              "| model | probe | verdict | numbers | thresholds |", "|---|---|---|---|---|"]
     for r in report["probes"]:
         nums = format_numbers(r["numbers"])
-        thr = ", ".join(f"{k} <= {v:g}" for k, v in r["thresholds"].items())
+        thr = ", ".join(f"{k[4:]} >= {v:g}" if k.startswith("min_") else f"{k} <= {v:g}"
+                        for k, v in r["thresholds"].items())
         verdict = ("pass" if r["passed"] else "**FAIL**") + (f" ({r['note']})" if r["note"] else "")
         lines.append(f"| {r['model']} | {r['probe']} | {verdict} | {nums} | {thr} |")
     return "\n".join(lines) + "\n"
