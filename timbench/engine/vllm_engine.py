@@ -48,6 +48,8 @@ from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec import Spec, parse_spec  # noqa: E402
 from . import vllm_moe  # noqa: E402
 from .sampler import SamplingParams, for_spec  # noqa: E402
+from . import vllm_score  # noqa: E402
+from .score import EngineScores  # noqa: E402
 from .sequence import Completion, Request, check_request  # noqa: E402
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -288,6 +290,16 @@ class VllmEngine:
             want = [(o.request_id, len(r.prompt_ids) + len(o.outputs[0].token_ids) - 1) for r, o in zip(requests, outs)]
             routes = self.llm.collective_rpc(vllm_moe.take_routes, args=(want,))[0]
         return [self._completion(r, o.outputs[0], rt) for r, o, rt in zip(requests, outs, routes)]
+
+    def score(self, seqs, params: SamplingParams = SamplingParams(), request_ids=None) -> EngineScores:
+        """Each response token's logprob and argmax, teacher-forced in one vLLM prefill (`vllm_score.score`).
+
+        request_ids is accepted for `Engine.score`'s signature: vLLM's prompt logprobs carry no per-request noise.
+        """
+        if self.config.is_moe:
+            self.llm.collective_rpc(vllm_moe.clear_routes)
+        return vllm_score.score(self.llm, seqs, for_spec(params, self.spec), self.max_len,
+                                request_seed(params.seed, -1))
 
     def _completion(self, request: Request, out, routing: torch.Tensor | None = None) -> Completion:
         if out.finish_reason not in ("stop", "length"):

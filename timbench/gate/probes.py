@@ -74,18 +74,31 @@ def batch_invariance(make, model, p: dict, params: SamplingParams, spec) -> Prob
 
 
 def prefill_vs_decode(make, model, p: dict, params: SamplingParams, spec) -> Probe:
-    """A token's logprob as decoded vs scored again with its prefix in one prefill (teacher forcing)."""
+    """A token's logprob as decoded vs scored again with its prefix in one prefill (teacher forcing).
+
+    timbench's engine: its model prefills prompt + response in one forward (`diagnose.forward.score`; its own
+    `Engine.score` decodes the response again, so it would not test prefill). An engine without a model but with
+    `score` (vLLM: prompt logprobs, one prefill) scores through it; vLLM's prompt logprobs are of the raw
+    distribution, so there both generation and scoring run at temperature 1 (reported as `temperature`).
+    """
+    import dataclasses
+
     from ..diagnose.forward import score
 
-    engine = make(model)
-    if not hasattr(engine, "model") or not hasattr(engine, "spec"):
+    engine, extra = make(model), {}
+    if hasattr(engine, "model") and hasattr(engine, "spec"):
+        prefill = lambda seqs: score(engine.model, engine.spec, seqs, params.temperature).logprobs  # noqa: E731
+    elif hasattr(engine, "score"):
+        params, extra = dataclasses.replace(params, temperature=1.0), {"temperature": 1.0}
+        prefill = lambda seqs: engine.score(seqs, params).logprobs  # noqa: E731
+    else:
         return Probe(True, {}, note="not testable: the engine exposes no prefill scoring here")
     reqs = _requests("gate:pd", model.config.vocab_size, p["requests"], p["max_new_tokens"])
     comps = engine.generate(reqs, params)
-    scored = score(engine.model, engine.spec, [(c.prompt_ids, c.token_ids) for c in comps], params.temperature)
-    worst = max(float((lp - c.logprobs.double()).abs().max()) for lp, c in zip(scored.logprobs, comps))
-    return Probe(worst == 0.0, {"tokens": sum(len(c.token_ids) for c in comps), "max_abs_diff": worst},
-                 {"max_abs_diff": 0.0})
+    scored = prefill([(c.prompt_ids, c.token_ids) for c in comps])
+    worst = max(float((lp - c.logprobs.double()).abs().max()) for lp, c in zip(scored, comps))
+    return Probe(worst == 0.0, {"tokens": sum(len(c.token_ids) for c in comps), "max_abs_diff": worst,
+                                **extra}, {"max_abs_diff": 0.0})
 
 
 def claims_zero_mismatch(spec) -> bool:
