@@ -295,8 +295,8 @@ def test_moe_training_with_vllm_r3_replays_vllms_routing(tmp_path, monkeypatch):
     calls, engine_routes = [], []
     real_lp, real_gen = loop_mod.sequence_logprobs, vllm_engine.VllmEngine.generate
 
-    def spy(model, compute, seqs, temperature=1.0, replay=None):
-        out = real_lp(model, compute, seqs, temperature, replay=replay)
+    def spy(model, compute, seqs, temperature=1.0, replay=None, support=None):
+        out = real_lp(model, compute, seqs, temperature, replay=replay, support=support)
         calls.append((torch.is_grad_enabled(), seqs, replay, out.routing))
         return out
 
