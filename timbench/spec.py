@@ -147,8 +147,7 @@ def _device_capable(spec) -> str | None:
     if spec.engine == "timbench" and spec.kernels != "torch":
         return (f"device={spec.device} needs kernels=torch on timbench's engine (the exact kernels are CPU "
                 f"code; the zero-mismatch reference stays on the CPU)")
-    default = Spec()
-    off = [f"{k}={getattr(spec, k)}" for k in SPEC_KEYS if k not in DEVICE_KEYS and getattr(spec, k) != getattr(default, k)]
+    off = spec.changed(keep=DEVICE_KEYS)
     if off:
         return f"device={spec.device} runs only the keys {', '.join(DEVICE_KEYS)}; {', '.join(off)} is host-only"
     return None
@@ -249,6 +248,11 @@ class _SpecMethods:
             if f.name in always or v != f.default:
                 out[f.name] = str(v) if isinstance(v, (Noise, MmaAccum)) else v
         return out
+
+    def changed(self, keep: tuple[str, ...] = ()) -> list[str]:
+        """`key=value` for every key off its default, except those in `keep` (what a backend must refuse)."""
+        return [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                if f.name not in keep and getattr(self, f.name) != f.default]
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.to_dict().items())

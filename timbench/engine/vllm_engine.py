@@ -31,7 +31,6 @@ so every other key must keep its default.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import hashlib
 import os
 import tempfile
@@ -93,9 +92,7 @@ def check_spec(spec: Spec) -> Spec:
     default (vLLM has its own kernels)."""
     if spec.engine != "vllm":
         raise ValueError(f"VllmEngine runs engine=vllm specs, got engine={spec.engine}")
-    default = Spec()
-    bad = [f"{f.name}={getattr(spec, f.name)}" for f in dataclasses.fields(spec)
-           if f.name not in ("engine", "dtype", "device") and getattr(spec, f.name) != getattr(default, f.name)]
+    bad = spec.changed(keep=("engine", "dtype", "device"))
     if bad:
         raise ValueError(f"engine spec: {', '.join(bad)} has no meaning for engine=vllm (vLLM uses its own "
                          f"kernels); only engine, device and dtype={'|'.join(VLLM_DTYPES)} apply")
