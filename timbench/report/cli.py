@@ -3,6 +3,7 @@
     timbench grid report results/NAME [--out build/NAME]
     timbench paper results/paper [--out build/paper]
     timbench claims DIR... [--out build/claims]
+    timbench early-warning DIR... [--out build/early_warning]
     timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json] [--bytes]
 """
 
@@ -99,6 +100,23 @@ def add_claims_parser(sub) -> None:
     p.add_argument("--out", default="build/claims", help="where claims.md/.json go (default build/claims; give "
                                                          "--out results/claims to update the committed files)")
     p.set_defaults(func=_cmd_claims)
+
+
+def _cmd_early_warning(args) -> int:
+    from .early_warning import write_early_warning
+    dirs = [d.rstrip("/") for d in args.dirs]
+    command = "timbench early-warning " + " ".join(dirs) + f" --out {args.out}"
+    return _written("early-warning", args.out, lambda: write_early_warning(dirs, args.out, command=command))
+
+
+def add_early_warning_parser(sub) -> None:
+    """Register `timbench early-warning DIR...`."""
+    p = sub.add_parser("early-warning", help="rank per-step metrics as early warnings of a collapse (lead in steps, "
+                                             "false alarms; leave-one-seed-out envelopes) over grid result dirs")
+    p.add_argument("dirs", nargs="+", help="grid result dirs (results/paper, results/nvfp4, ...)")
+    p.add_argument("--out", default="build/early_warning", help="where early_warning.md/.json go (default "
+                   "build/early_warning; give --out results/early_warning to update the committed files)")
+    p.set_defaults(func=_cmd_early_warning)
 
 
 def _cmd_compare(args) -> int:

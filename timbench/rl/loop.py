@@ -26,6 +26,7 @@ from ..engine import make_engine
 from ..kernels.reduce import fmean, fstd, fsum, masked_mean
 from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
+from ..metrics_direction import direction_metrics
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..quant.aligned import RolloutCodes
 from ..ratios import log_ratio, select
@@ -255,6 +256,7 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
         **{k: v for k, v in mismatch_metrics(old_logprobs, exp.rollout_logprobs, exp.mask).items() if k != "tokens"},
         # counts in metrics.ABS_DELTA_BINS: the report's |delta| histograms sum these over steps
         ABS_DELTA_HIST: abs_delta_histogram(old_logprobs, exp.rollout_logprobs, exp.mask),
+        **direction_metrics(old_logprobs, exp.rollout_logprobs, batch.advantages, exp.mask),
     }
     clash = sorted(metrics.keys() & batch.remedy_metrics.keys())
     if clash:
