@@ -136,7 +136,26 @@ def test_fp8_rl():
 
 def test_triage_needs_quadrant_metrics():
     subs = triage(evidence(setting("nvfp4-rollout")))
-    assert verdicts(subs) == [NOT_TESTABLE] and "issue 28" in subs[0].numbers
+    assert verdicts(subs) == [NOT_TESTABLE, NOT_TESTABLE] and "tim/neg_adv_imbalance" in subs[0].numbers
+
+
+def test_triage_reads_the_imbalance():
+    """A collapse at step 15 whose (A < 0, delta < 0) imbalance doubles from step 10: it rose (1.0 -> 2.5) and
+    led by 5 steps; the healthy settings stay flat (no false alarm); the A > 0 control stays flat."""
+    flat, up = [1.0] * 20, [1.0] * 10 + [2.5] * 10
+    ev = evidence(setting("baseline", tim__neg_adv_imbalance=flat, tim__pos_adv_imbalance=flat),
+                  setting("nvfp4-rollout", "tis_token", tim__neg_adv_imbalance=[1.1] * 20,
+                          tim__pos_adv_imbalance=flat),
+                  setting("nvfp4-rollout", collapse=15, tim__neg_adv_imbalance=up, tim__pos_adv_imbalance=flat))
+    subs = triage(ev)
+    assert verdicts(subs) == [REPRODUCED, REPRODUCED, REPRODUCED]
+    assert "3/3 rose" in subs[0].numbers and "1.00 -> 2.50" in subs[0].numbers
+    assert "early 3/3" in subs[1].numbers and "median lead 5" in subs[1].numbers and "false alarms 0/6" in subs[1].numbers
+    assert not subs[2].central
+    late = evidence(*[s for s in (setting("baseline", tim__neg_adv_imbalance=flat, tim__pos_adv_imbalance=flat),
+                                  setting("nvfp4-rollout", collapse=15, tim__neg_adv_imbalance=flat,
+                                          tim__pos_adv_imbalance=flat))])
+    assert verdicts(triage(late))[:2] == [NOT, NOT]
 
 
 def test_gpu_study():

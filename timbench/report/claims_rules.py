@@ -202,14 +202,55 @@ def fp8_rl(ev: Evidence) -> list[Sub]:
        "before the collapse (their precursor rose 1.02 -> 2.32): the quadrant imbalance leads the collapse.")
 def triage(ev: Evidence) -> list[Sub]:
     """TRIAGE (arXiv 2610.07043): splits delta by the sign of A and of delta; the (A < 0, delta < 0) share of
-    the update grows before the collapse. Needs per-step quadrant metrics (issue 28 item 3)."""
-    keys = sorted(k for k in ev.metric_keys() if "quadrant" in k or k.startswith("triage/"))
-    why = ("the per-step quadrant metrics (update mass by sign of A x sign of delta) are not logged in any committed "
-           "grid (issue 28 item 3 adds them); the committed drift metrics split C(r) by the sign of A only "
-           "(drift/diff_pos_adv_mean, drift/diff_neg_adv_mean) and no cell stores per-token delta, so the quadrant "
-           "ratio cannot be rebuilt from the results") if not keys else \
-        f"quadrant metrics are logged ({', '.join(keys)}) but no rule here reads them yet"
-    return [Sub("the quadrant imbalance rises before the collapse", NOT_TESTABLE, why)]
+    the update grows before the collapse (their precursor 1.02 -> 2.32). Read from the per-step
+    `tim/neg_adv_imbalance` (timbench.metrics_direction) of untreated nvfp4 runs (rollout or W4A4) that collapsed:
+    (1) it rose, its mean over the 3 steps before the collapse above its step-0 value, in >= 2/3 of them;
+    (2) it leads: `timbench early-warning`'s leave-one-seed-out envelope rule over every grid that logs it warns
+    >= 1 step early in >= 2/3 of all collapsed runs with fewer false alarms (Wilson upper bound) than early
+    warnings (Wilson lower bound); (3, the control, not central) the A > 0 ratio does not rise the same way."""
+    from .early_warning import Candidate, Run, score_candidate
+    key, ctl = "tim/neg_adv_imbalance", "tim/pos_adv_imbalance"
+    runs, nv = [], []
+    for name, d in ev.grids.items():
+        for (cond, remedy, mode), cells in d.cells.items():
+            rows = {r["seed"]: r for r in d.rows.get((cond, remedy, mode), [])}
+            for c in cells:
+                if not c.metrics or key not in c.metrics[0] or c.axes.get("seed") not in rows:
+                    continue
+                row = rows[c.axes["seed"]]
+                step = row.get("collapse/step") if row.get("collapse/collapsed") else None
+                runs.append(Run(name, c.id, int(c.axes["seed"]), step, None,
+                                [int(m.get("step", i)) for i, m in enumerate(c.metrics)], c.metrics))
+                if cond.startswith("nvfp4") and remedy == "none" and step is not None and step >= 1:
+                    nv.append((f"{cond}/{mode} s{c.axes['seed']}", c.metrics, step))
+    if not runs:
+        why = ("no committed grid logs the per-step quadrant metrics (tim/quadrant_mass/*, tim/neg_adv_imbalance: "
+               "timbench.metrics_direction); run bench/grids/nvfp4.yaml")
+        return [Sub(t, NOT_TESTABLE, why) for t in ("the quadrant imbalance rises before the collapse",
+                                                      "the quadrant imbalance leads the collapse")]
+
+    def rise(metrics, step, k):
+        pre = [float(m[k]) for m in metrics[max(0, step - 3):step]]
+        return float(metrics[0][k]), sum(pre) / len(pre)
+    rises = [(lbl, *rise(m, s, key), *rise(m, s, ctl)) for lbl, m, s in nv]
+    up = sum(b > a for _, a, b, *_ in rises)
+    nums = "; ".join(f"{lbl}: {a:.2f} -> {b:.2f}" for lbl, a, b, *_ in rises)
+    subs = [Sub("untreated nvfp4: the (A < 0, delta < 0) imbalance rises before the collapse (>= 2/3 of collapsed "
+                "runs; theirs 1.02 -> 2.32)", NOT_TESTABLE if not rises else REPRODUCED if up * 3 >= 2 * len(rises)
+                else NOT, f"{up}/{len(rises)} rose: {nums}" if rises else "no collapsed untreated nvfp4 run logs it")]
+    r = score_candidate(Candidate(key, 1, "TRIAGE"), runs)
+    n, e = r["collapsed_runs"], r["early"]
+    lo, fa_hi = (r["early_rate"] or [0, 0, 0])[1], (r["false_alarm_rate"] or [0, 0, 1])[2]
+    subs.append(Sub("it leads the collapse (early-warning envelope rule, every grid logging it)",
+                    NOT_TESTABLE if not n else REPRODUCED if e * 3 >= 2 * n and lo > fa_hi else NOT,
+                    f"early {e}/{n} (late {r['late']}, missed {r['missed']}), median lead {r['median_lead']} steps, "
+                    f"false alarms {r['false_alarms']}/{r['healthy_runs']}"))
+    if rises:
+        up_ctl = sum(d > c for *_, c, d in rises)
+        subs.append(Sub("control: the A > 0 ratio does not rise as often", REPRODUCED if up_ctl < up else NOT,
+                        f"{up_ctl}/{len(rises)} rose: " + "; ".join(f"{x[0]}: {x[3]:.2f} -> {x[4]:.2f}" for x in rises),
+                        central=False))
+    return subs
 
 
 @claim("GPU study (Qwen3-1.7B/8B)", "a public GPU study, vLLM vs transformers (shared reference notes)",
