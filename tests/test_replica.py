@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from timbench.grid.cost import cell_seconds
 from timbench.grid.spec import expand, parse_grid
 from timbench.metrics import mismatch_metrics
 from timbench.remedies import load_remedy
@@ -99,7 +100,9 @@ def test_replica_off_writes_the_config_it_always_wrote():
     assert set(REPLICAS) == {"none", "identical", "microbatch1", "fullbatch"}
     grid = parse_grid({"name": "r", "base": {"replica": "microbatch1", "steps": 1},
                        "axes": {"condition": ["baseline"]}})
-    assert expand(grid)[0].config["replica"] == "microbatch1"
+    cfg = expand(grid)[0].config
+    assert cfg["replica"] == "microbatch1"
+    assert cell_seconds(cfg) > cell_seconds({**cfg, "replica": "none"})  # one more recompute pass per step
 
 
 def test_exact_kernels_replica_is_bitwise_and_changes_no_training_number(tmp_path):
