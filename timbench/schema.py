@@ -69,6 +69,12 @@ STEP_KEYS: dict[str, str] = {
     "staleness/total_k3": "k3 of the product pi_current / mu",
     "staleness/mismatch_log_ratio_mean": "mean log(pi_old^behav / mu)",
     "staleness/staleness_log_ratio_mean": "mean log(pi_current / pi_old^behav)",
+    # replica=<kind> (timbench.replica, arXiv 2606.15621): a second trainer pass of the same batch
+    "replica/k3_kl": "k3 KL between the real and the replica trainer pass (the noise floor)",
+    "replica/max_abs_delta": "max |delta| between the two trainer passes", "replica/mean_abs_delta": "mean of it",
+    "replica/mask_jaccard": "Jaccard overlap of the tokens the remedy rejects on each pass (1 when both empty)",
+    "replica/kept_jaccard": "Jaccard overlap of the tokens the remedy keeps on each pass",
+    "replica/weight_max_abs_delta": "max |w - w'| of the remedy's weights on tokens both passes keep",
 }
 """Every key of a metrics.jsonl row -> one line of what it is."""
 

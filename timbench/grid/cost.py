@@ -53,6 +53,8 @@ def cell_seconds(config: dict) -> float:
     seqs = config["prompts_per_step"] * config["group_size"]
     step = seqs * (per_seq["rollout"] * eng + per_seq["recompute"] * trn
                    + per_seq["update"] * trn * config["epochs"]) * moe
+    if config.get("replica", "none") != "none":  # timbench.replica: one more trainer recompute of the batch
+        step += seqs * per_seq["recompute"] * trn * moe
     if config.get("twin"):  # a zero-mismatch twin lane runs every step in lockstep
         step += seqs * sum(per_seq.values()) * moe
     steps = config["steps"]

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ..coerce import coerce, field_kind
+from ..replica import check_replica
 from ..spec import Spec, parse_spec
 from ..readfile import read_yaml
 
@@ -93,6 +94,9 @@ class RunConfig:
     """Run a zero-mismatch twin (exact/exact fp32, same everything else) in lockstep."""
     threads: int = 1
     """Torch and numba threads for this run (two runs in parallel use both cores)."""
+    replica: str = "none"
+    """A second, scoring-only trainer pass of each step's batch on the main lane (timbench.replica.REPLICAS):
+    none (off), identical, microbatch1 or fullbatch; logs its noise floor and remedy mask overlap (replica/*)."""
 
     def __post_init__(self):
         # Frozen: the parsed values are set once, here, and never change afterwards.
@@ -106,10 +110,16 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         """Plain YAML-ready values: what config.yaml holds (specs in their short dict form)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if not (f.name in _WRITTEN_OFF_DEFAULT and getattr(self, f.name) == f.default)}
         d.update(engine=self.engine.to_dict(), trainer=self.trainer.to_dict(), betas=list(self.betas),
                  remedy_args=dict(self.remedy_args))
         return d
+
+
+_WRITTEN_OFF_DEFAULT = ("replica",)
+"""Keys newer than committed results: in config.yaml only when set, so a run without them writes the same
+config (and grid fingerprint) as before they existed, and older run directories still resume and merge."""
 
 
 # key -> (check, valid range) for the float keys whose bad values would train silently wrong
@@ -129,6 +139,7 @@ _FLOAT_RANGES = {
 def _check_ranges(cfg: RunConfig) -> None:
     if cfg.mode not in MODES:
         raise ValueError(f"mode {cfg.mode!r} is invalid; valid: {', '.join(MODES)}")
+    check_replica(cfg.replica)
     for name, (ok, valid) in _FLOAT_RANGES.items():
         if not ok(getattr(cfg, name)):
             raise ValueError(f"config key {name!r}: {getattr(cfg, name)!r} is out of range; valid: {valid}")

@@ -31,7 +31,8 @@ from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..quant.aligned import RolloutCodes
 from ..ratios import log_ratio, select
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
-from ..remedies import Remedy, RemedyBatch, check_bool_mask, check_result, per_sequence, replay_tensor
+from ..remedies import Remedy, RemedyBatch, RemedyResult, check_bool_mask, check_result, per_sequence, replay_tensor
+from ..replica import REPLICAS, Replica, replica_metrics
 from ..shipped import resolve_checkpoint
 from ..spec import ZERO_MISMATCH, Spec, quantized_reference
 from ..threads import set_threads
@@ -41,10 +42,9 @@ from .algorithms import agg_loss, dynamic_sampling_mask, kl_penalty
 from .config import Loaded, RunConfig, load
 from .drift import objective_drift
 from .rollout import Experience, collect
-from .rundir import RunDir, one_line
+from .rundir import RunDir, one_line, summarize
 from .staleness import PolicyHistory, split_metrics
-from ..schema import (ABS_DELTA_HIST, ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX,
-                      QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN)
+from ..schema import ABS_DELTA_HIST, ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 
 __all__ = ["Lane", "NonFiniteError", "StepBatch", "run", "summarize", "train_step"]
 
@@ -67,6 +67,8 @@ class Lane:
     """staleness=K > 0: a trainer-side copy of the behavior policy (the weights that sampled)."""
     plugin_timeout: float = PLUGIN_CALL_TIMEOUT_S
     """Seconds one call of a plug-in remedy's hook may take (timbench.remedies.deadline; 0 = no limit)."""
+    replica: Replica | None = None
+    """A second, scoring-only trainer pass of each batch (timbench.replica; None: off)."""
 
 
 def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Spec, trainer_spec: Spec,
@@ -117,6 +119,10 @@ class StepBatch:
     """correct: what the remedy logs."""
     staleness_metrics: dict = field(default_factory=dict)
     """recompute (staleness > 0): the ratio's mismatch and staleness factors."""
+    replica_logprobs: torch.Tensor | None = None
+    """recompute (replica on): [N, R] pi_old again from the replica pass (same weights, its own chunking)."""
+    replica_metrics: dict = field(default_factory=dict)
+    """correct (replica on): the replica pass's noise floor and the remedy's selection overlap."""
     updates: list[dict] = field(default_factory=list)
     """update: one metrics row per optimizer step."""
     timing: dict = field(default_factory=dict)
@@ -137,9 +143,10 @@ def collect_phase(lane: Lane, run: Loaded, step: int) -> StepBatch:
     return StepBatch(step, exp, adv, mask, n // cfg.mini_batches)
 
 
-def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepBatch):
-    """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing)."""
-    exp, chunk = batch.exp, batch.mini_batch
+def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepBatch, chunk: int | None = None):
+    """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing);
+    `chunk` rows per forward call (default the mini-batch)."""
+    exp, chunk = batch.exp, chunk or batch.mini_batch
     replay = exp.routing if lane.remedy.replay == "engine" else None
     support = _support(lane, exp)
     lps, ents, routes = [], [], []
@@ -176,21 +183,33 @@ def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     """The trainer's pi_old; R3 replays the engine's routing here already. With a stale engine the trainer
     scores the batch under both its current and the behavior weights and keeps the one `stale_old` names."""
     lane.compute.rollout_codes = rollout_codes(lane)  # before any trainer pass of this step
-    current = _trainer_pass(lane.model, lane, run, batch)
+    current, model = _trainer_pass(lane.model, lane, run, batch), lane.model
     if lane.history is not None:
         lane.behavior.load_state_dict(lane.history.behavior)
         behavior = _trainer_pass(lane.behavior, lane, run, batch)
         batch.staleness_metrics = split_metrics(current[0], behavior[0], batch.exp.rollout_logprobs,
                                                 batch.exp.mask, lane.history.lag)
-        current = behavior if lane.compute.stale_old == "behavior" else current
+        if lane.compute.stale_old == "behavior":
+            current, model = behavior, lane.behavior
     batch.old_logprobs, batch.entropy, batch.trainer_routing = current
+    if lane.replica is not None:  # the same weights as pi_old's pass, re-fed in the replica's chunks
+        chunk = lane.replica.chunk(batch.mini_batch, len(batch.exp.seqs))
+        batch.replica_logprobs = _trainer_pass(model, lane, run, batch, chunk)[0]
+
+
+def _remedy(lane: Lane, run: Loaded, batch: StepBatch, old_logprobs: torch.Tensor) -> RemedyResult:
+    """The lane's remedy on (old_logprobs, mu) and the batch's loss mask before it, checked."""
+    rb = RemedyBatch(old_logprobs.detach(), batch.exp.rollout_logprobs, batch.advantages, batch.mask,
+                     run.group_size)
+    return check_result(call_hook(lane.remedy, "__call__", rb, limit_s=lane.plugin_timeout), rb, lane.remedy.name)
 
 
 def correct_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
-    rb = RemedyBatch(batch.old_logprobs.detach(), batch.exp.rollout_logprobs, batch.advantages, batch.mask,
-                     run.group_size)
-    result = check_result(call_hook(lane.remedy, "__call__", rb, limit_s=lane.plugin_timeout), rb,
-                          lane.remedy.name)
+    result = _remedy(lane, run, batch, batch.old_logprobs)
+    if batch.replica_logprobs is not None:  # the same remedy on the replica's pi_old: does it pick the same tokens?
+        twin = _remedy(lane, run, batch, batch.replica_logprobs)
+        batch.replica_metrics = replica_metrics(batch.old_logprobs, batch.replica_logprobs, batch.exp.mask,
+                                                batch.mask, result.mask, twin.mask, result.weights, twin.weights)
     batch.mask, batch.weights, batch.remedy_metrics = batch.mask & result.mask, result.weights, result.metrics
 
 
@@ -263,6 +282,7 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
         raise ValueError(f"remedy {lane.remedy.name}: metric name(s) {clash} clash with the loop's metrics")
     metrics.update(batch.remedy_metrics)
     metrics.update(batch.staleness_metrics)
+    metrics.update(batch.replica_metrics)
     if exp.routing[0] is not None:
         metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat(batch.trainer_routing),
                                                                   torch.cat(exp.routing))
@@ -319,6 +339,7 @@ class _Session:
         # reference by definition, and its other hooks are no-ops there (rho == 1, routings agree).
         self.lanes = [make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl,
                                 plugin_timeout)]
+        self.lanes[0].replica = REPLICAS[cfg.replica]  # main lane only: the twin lane is the zero-mismatch reference
         if cfg.twin:
             self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl,
                                         plugin_timeout))
@@ -454,24 +475,3 @@ def _record_failure(rd: RunDir, e: BaseException) -> None:
         rd.write_status("failed", one_line(e))
     except OSError:
         pass
-
-
-def summarize(path, cfg: RunConfig | Loaded, status: str, error, extra: dict) -> dict:
-    import json
-    loaded = load(cfg)
-    rows = [json.loads(l) for l in (path / "metrics.jsonl").read_text().splitlines()]
-    evals = [json.loads(l) for l in (path / "eval.jsonl").read_text().splitlines()]
-    s = {"status": status, "error": error, "steps_done": len(rows), "task": loaded.task,
-         "task_version": loaded.task_impl.version, "algorithm": loaded.algorithm, "mode": loaded.mode,
-         "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
-         **extra}
-    if evals:
-        s.update(initial_accuracy_t1=evals[0][ACCURACY_T1], final_accuracy_t1=evals[-1][ACCURACY_T1],
-                 final_accuracy_greedy=evals[-1][ACCURACY_GREEDY],
-                 peak_accuracy_t1=max(e[ACCURACY_T1] for e in evals))
-    if rows:
-        for k in (K3_KL, PROBS_DIFF_MAX, MEAN_ABS_DELTA,
-                  "drift/diff_mean", "drift/diff_abs_mean"):
-            s[f"mean/{k}"] = sum(r[k] for r in rows) / len(rows)
-        s["final/critic/rewards/mean"] = rows[-1][REWARD_MEAN]
-    return s

@@ -22,6 +22,8 @@ import yaml
 from ..atomic import atomic_write, write_error
 from ..manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
+from .config import load
+from ..schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX, REWARD_MEAN
 
 
 STATUSES = ("running", "finished", "failed")
@@ -141,3 +143,24 @@ def read_status(path: str | os.PathLike) -> dict | None:
     """A run directory's status.json ({"status", "error"}), or None where there is none."""
     p = Path(path) / "status.json"
     return json.loads(p.read_text()) if p.is_file() else None
+
+
+def summarize(path, cfg, status: str, error, extra: dict) -> dict:
+    """summary.json of a run that ended: what it ran (`cfg`, a RunConfig or Loaded) and aggregates of its logs."""
+    loaded = load(cfg)
+    rows = [json.loads(l) for l in (path / "metrics.jsonl").read_text().splitlines()]
+    evals = [json.loads(l) for l in (path / "eval.jsonl").read_text().splitlines()]
+    s = {"status": status, "error": error, "steps_done": len(rows), "task": loaded.task,
+         "task_version": loaded.task_impl.version, "algorithm": loaded.algorithm, "mode": loaded.mode,
+         "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
+         **extra}
+    if evals:
+        s.update(initial_accuracy_t1=evals[0][ACCURACY_T1], final_accuracy_t1=evals[-1][ACCURACY_T1],
+                 final_accuracy_greedy=evals[-1][ACCURACY_GREEDY],
+                 peak_accuracy_t1=max(e[ACCURACY_T1] for e in evals))
+    if rows:
+        for k in (K3_KL, PROBS_DIFF_MAX, MEAN_ABS_DELTA,
+                  "drift/diff_mean", "drift/diff_abs_mean"):
+            s[f"mean/{k}"] = sum(r[k] for r in rows) / len(rows)
+        s["final/critic/rewards/mean"] = rows[-1][REWARD_MEAN]
+    return s
