@@ -75,6 +75,12 @@ STEP_KEYS: dict[str, str] = {
     "replica/mask_jaccard": "Jaccard overlap of the tokens the remedy rejects on each pass (1 when both empty)",
     "replica/kept_jaccard": "Jaccard overlap of the tokens the remedy keeps on each pass",
     "replica/weight_max_abs_delta": "max |w - w'| of the remedy's weights on tokens both passes keep",
+    # direction-aware metrics (timbench.metrics_direction, TRIAGE arXiv 2610.07043)
+    **{f"tim/quadrant_mass/{q}": f"share of sum |A| |delta| with {q.replace('_', ' ')}"
+       for q in ("pos_adv_pos_delta", "pos_adv_neg_delta", "neg_adv_pos_delta", "neg_adv_neg_delta")},
+    "tim/neg_adv_imbalance": "mass(A < 0, delta < 0) / mass(A < 0, delta > 0): TRIAGE's precursor (1 = balanced)",
+    "tim/pos_adv_imbalance": "mass(A > 0, delta < 0) / mass(A > 0, delta > 0) (the control)",
+    "tim/tail_seg_concentration": "share of the top-1% |delta| tail inside the worst tenth of 64-token segments",
 }
 """Every key of a metrics.jsonl row -> one line of what it is."""
 
