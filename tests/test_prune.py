@@ -145,6 +145,8 @@ def test_cli_recovery_fine_tunes_the_pruned_model(tmp_path):
     (["--keep", "9"], "keep=9 is not valid"),
     (["--keep", "2", "--model", "tiny-dense"], "needs a qwen3_moe model"),
     (["--keep", "2", "--model", "no/such/dir"], "neither a preset"),
+    (["--keep", "2", "--calib-n", "0"], "calibration set size must be >= 1, got 0"),
+    (["--keep", "2", "--eval-n", "0"], "eval_n must be >= 1, got 0"),
 ])
 def test_cli_bad_values_are_one_line_errors(argv, needle, tmp_path, capsys):
     out = tmp_path / "x"

@@ -46,11 +46,14 @@ def make_proxy(model: str, task: str, keep: int, out: str | Path | None = None, 
     """
     from .evaluate import evaluate_both
     from .model import load_checkpoint, save_checkpoint
-    from .model.prune import CALIBRATION_SPEC, calibration_set, check_keep, expert_frequencies, kept_experts, prune_experts
+    from .model.prune import (CALIBRATION_SPEC, calibration_set, check_keep, expert_frequencies, kept_experts,
+                              prune_experts)
     from .tasks import get_task
     from .threads import set_threads
     from .warmstart import warmstart
 
+    if eval_n < 1:
+        raise ValueError(f"eval_n must be >= 1, got {eval_n}")
     src_dir, src_preset = resolve_source(model, task)
     t_obj = get_task(task)
     source = load_checkpoint(src_dir)
