@@ -1,12 +1,13 @@
 """Structure-preserving expert pruning: a smaller Qwen3-MoE proxy that keeps each layer's most used experts.
 
-After the MoE proxy models of arXiv 2608.10823, which prune experts by activation
-frequency *plus* multi-view consistency (an expert is kept only if it ranks high
-under several views of importance, e.g. routing frequency, router weight mass and
-output norm, over several calibration slices, so that one view's noise cannot
-pick the set). Here only the first view is used: per layer, how often the router
-selects each expert (top-k selections, both ranks counted) over a calibration set
-of the task's own problems. Nothing below measures or claims consistency across views.
+After the MoE proxy models of arXiv 2608.10823, which select experts by activation
+frequency *plus* multi-view consistency. Multi-view consistency would add a check
+that the kept set is not an artefact of one measurement: that it agrees across
+several views (other importance measures, other calibration slices) before it is
+trusted (our reading of the term; the paper's exact procedure is not reproduced).
+Only the first view is used here: per layer, how often the router selects each
+expert (top-k selections, both ranks counted) over a calibration set of the task's
+own problems. Nothing below measures or claims consistency across views.
 
 The pruned model is the same architecture with `keep` experts per layer: the kept
 experts (ascending original index, so the router's tie order is unchanged), the
