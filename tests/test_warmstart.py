@@ -12,12 +12,13 @@ from timbench.cli import main
 from timbench.data import encode_prompt
 from timbench.evaluate import evaluate
 from timbench.kernels import get_kernels
-from timbench.model import Compute, load_checkpoint
+from timbench.model import PRESETS, Compute, load_checkpoint
 from timbench.tasks import get_task
 from timbench.shipped import available_checkpoints, default_checkpoint
 from timbench.warmstart import WarmstartError, parse_band
 
-SHIPPED = [("add-4d-v1", "tiny-dense"), ("add-4d-v1", "tiny-moe")]
+SHIPPED = [("add-4d-v1", "tiny-dense"), ("add-4d-v1", "tiny-moe"), ("add-4d-v1", "tiny-moe-e4"),
+           ("add-4d-v1", "tiny-moe-e2")]
 CARD_KEYS = {"task", "task_version", "model", "seed", "steps", "wall_time_s", "accuracy_t1",
              "accuracy_greedy", "eval_n", "band", "command"}
 
@@ -33,7 +34,7 @@ def test_shipped_checkpoint(task, model):
     assert 0.2 <= card["accuracy_t1"] <= 0.6  # RL needs signal and headroom
 
     net = load_checkpoint(d)
-    assert net.config.is_moe == (model == "tiny-moe")
+    assert net.config == PRESETS[model]
 
     # the same weights through transformers give the same logits
     from transformers import AutoModelForCausalLM

@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_diagnose(sub)
     from .warmstart_cli import add_parser as add_warmstart
     add_warmstart(sub)
+    from .prune_cli import add_parser as add_prune  # `timbench prune-experts` (issue 30: proxy fidelity)
+    add_prune(sub)
     from .rl.cli import add_parser as add_train
     add_train(sub)
     from .remedies.cli import add_parser as add_remedies

@@ -74,8 +74,11 @@ def sft_loss(model, compute, problems) -> torch.Tensor:
 def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = None, seed: int = 0,
               band=(0.2, 0.6), eval_n: int = 256, max_steps: int = 1000, threads: int = 2,
               batch_size: int = 128, lr: float = 1e-3, eval_every: int = 10, probe_n: int = 128,
-              progress: bool = True, command: str | None = None) -> dict:
+              progress: bool = True, command: str | None = None, init=None) -> dict:
     """Run a warm start; write the checkpoint (with card.json) to `out` if given; return the card.
+
+    `init` (a Qwen3ForCausalLM, default None: a fresh `model` preset from `seed`) is trained in place
+    instead, and `model` is then only its name on the card (a pruned proxy's recovery: timbench.proxy).
 
     Phases: check the arguments, build the model / optimizer / engine, train until the eval accuracy
     is in the band (`_train_to_band`), write the card. Raises WarmstartError when the band is not
@@ -87,11 +90,11 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     from .spec import parse_spec
     from .trainer.optim import AdamW
 
-    t_obj, band = _check_args(task, model, band, eval_n=eval_n, max_steps=max_steps, batch_size=batch_size,
-                              eval_every=eval_every, probe_n=probe_n, threads=threads)
+    t_obj, band = _check_args(task, model if init is None else None, band, eval_n=eval_n, max_steps=max_steps,
+                              batch_size=batch_size, eval_every=eval_every, probe_n=probe_n, threads=threads)
     set_threads(threads)
     t0 = time.perf_counter()
-    net = Qwen3ForCausalLM(PRESETS[model], seed=seed)
+    net = Qwen3ForCausalLM(PRESETS[model], seed=seed) if init is None else init
     compute = Compute.from_spec(parse_spec(TRAINER_SPEC, "trainer spec", side="trainer"))
     opt = AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     eval_set = t_obj.eval_set(eval_n)
@@ -138,13 +141,14 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     return card
 
 
-def _check_args(task: str, model: str, band, **counts: int):
-    """The task object and the band as a (lo, hi) tuple; WarmstartError on a bad preset, band or count."""
+def _check_args(task: str, model: str | None, band, **counts: int):
+    """The task object and the band as a (lo, hi) tuple; WarmstartError on a bad preset (None: no preset
+    to check), band or count."""
     from .model import PRESETS
     from .tasks import get_task
 
     t_obj = get_task(task)
-    if model not in PRESETS:
+    if model is not None and model not in PRESETS:
         raise WarmstartError(f"unknown model preset {model!r}; valid: {', '.join(PRESETS)}")
     band = parse_band(band) if isinstance(band, str) else tuple(float(b) for b in band)
     if len(band) != 2 or not (0.0 <= band[0] <= band[1] <= 1.0):
