@@ -43,7 +43,6 @@ OpenAI Completions API returns per token (`logprobs` <= 5), which vLLM's OpenAI 
 RL framework reading an engine's logprobs usually has. With the default vocabulary (V = 99) it is ~5% of it."""
 
 
-
 def topk_key(k: int) -> str:
     """The metric name of top-K consistency for this K (`tim/top5_consistency`)."""
     return f"tim/top{k}_consistency"
