@@ -86,6 +86,7 @@ FORBIDDEN = {"sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "l
              "softmax", "log_softmax", "logsumexp", "erf", "erfinv", "sin", "cos", "std", "var", "norm",
              "var_mean", "std_mean", "cumsum", "cumprod", "logcumsumexp"}
 TRAINING_PATH = ["timbench/rl", "timbench/trainer", "timbench/remedies", "timbench/ratios.py", "timbench/metrics.py",
+                 "timbench/metrics_dist.py",
                  "timbench/kernels/reduce.py", "timbench/kernels/pointwise.py", "timbench/kernels/logprobs.py",
                  "timbench/kernels/exact_kernels.py", "timbench/kernels/noise_ops.py",
                  "timbench/kernels/tensor_parallel.py", "timbench/quant"]

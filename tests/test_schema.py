@@ -13,10 +13,10 @@ from timbench import schema
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC_LIKE = re.compile(r"^((rollout_corr|mismatch|training|actor|critic|drift|batch|response_length|quantized|cum"
-                         r"|final|mean|max|collapse|twin)/[A-Za-z0-9_./]+|(final_|peak_|initial_|relative_)?accuracy_"
-                         r"(t1|greedy))$")
-SCANNED = ["timbench/rl", "timbench/metrics.py", "timbench/remedies", "timbench/report", "timbench/evaluate.py",
-           "timbench/submit", "runners"]
+                         r"|final|mean|max|collapse|twin|tim)/[A-Za-z0-9_./]+"
+                         r"|(final_|peak_|initial_|relative_)?accuracy_(t1|greedy))$")
+SCANNED = ["timbench/rl", "timbench/metrics.py", "timbench/metrics_dist.py", "timbench/remedies", "timbench/report",
+           "timbench/evaluate.py", "timbench/submit", "runners"]
 
 
 def _literals(path: Path):

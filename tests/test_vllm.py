@@ -82,6 +82,10 @@ def test_completions_are_well_formed_and_reproducible(engine, model):
     assert all(torch.equal(x.logprobs, y.logprobs) for x, y in zip(a, b))
     other = engine.generate(_requests(), SamplingParams(temperature=1.0, seed=4))
     assert [c.token_ids for c in other] != [c.token_ids for c in a]
+    # full distributions asked for: vLLM gives top-K logprobs only, so none, and the same tokens and logprobs
+    full = engine.generate(_requests(), SamplingParams(temperature=1.0, seed=3, full_logprobs=True))
+    assert all(c.full_logprobs is None for c in full) and [c.token_ids for c in full] == [c.token_ids for c in a]
+    assert all(torch.equal(x.logprobs, y.logprobs) for x, y in zip(a, full))
 
 
 def _first_token_logprobs(model, reqs, params, top_p=False):
@@ -210,6 +214,7 @@ def test_training_run_with_vllm_engine_end_to_end(tmp_path, monkeypatch):
     for r in rows:  # vLLM fp32 vs the exact trainer: a real, small, finite mismatch
         assert 0 < r["training/rollout_probs_diff_max"] < 1e-4
         assert r["response_length/mean"] > 0
+        assert not [k for k in r if k.startswith("tim/")]  # no full distribution from vLLM: no tim/ metrics
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["engine"]["engine"] == "vllm"
 

@@ -24,6 +24,10 @@ GRAD_NORM = "actor/grad_norm"
 ACCURACY_T1 = "accuracy_t1"
 ACCURACY_GREEDY = "accuracy_greedy"
 QUANTIZED_ACCURACY_GREEDY = "quantized/accuracy_greedy"
+TIM_BITWISE_EQUAL_FRAC = "tim/bitwise_equal_frac"
+TIM_TV_MEAN = "tim/tv_mean"
+TIM_TV_MAX = "tim/tv_max"
+TIM_TOP1_AGREEMENT = "tim/top1_agreement"
 
 METRIC_NAMES = {
     "remedy/token_masked_frac": "rollout_corr/rollout_rs_masked_fraction",
@@ -81,6 +85,11 @@ STEP_KEYS: dict[str, str] = {
     "tim/neg_adv_imbalance": "mass(A < 0, delta < 0) / mass(A < 0, delta > 0): TRIAGE's precursor (1 = balanced)",
     "tim/pos_adv_imbalance": "mass(A > 0, delta < 0) / mass(A > 0, delta > 0) (the control)",
     "tim/tail_seg_concentration": "share of the top-1% |delta| tail inside the worst tenth of 64-token segments",
+    TIM_BITWISE_EQUAL_FRAC: "positions whose whole next-token distribution the trainer matches bitwise "
+                            "(timbench.metrics_dist, arXiv 2610.05458; timbench engine only)",
+    TIM_TV_MEAN: "mean total variation 0.5 * sum_v |pi_v - mu_v| of the full distributions per position",
+    TIM_TV_MAX: "max total variation over the step's response positions",
+    TIM_TOP1_AGREEMENT: "positions where trainer and engine argmax agree (greedy token agreement; ties to lower id)",
 }
 """Every key of a metrics.jsonl row -> one line of what it is."""
 
@@ -95,6 +104,8 @@ STEP_KEYS.update(REMEDY_EXTRA_KEYS)
 STEP_KEY_FAMILIES: dict[str, str] = {
     r"mismatch/extreme_frac_[0-9.]+": "fraction of tokens with rho outside [1/tau, tau] (any tau)",
     r"rollout_corr/rollout_rs_[a-z0-9_]+_(seq_)?masked_fraction": "verl rejection sampling, one per criterion",
+    r"tim/top[0-9]+_consistency": "mean overlap |top-K(pi) & top-K(mu)| / K of the full distributions "
+                                  "(timbench.metrics_dist.TOP_K: 5)",
 }
 """Keys logged under a parameter (regular expressions of the whole key)."""
 _FAMILY = re.compile("|".join(f"(?:{p})" for p in STEP_KEY_FAMILIES))

@@ -18,7 +18,7 @@ from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..quant import QuantCache
 from ..spec import Spec, parse_spec
 from .device import resolve_device
-from .sampler import SamplingParams, for_spec, sample
+from .sampler import Draw, SamplingParams, draw, for_spec
 from .score import EngineScores, score_sequences
 from .sequence import Completion, Request, Sequence, check_request
 
@@ -106,14 +106,16 @@ class Engine:
         """
         return score_sequences(self.model, self.spec, seqs, request_ids, params.temperature, params.seed, levels)
 
-    def _append(self, seqs: list[Sequence], tokens, logprobs, support=None) -> None:
+    def _append(self, seqs: list[Sequence], d: Draw, full: bool = False) -> None:
         eos = self.config.eos_token_id
         for i, seq in enumerate(seqs):
-            t = int(tokens[i])
+            t = int(d.tokens[i])
             seq.tokens.append(t)
-            seq.logprobs.append(float(logprobs[i]))
-            if support is not None:
-                seq.support.append(support[i])
+            seq.logprobs.append(float(d.logprobs[i]))
+            if d.support is not None:
+                seq.support.append(d.support[i])
+            if full:
+                seq.full_logprobs.append(d.full[i])
             if t == eos:
                 seq.finish_reason = "stop"
             elif len(seq.tokens) >= seq.request.max_new_tokens or seq.length >= self.max_len:
@@ -122,7 +124,7 @@ class Engine:
     def _sample(self, seqs, logits, params):
         req = torch.tensor([s.request.request_id for s in seqs])
         pos = torch.tensor([s.length for s in seqs])  # absolute position of the token to sample
-        return sample(logits, params, req, pos, self.compute.kernels, self.compute.noise)  # the spec it carries
+        return draw(logits, params, req, pos, self.compute.kernels, self.compute.noise)  # the spec it carries
 
     def _tensor(self, values, dtype=torch.long):
         return torch.tensor(values, dtype=dtype, device=self.device)
@@ -144,7 +146,7 @@ class Engine:
         if routing is not None:
             for i, s in enumerate(seqs):
                 s.routes.append(routing[i, : lens[i]].cpu())
-        self._append(seqs, *self._sample(seqs, logits, params))
+        self._append(seqs, self._sample(seqs, logits, params), params.full_logprobs)
 
     def _decode(self, seqs: list[Sequence], params: SamplingParams) -> None:
         ids = self._tensor([s.last_token for s in seqs])
@@ -154,4 +156,4 @@ class Engine:
         if routing is not None:
             for i, s in enumerate(seqs):
                 s.routes.append(routing[i : i + 1].cpu())
-        self._append(seqs, *self._sample(seqs, logits, params))
+        self._append(seqs, self._sample(seqs, logits, params), params.full_logprobs)

@@ -9,6 +9,11 @@ vLLM's processed logprobs: the filters set the logits outside the kept set
 is left, top-k first, then top-p on the top-k distribution (vLLM's order).
 `sample` also returns that support per row, the mask a trainer needs to score
 the same truncated distribution (sampling replay, timbench.remedies.support).
+`draw` returns besides the full tempered log-distribution each row was truncated
+from (raw, before top-k / top-p: the policy's own distribution), which the
+engine hands out when `SamplingParams.full_logprobs` asks (distribution-level
+mismatch metrics, timbench.metrics_dist); computing it costs nothing, since
+the truncation starts from it.
 
 The synthetic-noise condition (`noise=` in the engine spec) perturbs the logits
 before temperature, with noise keyed like the Gumbel noise but on its own
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -40,6 +46,13 @@ class SamplingParams:
     """Keep only the k most likely tokens (ties to the lower id); 0 disables it."""
     seed: int = 0
     """Seed of the keyed sampling noise."""
+    full_logprobs: bool = False
+    """Also return, per sampled token, the whole tempered log-distribution over the vocabulary
+    (`Completion.full_logprobs` [response_len, V]), opt-in as vLLM's `logprobs=k` top logprobs are. It is the
+    raw row, before top-k / top-p: the policy's distribution at that position, which a trainer scores over the
+    whole vocabulary too; the processed row (-inf off the support, renormalised) follows from it and
+    `Completion.support`, and its -inf entries would make top-K sets and total variation measure the sampler's
+    truncation rather than the arithmetic. Engines that cannot give it (vLLM: top-K logprobs only) return None."""
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -48,6 +61,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not isinstance(self.full_logprobs, bool):
+            raise ValueError(f"full_logprobs must be True or False, got {self.full_logprobs!r}")
 
     @property
     def truncates(self) -> bool:
@@ -66,19 +81,38 @@ def gumbel(seed: int, req: torch.Tensor, pos: torch.Tensor, width: int, stream: 
     return torch.from_numpy(keyed_gumbel(seed, stream, key_ids(req), key_ids(pos), width))
 
 
+class Draw(NamedTuple):
+    """One sampling step over a batch of rows."""
+
+    tokens: torch.Tensor
+    """[B] the sampled token ids."""
+    logprobs: torch.Tensor
+    """[B] fp32 logprob of each under the distribution it was drawn from (processed)."""
+    support: torch.Tensor | None
+    """[B, V] bool: the top-k / top-p kept set, or None when neither truncates (the whole vocabulary)."""
+    full: torch.Tensor
+    """[B, V] fp32 (host) raw tempered log-distribution, before top-k / top-p (see SamplingParams.full_logprobs)."""
+
+
 def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,
            kernels: KernelSet, noise: Noise = Noise()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Sample one token per row of logits[B, V]; returns (tokens[B], logprobs[B], support[B, V] bool or None).
 
     The support is the kept set of top-k / top-p (None when neither truncates: the whole vocabulary).
     """
+    return tuple(draw(logits, params, req, pos, kernels, noise))[:3]
+
+
+def draw(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,
+         kernels: KernelSet, noise: Noise = Noise()) -> Draw:
+    """`sample`, also returning the raw tempered log-distribution of every row (`Draw.full`)."""
     logits = perturb_logits(logits, noise, params, req, pos, kernels)
-    lp, keep = processed_logprobs(logits, params, kernels)
+    full, lp, keep = _logprobs(logits, params, kernels)
     if params.temperature == 0:
         tok = torch.argmax(lp, dim=-1)
     else:
         tok = torch.argmax(lp.double() + gumbel(params.seed, req, pos, lp.shape[-1]), dim=-1)
-    return tok, lp.gather(-1, tok[:, None])[:, 0], keep
+    return Draw(tok, lp.gather(-1, tok[:, None])[:, 0], keep, full)
 
 
 def processed_logprobs(logits: torch.Tensor, params: SamplingParams,
@@ -87,12 +121,18 @@ def processed_logprobs(logits: torch.Tensor, params: SamplingParams,
     log-softmax, or with top-k / top-p that of the logits outside the kept set set to -inf (vLLM's order).
     The logits may sit on a GPU (the engine spec's `device`): the log-softmax runs there, as an engine's does, and
     everything after it (support, keyed Gumbel noise) in host memory, the same code on every device."""
-    lp = token_logprobs_all(logits, params.temperature, kernels).cpu()
-    keep = sampling_support(lp, params, kernels)
+    return _logprobs(logits, params, kernels)[1:]
+
+
+def _logprobs(logits: torch.Tensor, params: SamplingParams, kernels: KernelSet):
+    """(raw tempered logprobs [B, V], processed logprobs [B, V], support or None), all in host memory."""
+    raw = token_logprobs_all(logits, params.temperature, kernels).cpu()
+    keep = sampling_support(raw, params, kernels)
+    lp = raw
     if keep is not None:
         masked = logits.masked_fill(~keep.to(logits.device), float("-inf"))
         lp = token_logprobs_all(masked, params.temperature, kernels).cpu()
-    return lp, keep
+    return raw, lp, keep
 
 
 def sampling_support(lp: torch.Tensor, params: SamplingParams, kernels: KernelSet) -> torch.Tensor | None:

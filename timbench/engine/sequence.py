@@ -44,6 +44,9 @@ class Completion:
     support: torch.Tensor | None = None
     """[response_len, V] bool: the tokens top-k / top-p kept at each sampled position (the sampling support);
     None when sampling did not truncate (the whole vocabulary) or the engine cannot say."""
+    full_logprobs: torch.Tensor | None = None
+    """[response_len, V] fp32: the raw tempered log-distribution at each sampled position (before top-k /
+    top-p), when `SamplingParams.full_logprobs` asked for it and the engine can give it; else None."""
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     routes: list[torch.Tensor] = field(default_factory=list)
     support: list[torch.Tensor] = field(default_factory=list)
+    full_logprobs: list[torch.Tensor] = field(default_factory=list)
     finish_reason: str | None = None
 
     @property
@@ -75,4 +79,5 @@ class Sequence:
             finish_reason=self.finish_reason or "length",
             routing=torch.cat(self.routes)[: self.length - 1] if self.routes else None,
             support=torch.stack(self.support) if self.support else None,
+            full_logprobs=torch.stack(self.full_logprobs) if self.full_logprobs else None,
         )

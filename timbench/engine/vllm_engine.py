@@ -263,6 +263,9 @@ class VllmEngine:
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
+        """`Engine.generate` through vLLM. `params.full_logprobs` is accepted and answered with
+        `Completion.full_logprobs = None`: vLLM returns at most the top `max_logprobs` logprobs per position,
+        never the whole distribution, and a top-K row padded out would be a made-up distribution."""
         requests = list(requests)
         params = for_spec(params, self.spec)  # the condition's top_k / top_p
         prompts, sampling = [], []

@@ -27,6 +27,7 @@ from ..kernels.reduce import fmean, fstd, fsum, masked_mean
 from ..evaluate import evaluate, evaluate_both
 from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..metrics_direction import direction_metrics
+from ..metrics_dist import distribution_metrics
 from ..model import Compute, Qwen3ForCausalLM, load_checkpoint
 from ..quant.aligned import RolloutCodes
 from ..ratios import log_ratio, select
@@ -113,6 +114,8 @@ class StepBatch:
     """recompute: [N, R] entropy of the trainer's tempered distribution."""
     trainer_routing: list | None = None
     """recompute: per-sequence MoE routing of the trainer (None: dense)."""
+    trainer_dist: torch.Tensor | None = None
+    """recompute: [N, R, V] the trainer's full tempered log-distribution (None: the engine gave none to compare)."""
     weights: torch.Tensor | None = None
     """correct: [N, R] the remedy's per-token loss weights (None: all 1)."""
     remedy_metrics: dict = field(default_factory=dict)
@@ -144,24 +147,30 @@ def collect_phase(lane: Lane, run: Loaded, step: int) -> StepBatch:
 
 
 def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepBatch, chunk: int | None = None):
-    """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing);
+    """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing, the full
+    distribution [N, R, V] over the whole vocabulary, as the engine's `rollout_dist`, or None when that is None);
     `chunk` rows per forward call (default the mini-batch)."""
     exp, chunk = batch.exp, chunk or batch.mini_batch
     replay = exp.routing if lane.remedy.replay == "engine" else None
     support = _support(lane, exp)
-    lps, ents, routes = [], [], []
+    full = exp.rollout_dist is not None
+    lps, ents, routes, dists = [], [], [], []
     with torch.no_grad():
         for i in range(0, len(exp.seqs), chunk):
             rp = replay_tensor(exp.seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
             out = sequence_logprobs(model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp,
-                                    support=None if support is None else support[i:i + chunk])
+                                    support=None if support is None else support[i:i + chunk], full_dist=full)
             lps.append(out.logprobs)
             ents.append(out.entropy)
             routes.append(out.routing)
+            dists.append(out.dist)
     width = max(x.shape[1] for x in lps)
-    pad = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in xs])
+    # chunks differ in response width (dim 1); a distribution chunk [b, r, V] pads dim 1 too, never V
+    pad = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, width - x.shape[1]))
+                                for x in xs])
     lengths = [len(p) + len(r) for p, r in exp.seqs]
-    return pad(lps)[:, : batch.mask.shape[1]], pad(ents), per_sequence(routes, lengths, chunk)
+    return (pad(lps)[:, : batch.mask.shape[1]], pad(ents), per_sequence(routes, lengths, chunk),
+            pad(dists)[:, : batch.mask.shape[1]] if full else None)
 
 
 def _support(lane: Lane, exp: Experience) -> torch.Tensor | None:
@@ -191,7 +200,7 @@ def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
                                                 batch.exp.mask, lane.history.lag)
         if lane.compute.stale_old == "behavior":
             current, model = behavior, lane.behavior
-    batch.old_logprobs, batch.entropy, batch.trainer_routing = current
+    batch.old_logprobs, batch.entropy, batch.trainer_routing, batch.trainer_dist = current
     if lane.replica is not None:  # the same weights as pi_old's pass, re-fed in the replica's chunks
         chunk = lane.replica.chunk(batch.mini_batch, len(batch.exp.seqs))
         batch.replica_logprobs = _trainer_pass(model, lane, run, batch, chunk)[0]
@@ -277,6 +286,8 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
         ABS_DELTA_HIST: abs_delta_histogram(old_logprobs, exp.rollout_logprobs, exp.mask),
         **direction_metrics(old_logprobs, exp.rollout_logprobs, batch.advantages, exp.mask),
     }
+    if batch.trainer_dist is not None:  # full distributions on both sides (timbench engine; vLLM gives top-K only)
+        metrics.update(distribution_metrics(batch.trainer_dist, exp.rollout_dist, exp.mask))
     clash = sorted(metrics.keys() & batch.remedy_metrics.keys())
     if clash:
         raise ValueError(f"remedy {lane.remedy.name}: metric name(s) {clash} clash with the loop's metrics")

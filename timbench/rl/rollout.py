@@ -32,6 +32,9 @@ class Experience:
     support: torch.Tensor | None = None
     """[N, R, V] bool, the tokens the sampler could draw at each response position (top-k / top-p support;
     True past a response's end), or None when sampling kept the whole vocabulary."""
+    rollout_dist: torch.Tensor | None = None
+    """[N, R, V] float32: the engine's raw tempered log-distribution at each response position (before top-k /
+    top-p; 0 past a response's end), or None when the engine cannot give it (vLLM: top-K logprobs only)."""
 
 
 def pad_right(rows: list[torch.Tensor], width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,20 +51,29 @@ def collect(engine: Engine, task, problems, group_size: int, step: int, seed: in
     n = len(problems) * group_size
     limit = budget or max_new_tokens(task, engine.max_len)
     reqs = requests_for([p for p in problems for _ in range(group_size)], range(step * n, (step + 1) * n), limit)
-    comps = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
+    comps = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed, full_logprobs=True))
     rewards = torch.tensor([task.reward(decode_response(c.token_ids), problems[i // group_size])
                             for i, c in enumerate(comps)], dtype=torch.float32)
     lp, mask = pad_right([c.logprobs for c in comps], max(len(c.token_ids) for c in comps))
     return Experience(list(problems), [(c.prompt_ids, c.token_ids) for c in comps], rewards, lp, mask,
-                      [c.routing for c in comps], pad_support([c.support for c in comps], lp.shape[1]))
+                      [c.routing for c in comps], pad_support([c.support for c in comps], lp.shape[1]),
+                      pad_dist([c.full_logprobs for c in comps], lp.shape[1]))
 
 
 def pad_support(rows: list[torch.Tensor | None], width: int) -> torch.Tensor | None:
     """[N, width, V] bool from per-response [len, V] supports (True past each end), or None when none has one."""
-    if all(r is None for r in rows):
-        return None
+    return None if all(r is None for r in rows) else _pad_rows(rows, width, True, torch.bool)
+
+
+def pad_dist(rows: list[torch.Tensor | None], width: int) -> torch.Tensor | None:
+    """[N, width, V] float32 from per-response [len, V] log-distributions (0 past each end); None unless all have one."""
+    return None if any(r is None for r in rows) else _pad_rows(rows, width, 0.0, torch.float32)
+
+
+def _pad_rows(rows: list[torch.Tensor | None], width: int, fill, dtype: torch.dtype) -> torch.Tensor:
+    """Per-response [len, V] rows right-padded with `fill` into [N, width, V] (a None row is all `fill`)."""
     vocab = next(r for r in rows if r is not None).shape[-1]
-    out = torch.ones(len(rows), width, vocab, dtype=torch.bool)
+    out = torch.full((len(rows), width, vocab), fill, dtype=dtype)
     for i, r in enumerate(rows):
         if r is not None:
             out[i, : len(r)] = r

@@ -28,6 +28,10 @@ class TrainerOutput:
     """[B, R] entropy of the tempered next-token distribution (no grad)."""
     routing: torch.Tensor | None
     """MoE: [B, T, layers, k] experts chosen over the padded batch, else None."""
+    dist: torch.Tensor | None = None
+    """[B, R, V] detached tempered log-distribution over the whole vocabulary at each response position
+    (`full_dist=True`; garbage past a response's end, see `mask`), else None. Under sampling replay it is still
+    the full one, not the support-renormalised `lp_all` the logprobs come from: like the engine's raw row."""
 
 
 def pack(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int):
@@ -42,7 +46,8 @@ def pack(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int):
 
 
 def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperature: float = 1.0,
-                      replay: torch.Tensor | None = None, support: torch.Tensor | None = None) -> TrainerOutput:
+                      replay: torch.Tensor | None = None, support: torch.Tensor | None = None,
+                      full_dist: bool = False) -> TrainerOutput:
     """Logprobs of each response token given its prompt and the response so far.
 
     `seqs` is a list of (prompt_ids, response_ids). Token j of a response sits at
@@ -50,7 +55,8 @@ def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperatu
     `replay` [B, T, layers, k] fixes MoE experts (routing replay). `support` [B, >= R, V] bool restricts
     each response position's distribution to the tokens the engine's sampler could draw there (sampling
     replay): the other logits become -inf before the log-softmax, so the logprobs (and the entropy) are
-    renormalised over that support and no gradient reaches the dropped logits.
+    renormalised over that support and no gradient reaches the dropped logits. `full_dist` also returns the
+    whole tempered distribution (`TrainerOutput.dist`, for timbench.metrics_dist).
     """
     ids, p_len, r_len = pack(seqs, model.config.pad_token_id)
     logits, routing = model(ids, compute, replay=replay)
@@ -61,11 +67,16 @@ def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperatu
     tgt = torch.where(mask, ids.gather(1, (src + 1).clamp(max=ids.shape[1] - 1)), 0)
     rows = torch.arange(len(seqs))[:, None]
     scored = logits[rows, src]
+    full = scored
     if support is not None:
         scored = scored.masked_fill(~support[:, :r_max], float("-inf"))
     lp_all = token_logprobs_all(scored, temperature, compute.kernels)
+    dist = None
+    if full_dist:  # the engine's row is the unrestricted one too (SamplingParams.full_logprobs)
+        with torch.no_grad():
+            dist = (lp_all if support is None else token_logprobs_all(full, temperature, compute.kernels)).detach()
     lp = lp_all.gather(-1, tgt[..., None])[..., 0]
     with torch.no_grad():
         ent = -fsum((fexp(lp_all) * lp_all).nan_to_num(), -1)  # fixed order: a logged metric
     zero = torch.zeros((), dtype=lp.dtype)
-    return TrainerOutput(torch.where(mask, lp, zero), mask, torch.where(mask, ent, zero), routing)
+    return TrainerOutput(torch.where(mask, lp, zero), mask, torch.where(mask, ent, zero), routing, dist)
