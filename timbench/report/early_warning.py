@@ -53,6 +53,8 @@ CANDIDATES: tuple[Candidate, ...] = (
     Candidate("tim/tail_seg_concentration", 1, "TRIAGE: the |delta| tail clusters in a few 64-token segments"),
     Candidate("tim/tv_mean", 1, "mean total variation engine vs trainer (arXiv 2610.05458)"),
     Candidate("tim/top1_agreement", -1, "top-1 agreement engine vs trainer (arXiv 2610.05458)"),
+    Candidate("tim/top5_consistency", -1, "top-5 set overlap engine vs trainer (arXiv 2610.05458)"),
+    Candidate("tim/bitwise_equal_frac", -1, "positions with bitwise-equal distributions (arXiv 2610.05458)"),
     Candidate("actor/grad_norm", 1, "gradient norm (the collapse rule's spike criterion)"),
     Candidate("actor/pg_clipfrac", 1, "share of tokens PPO clips"),
     Candidate("actor/entropy", -1, "policy entropy falling (entropy collapse)"),
