@@ -84,7 +84,7 @@ align: setup
 	cat $(ALIGN_OUT)/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
+	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
 
 # A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
 test-ray: setup

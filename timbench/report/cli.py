@@ -83,40 +83,45 @@ def add_paper_parser(sub) -> None:
     p.set_defaults(func=_cmd_paper)
 
 
-def _cmd_claims(args) -> int:
-    from .claims import write_claims
-    dirs = [d.rstrip("/") for d in args.dirs]
-    command = "timbench claims " + " ".join(dirs) + f" --out {args.out}"
-    return _written("claims", args.out, lambda: write_claims(dirs, args.out, command=command))
+def _dirs_command(name: str, write):
+    """The handler of a `timbench NAME DIR... --out OUT` report: `write(dirs, out, command=...)`."""
+    def cmd(args) -> int:
+        dirs = [d.rstrip("/") for d in args.dirs]
+        command = f"timbench {name} " + " ".join(dirs) + f" --out {args.out}"
+        return _written(name, args.out, lambda: write(dirs, args.out, command=command))
+    return cmd
+
+
+def _add_dirs_parser(sub, name: str, files: str, help: str, dirs_help: str, write) -> None:
+    p = sub.add_parser(name, help=help)
+    p.add_argument("dirs", nargs="+", help=dirs_help)
+    default = "build/" + name.replace("-", "_")
+    p.add_argument("--out", default=default, help=f"where {files} go (default {default}; give --out "
+                                                  f"results/{name.replace('-', '_')} to update the committed files)")
+    p.set_defaults(func=_dirs_command(name, write))
 
 
 def add_claims_parser(sub) -> None:
     """Register `timbench claims DIR...`."""
-    p = sub.add_parser("claims", help="the field's published claims about mismatch (FP16, routing replay, TIS/MIS, "
-                                      "IcePop, FP8-RL, TRIAGE, ...) checked against grid result dirs and "
-                                      "alignment tables, one verdict per claim")
-    p.add_argument("dirs", nargs="+", help="grid result dirs (results/paper, results/lowprec, ...) and alignment "
-                                           "dirs (results/align)")
-    p.add_argument("--out", default="build/claims", help="where claims.md/.json go (default build/claims; give "
-                                                         "--out results/claims to update the committed files)")
-    p.set_defaults(func=_cmd_claims)
-
-
-def _cmd_early_warning(args) -> int:
-    from .early_warning import write_early_warning
-    dirs = [d.rstrip("/") for d in args.dirs]
-    command = "timbench early-warning " + " ".join(dirs) + f" --out {args.out}"
-    return _written("early-warning", args.out, lambda: write_early_warning(dirs, args.out, command=command))
+    def write_claims(*a, **kw):  # imported on use: the report modules are slow to import
+        from .claims import write_claims
+        return write_claims(*a, **kw)
+    _add_dirs_parser(sub, "claims", "claims.md/.json",
+                     "the field's published claims about mismatch (FP16, routing replay, TIS/MIS, IcePop, FP8-RL, "
+                     "TRIAGE, ...) checked against grid result dirs and alignment tables, one verdict per claim",
+                     "grid result dirs (results/paper, results/lowprec, ...) and alignment dirs (results/align)",
+                     write_claims)
 
 
 def add_early_warning_parser(sub) -> None:
     """Register `timbench early-warning DIR...`."""
-    p = sub.add_parser("early-warning", help="rank per-step metrics as early warnings of a collapse (lead in steps, "
-                                             "false alarms; leave-one-seed-out envelopes) over grid result dirs")
-    p.add_argument("dirs", nargs="+", help="grid result dirs (results/paper, results/nvfp4, ...)")
-    p.add_argument("--out", default="build/early_warning", help="where early_warning.md/.json go (default "
-                   "build/early_warning; give --out results/early_warning to update the committed files)")
-    p.set_defaults(func=_cmd_early_warning)
+    def write_early_warning(*a, **kw):
+        from .early_warning import write_early_warning
+        return write_early_warning(*a, **kw)
+    _add_dirs_parser(sub, "early-warning", "early_warning.md/.json",
+                     "rank per-step metrics as early warnings of a collapse (lead in steps, false alarms; "
+                     "leave-one-seed-out envelopes) over grid result dirs",
+                     "grid result dirs (results/paper, results/nvfp4, ...)", write_early_warning)
 
 
 def _cmd_compare(args) -> int:

@@ -102,34 +102,27 @@ def first_above(series: list[tuple[int, float]], threshold: float) -> int | None
 
 def score_candidate(c: Candidate, runs: list[Run]) -> dict:
     """The leave-one-seed-out envelope rule (module docstring) for one candidate over `runs`."""
-    have = [(r, r.series(c)) for r in runs]
-    have = [(r, s) for r, s in have if s is not None]
+    have = [(r, s) for r in runs if (s := r.series(c)) is not None]
     healthy = [(r, s) for r, s in have if r.collapse_step is None]
-    leads, late, missed, alarms, judged_healthy = [], 0, 0, 0, 0
+    judged = []
     for r, s in have:
         pool = [x for h, hs in healthy if h.seed != r.seed for _, x in hs]
-        if not pool:
-            continue  # no out-of-sample envelope for this seed
-        warn = first_above(s, max(pool))
-        if r.collapse_step is None:
-            judged_healthy += 1
-            alarms += warn is not None
-        elif warn is None:
-            missed += 1
-        elif r.collapse_step - warn >= 1:
-            leads.append(r.collapse_step - warn)
-        else:
-            late += 1
-    return _summary(c.key, c.sign, c.source, leads, late, missed, alarms, judged_healthy)
+        if pool:  # else no out-of-sample envelope for this seed: not judged
+            judged.append((r, first_above(s, max(pool))))
+    return _summary(c.key, c.sign, c.source, judged)
 
 
 def score_fixed_kl(runs: list[Run], kl_warn: float = CollapseRule().kl_warn) -> dict:
     """The collapse report's fixed KL rule (k3 > kl_warn at any step), scored the same way."""
+    c = Candidate("rollout_corr/k3_kl", 1, "collapse.CollapseRule.kl_warn")
+    judged = [(r, first_above(s, kl_warn)) for r in runs if (s := r.series(c)) is not None]
+    return _summary(f"rollout_corr/k3_kl > {kl_warn:g} (fixed)", 1, c.source, judged)
+
+
+def _tally(judged: list[tuple[Run, int | None]]):
+    """(leads of the early warnings, late, missed, false alarms, healthy runs judged) of (run, warning step) pairs."""
     leads, late, missed, alarms, healthy = [], 0, 0, 0, 0
-    for r in runs:
-        if "rollout_corr/k3_kl" not in r.rows[0]:
-            continue
-        warn = first_above([(s, float(x["rollout_corr/k3_kl"])) for s, x in zip(r.steps, r.rows)], kl_warn)
+    for r, warn in judged:
         if r.collapse_step is None:
             healthy += 1
             alarms += warn is not None
@@ -139,11 +132,11 @@ def score_fixed_kl(runs: list[Run], kl_warn: float = CollapseRule().kl_warn) -> 
             leads.append(r.collapse_step - warn)
         else:
             late += 1
-    return _summary(f"rollout_corr/k3_kl > {kl_warn:g} (fixed)", 1, "collapse.CollapseRule.kl_warn", leads, late,
-                    missed, alarms, healthy)
+    return leads, late, missed, alarms, healthy
 
 
-def _summary(key, sign, source, leads, late, missed, alarms, healthy) -> dict:
+def _summary(key, sign, source, judged) -> dict:
+    leads, late, missed, alarms, healthy = _tally(judged)
     n = len(leads) + late + missed
     early = wilson(len(leads), n) if n else None
     fa = wilson(alarms, healthy) if healthy else None
