@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims align test test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm quick paper claims early-warning align test test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -71,10 +71,18 @@ paper: setup
 # The field's other claims (README "The field's claims"), from the committed grids and alignment tables (seconds, no
 # runs). Writes under build/; `make claims CLAIMS_OUT=results/claims` updates the committed files.
 CLAIMS_OUT ?= build/claims
-CLAIMS_DIRS = results/paper results/lowprec results/quick results/staleness_quick results/tracks/quick results/vllm_moe results/align
+CLAIMS_DIRS = results/paper results/claims_grid results/lowprec results/quick results/staleness_quick results/nvfp4 results/tracks/quick results/vllm_moe results/align
 claims: setup
 	$(VENV)/bin/timbench claims $(CLAIMS_DIRS) --out $(CLAIMS_OUT)
 	cat $(CLAIMS_OUT)/claims.md
+
+# Which per-step metric warns of a collapse first (README "Early warnings"), from the committed grids (seconds, no
+# runs). Writes under build/; `make early-warning EW_OUT=results/early_warning` updates the committed files.
+EW_OUT ?= build/early_warning
+EW_DIRS = results/paper results/lowprec results/staleness_quick results/nvfp4
+early-warning: setup
+	$(VENV)/bin/timbench early-warning $(EW_DIRS) --out $(EW_OUT)
+	cat $(EW_OUT)/early_warning.md
 
 # Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;
 # `make align ALIGN_OUT=results/align` updates it).
