@@ -77,12 +77,14 @@ claims: setup
 	cat $(CLAIMS_OUT)/claims.md
 
 # Which per-step metric warns of a collapse first (README "Early warnings"), from the committed grids (seconds, no
-# runs). Writes under build/; `make early-warning EW_OUT=results/early_warning` updates the committed files.
+# runs): over every grid (the tim/ metrics only where logged) and over results/nvfp4 alone (every candidate logged).
+# Writes under build/; `make early-warning EW_OUT=results/early_warning` updates the committed files.
 EW_OUT ?= build/early_warning
 EW_DIRS = results/paper results/lowprec results/staleness_quick results/nvfp4
 early-warning: setup
-	$(VENV)/bin/timbench early-warning $(EW_DIRS) --out $(EW_OUT)
-	cat $(EW_OUT)/early_warning.md
+	$(VENV)/bin/timbench early-warning $(EW_DIRS) --out $(EW_OUT)/all
+	$(VENV)/bin/timbench early-warning results/nvfp4 --out $(EW_OUT)/nvfp4
+	cat $(EW_OUT)/all/early_warning.md $(EW_OUT)/nvfp4/early_warning.md
 
 # Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;
 # `make align ALIGN_OUT=results/align` updates it).

@@ -29,8 +29,11 @@ class Evidence:
     """Every alignment-table row, each with its table's file name under "table"."""
 
     def find(self, *settings: Setting) -> tuple[str, PaperData] | None:
-        """The preferred grid holding finished cells of every setting, or None."""
-        return next(((n, d) for n, d in self.grids.items() if all(d.rows.get(s) for s in settings)), None)
+        """The grid holding the most finished seeds of every setting (the fewest of any one of them counts), or
+        None; at equal seeds the preference order. A partly run grid does not beat a finished one."""
+        held = [(min(len(d.rows[s]) for s in settings), -i, n, d) for i, (n, d) in enumerate(self.grids.items())
+                if all(d.rows.get(s) for s in settings)]
+        return max(held, key=lambda x: x[:2])[2:] if held else None
 
     def find_all(self, *settings: Setting) -> list[tuple[str, PaperData]]:
         return [(n, d) for n, d in self.grids.items() if all(d.rows.get(s) for s in settings)]
