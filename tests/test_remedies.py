@@ -461,8 +461,8 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
     calls = []
     real = loop_mod.sequence_logprobs
 
-    def spy(model, compute, seqs, temperature=1.0, replay=None, support=None):
-        out = real(model, compute, seqs, temperature, replay=replay, support=support)
+    def spy(model, compute, seqs, temperature=1.0, replay=None, support=None, **kw):
+        out = real(model, compute, seqs, temperature, replay=replay, support=support, **kw)
         calls.append((torch.is_grad_enabled(), seqs, replay, out.routing))
         return out
 
