@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims early-warning align test test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm quick paper claims early-warning align test test-slow test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -95,6 +95,10 @@ align: setup
 
 test: setup
 	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
+
+# The few tests marked `slow` (emulated CPUs, golden fingerprints, a 40 s cell timeout; ~4 min): CI's own stage.
+test-slow: setup
+	$(PY) -m pytest -q --durations=5 -m "slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py
 
 # A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
 test-ray: setup

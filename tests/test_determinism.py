@@ -82,6 +82,8 @@ def _hwcaps_active(env: dict) -> str | None:
     return None
 
 
+# ~110 s on 2 cores (five child interpreters under emulated CPUs): CI runs it in its own `slow` stage (make test-slow).
+@pytest.mark.slow
 def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     host = torch.backends.cpu.get_cpu_capability()
     if host not in EMULATED:

@@ -558,6 +558,8 @@ class Sleeper(Remedy):
 '''
 
 
+# waits out a 40 s cell timeout: CI's `slow` stage (make test-slow).
+@pytest.mark.slow
 def test_a_cell_past_its_timeout_is_killed_and_the_grid_goes_on(ckpt, tmp_path, capfd):
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     p = _grid_file(tmp_path, _tiny(ckpt, "hang", ["baseline", "bf16-engine"],
