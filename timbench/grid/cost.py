@@ -8,8 +8,9 @@ add-4d-v1 tiny-dense, one thread, fixed-order backward; measured 2026-12-03 on
 the 2-core Intel Xeon): 2.0 s per step, of which rollout 0.38 s, recompute
 0.38 s and update 1.25 s. Relative factors come from the README benchmarks:
 plain PyTorch kernels cost ~0.7x of the exact ones for the whole step, MoE
-~1.5x; a larger dense preset costs its measured factor (MODEL_FACTOR). Each eval samples eval_n problems twice (T=1 and greedy) with the exact
-engine, priced like rollout. Cost is linear in the batch down to 16x8: the
+~1.5x, a larger dense preset its measured factor (MODEL_FACTOR). Each eval
+samples eval_n problems twice (T=1 and greedy) with the exact engine, priced
+like rollout. Cost is linear in the batch down to 16x8: the
 committed quick grid (16x8, 24 steps, 512 eval problems) measured 32.7 s per
 cell against 30.8 s of steps and evals from these constants; the ~2 s left is
 the per-cell start-up.
