@@ -18,7 +18,7 @@ from timbench.shipped import available_checkpoints, default_checkpoint
 from timbench.warmstart import WarmstartError, parse_band
 
 SHIPPED = [("add-4d-v1", "tiny-dense"), ("add-4d-v1", "tiny-moe"), ("add-4d-v1", "tiny-moe-e4"),
-           ("add-4d-v1", "tiny-moe-e2")]
+           ("add-4d-v1", "tiny-moe-e2"), ("add-4d-v1", "small-dense")]
 CARD_KEYS = {"task", "task_version", "model", "seed", "steps", "wall_time_s", "accuracy_t1",
              "accuracy_greedy", "eval_n", "band", "command"}
 

@@ -8,8 +8,9 @@ add-4d-v1 tiny-dense, one thread, fixed-order backward; measured 2026-12-03 on
 the 2-core Intel Xeon): 2.0 s per step, of which rollout 0.38 s, recompute
 0.38 s and update 1.25 s. Relative factors come from the README benchmarks:
 plain PyTorch kernels cost ~0.7x of the exact ones for the whole step, MoE
-~1.5x. Each eval samples eval_n problems twice (T=1 and greedy) with the exact
-engine, priced like rollout. Cost is linear in the batch down to 16x8: the
+~1.5x, a larger dense preset its measured factor (MODEL_FACTOR). Each eval
+samples eval_n problems twice (T=1 and greedy) with the exact engine, priced
+like rollout. Cost is linear in the batch down to 16x8: the
 committed quick grid (16x8, 24 steps, 512 eval problems) measured 32.7 s per
 cell against 30.8 s of steps and evals from these constants; the ~2 s left is
 the per-cell start-up.
@@ -30,6 +31,12 @@ KERNEL_FACTOR = {"exact": 1.0, "torch": 0.7}
 """Cost of a phase relative to the exact kernels (torch ~0.7x for the whole RL step)."""
 MOE_FACTOR = 1.5
 """tiny-moe (8 experts, top-2) relative to tiny-dense."""
+MODEL_FACTOR = {"small-dense": 2.3}
+"""Measured cost of a preset's RL step relative to tiny-dense, where it is neither 1 nor MOE_FACTOR.
+small-dense (3.2x the parameters): 2.33x per step, each phase 2.2-2.4x (rollout 0.84 s vs 0.38 s,
+recompute 0.69 vs 0.30, update 2.20 vs 0.92; two interleaved 4-step `timbench train` runs of each, GRPO 16x8,
+exact fp32, one thread, other jobs on the 2-core Xeon, 2026-12-04): at these widths per-op overhead is a
+large share of a step, so cost grows slower than the parameter count."""
 CELL_OVERHEAD_S = 2.0
 """Per-cell start-up: a fresh process imports torch/numba and loads the warm start."""
 
@@ -41,25 +48,36 @@ def mean_response_tokens(task: str) -> float:
     return response_stats(get_task(task))["mean_response_tokens"]
 
 
+def model_factor(name: str) -> float:
+    """Cost of preset `name`'s RL step relative to tiny-dense: measured (MODEL_FACTOR), MoE MOE_FACTOR, an
+    unmeasured dense preset its parameter count over tiny-dense's (an upper bound: small-dense measured 2.3x
+    at 3.2x), a checkpoint outside the presets 1."""
+    from ..model import PRESETS
+    preset = PRESETS.get(name)
+    if name in MODEL_FACTOR or preset is None:
+        return MODEL_FACTOR.get(name, 1.0)
+    if preset.is_moe:
+        return MOE_FACTOR
+    return preset.num_parameters() / PRESETS["tiny-dense"].num_parameters()
+
+
 def cell_seconds(config: dict) -> float:
     """Estimated single-thread wall seconds of one RL run with this RunConfig dict."""
-    from ..model import PRESETS
     scale = mean_response_tokens(config["task"]) / mean_response_tokens("add-4d-v1")
     per_seq = {k: v / BASELINE_SEQS * scale for k, v in PHASE_S.items()}
-    preset = PRESETS.get(config["preset"])
-    moe = MOE_FACTOR if preset is not None and preset.model_type == "qwen3_moe" else 1.0
+    size = model_factor(config["preset"])
     eng = KERNEL_FACTOR.get(config["engine"].get("kernels"), 1.0)
     trn = KERNEL_FACTOR.get(config["trainer"].get("kernels"), 1.0)
     seqs = config["prompts_per_step"] * config["group_size"]
     step = seqs * (per_seq["rollout"] * eng + per_seq["recompute"] * trn
-                   + per_seq["update"] * trn * config["epochs"]) * moe
+                   + per_seq["update"] * trn * config["epochs"]) * size
     if config.get("replica", "none") != "none":  # timbench.replica: one more trainer recompute of the batch
-        step += seqs * per_seq["recompute"] * trn * moe
+        step += seqs * per_seq["recompute"] * trn * size
     if config.get("twin"):  # a zero-mismatch twin lane runs every step in lockstep
-        step += seqs * sum(per_seq.values()) * moe
+        step += seqs * sum(per_seq.values()) * size
     steps = config["steps"]
     evals = 1 + steps // config["eval_every"] + (1 if steps % config["eval_every"] else 0)
-    eval_s = evals * 2 * config["eval_n"] * per_seq["rollout"] * moe * (2 if config.get("twin") else 1)
+    eval_s = evals * 2 * config["eval_n"] * per_seq["rollout"] * size * (2 if config.get("twin") else 1)
     return CELL_OVERHEAD_S + steps * step + eval_s
 
 
