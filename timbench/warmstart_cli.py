@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     from .tasks import DEFAULT_TASK
     w = sub.add_parser("warmstart", help="supervised warm start of a preset on a task, stopped inside an accuracy band")
     w.add_argument("--task", default=DEFAULT_TASK, help=f"task name (default {DEFAULT_TASK})")
-    w.add_argument("--model", default=DEFAULT_MODEL, help="preset: a name in timbench.model.config.PRESETS"
+    w.add_argument("--model", default=DEFAULT_MODEL, help="preset: a name in timbench.model.config.PRESETS "
                    "(tiny-dense, small-dense, tiny-moe, tiny-moe-e4, tiny-moe-e2)")
     w.add_argument("--out", required=True, help="checkpoint directory to write")
     w.add_argument("--seed", type=int, default=0, help="init, data order and eval sampling seed")
