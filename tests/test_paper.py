@@ -211,6 +211,34 @@ def test_half_run_grid_and_bad_input(tmp_path, capsys):
     assert len(err) == 1 and "missing" in err[0] and "not a directory" in err[0]
 
 
+
+def test_a_recompute_only_grid_answers_f1_and_leaves_the_mode_comparison_untested(tmp_path):
+    """bench/grids/rise_collapse.yaml's shape: the reference and a real condition, recompute only."""
+    decls = []
+    for s in range(3):
+        write(tmp_path, "baseline", "none", "recompute", s, curve(s), 0.60 + 0.01 * s, decls)
+        write(tmp_path, "q4", "none", "recompute", s, curve(s, collapse_at=26, spike_at=25, k3=0.02, delta=0.11),
+              0.10 + 0.01 * s, decls)
+    write_cells_json(tmp_path, decls, name="rise_collapse")
+    vs = by_claim(verdicts(paper_data(tmp_path)[0]))
+    assert [s.verdict for s in vs["F1"].subs] == [REPRODUCED, REPRODUCED, REPRODUCED]
+    assert "q4/recompute 3/3 collapsed (3 after a rise)" in vs["F1"].subs[1].numbers
+    assert [s.verdict for s in vs["F2"].subs] == [UNTESTED] * 3
+    assert "both recompute and bypass" in vs["F2"].subs[0].numbers
+
+
+def test_a_grid_without_a_real_condition_is_refused_in_one_line(tmp_path, capsys):
+    decls = []
+    for s in range(2):
+        write(tmp_path, "baseline", "none", "recompute", s, curve(s), 0.60, decls)
+        for mode in ("recompute", "bypass"):
+            write(tmp_path, "noise-g1", "none", mode, s, curve(s, delta=0.1), 0.5, decls)
+    write_cells_json(tmp_path, decls, name="noise_only")
+    assert main(["paper", str(tmp_path), "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a paper grid" in err[0] and "real (not noise)" in err[0], err
+    assert "noise-g1/bypass" in err[0] and not (tmp_path / "p").exists()
+
 COMMITTED = __import__("pathlib").Path(__file__).resolve().parents[1] / "results" / "paper"
 REPLAYED = ("nvfp4-rollout.none.bypass.grpo.s1", "noise-g2.none.recompute.grpo.s0",
             "nvfp4-rollout.tis-rs_k3_ppo.recompute.grpo.s2", "nvfp4-rollout.ppo_clip_0-05.bypass.grpo.s0")
