@@ -111,6 +111,22 @@ def test_tis_rescues_or_not():
     assert verdicts(stable)[1] == REPRODUCED and verdicts(fails)[1] == NOT
 
 
+
+def test_the_same_runs_in_two_grids_count_once():
+    """results/paper and results/claims_grid hold byte-identical nvfp4 none / tis_token runs (same RunConfig, same
+    seed): a rescue counted there twice would turn 1 detection of 3 settings into 2 of 4 ("reproduced")."""
+    def grid(steps, tis_rel):
+        return evidence(setting("nvfp4-rollout", rel=(0.4, 0.5, 0.45), steps=steps),
+                        setting("nvfp4-rollout", "tis_token", rel=tis_rel, steps=steps), steps=steps)
+    grids = {"a": grid(20, (0.95, 1.02, 1.0)), "a_copy": grid(20, (0.95, 1.02, 1.0)),
+             "b": grid(30, (0.3, 0.7, 0.5)), "c": grid(40, (0.2, 0.8, 0.45))}
+    ev = Evidence({n: next(iter(e.grids.values())) for n, e in grids.items()}, {n: 20 for n in grids}, [])
+    sub = tis_mis(ev)[0]
+    assert sub.verdict == NOT and "gain detected at 1/3" in sub.numbers, sub.numbers
+    assert "(the same runs: a_copy)" in sub.numbers
+    del ev.grids["a_copy"], ev.grids["c"]
+    assert tis_mis(ev)[0].verdict == REPRODUCED  # 1 of 2: the same rule still detects a rescue
+
 def test_icepop_mask_share():
     inside = icepop(evidence(setting("bf16-engine", mismatch__extreme_frac_5=1e-3, mismatch__extreme_frac_2=3e-3)))
     tiny = icepop(evidence(setting("bf16-engine", mismatch__extreme_frac_5=1e-6, mismatch__extreme_frac_2=1e-5)))

@@ -13,6 +13,7 @@ and issue 30. Pure functions of Evidence (timbench.report.claims_data).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -97,19 +98,34 @@ def step_mean(key: str):
     return lambda d, cond: (lambda r: mean_over_steps(d, cond, r, key))
 
 
+def same_runs(d, *settings) -> str:
+    """An identity of the runs behind `settings` of one grid: every cell's full RunConfig, model and engine /
+    trainer specs. Training is bitwise deterministic, so two grids with equal identities hold byte-identical
+    runs (e.g. results/paper and results/claims_grid share their nvfp4 none / tis_token cells)."""
+    return json.dumps([sorted(json.dumps({"config": c.config, "model": c.axes.get("model"),
+                                          "engine": c.condition.get("engine"), "trainer": c.condition.get("trainer")},
+                                         sort_keys=True) for c in d.cells.get(s, [])) for s in settings])
+
+
 def remedy_gain(ev: Evidence, remedy: str) -> tuple[str, str]:
     """`remedy` vs none on every (grid, condition, mode) where none lost ground: reproduced when the paired gain in
     relative accuracy is detected at >= half of them, reversed when a loss is detected at more than a gain.
     Staleness conditions (kind async) are left out: they test policy lag, not training-inference mismatch."""
-    out = []
+    found, seen = [], {}
     for name, d in ev.grids.items():
         for (cond, rem, mode), rows in d.rows.items():
             none = d.rows.get((cond, "none", mode))
             if rem != remedy or not none or not damaged(none) or d.kinds.get(cond) == "async":
                 continue
-            v = _signed(paired(rows, none))
-            out.append((v, f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} {_setting(rows)}, "
-                           f"gain {_ci(paired(rows, none))}"))
+            key = same_runs(d, (cond, rem, mode), (cond, "none", mode))
+            if key in seen:  # the same runs committed in two grids are one piece of evidence, counted once
+                seen[key].append(name)
+                continue
+            seen[key] = []
+            found.append((key, name, cond, mode, none, rows))
+    out = [(_signed(paired(rows, none)), f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} {_setting(rows)}, "
+            f"gain {_ci(paired(rows, none))}" + (f" (the same runs: {', '.join(seen[key])})" if seen[key] else ""))
+           for key, name, cond, mode, none, rows in found]
     if not out:
         return NOT_TESTABLE, untestable(f"{remedy} next to none on a mismatched condition that loses accuracy")
     up, down = sum(v == REPRODUCED for v, _ in out), sum(v == REVERSED for v, _ in out)
