@@ -171,6 +171,14 @@ def test_models_come_from_the_dir_holding_most_of_their_cells(tmp_path):
     assert got["models"]["tiny-moe"]["grid"] == str(full) and got["models"]["tiny-moe"]["seeds"] == [0, 1, 2]
 
 
+def test_a_grid_that_has_not_run_yet_is_all_missing_cells(tmp_path):
+    out = write_fidelity([proxy_grid(tmp_path / "fresh", {}, pending=list(CELLS))], tmp_path / "o")
+    doc = json.loads(out["fidelity.json"].read_text())
+    assert {w for v in doc["verdicts"] for w in v["fidelity"].values()} <= {MISSING_CELLS, CONTROL}
+    assert doc["survival"]["tiny-moe-e4"]["all"][MISSING_CELLS] == len(doc["verdicts"]) > 0
+    assert "missing (0 finished seeds, 2 needed)" in out["fidelity.md"].read_text()
+
+
 def test_a_dense_pair_has_no_routing_verdicts_and_no_control(tmp_path):
     ok = [(0.60, False, None), (0.62, False, None), (0.61, False, None)]
     cells = {("tiny-dense", "baseline", "none"): ok,

@@ -38,11 +38,11 @@ def result_text(r: dict) -> str:
     """One model's verdict with its numbers."""
     if "collapsed" in r and "n" in r:  # a collapse verdict
         if r["word"] == MISSING:
-            return f"{MISSING} ({r['n']} of {MIN_SEEDS} seeds needed)"
+            return f"{MISSING} ({r['n']} finished seeds, {MIN_SEEDS} needed)"
         return f"{r['word']}: {r['collapsed']}/{r['n']}, acc {_iv(r['final_accuracy'])}, {_seeds(r['seeds'])}"
     (ka, na), (kb, nb) = r["collapsed"]
     if r["word"] == MISSING:
-        return f"{MISSING} ({len(r['seeds'])} paired seeds of {MIN_SEEDS} needed)"
+        return f"{MISSING} ({len(r['seeds'])} paired seeds, {MIN_SEEDS} needed)"
     return (f"{r['word']}: {_iv(r['diff'])} (A {_iv(r['a'])}, {ka}/{na} collapsed; B {_iv(r['b'])}, {kb}/{nb}), "
             f"{_seeds(r['seeds'])}")
 
