@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims early-warning align test test-slow test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm quick paper claims early-warning proxy-fidelity align test test-slow test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -85,6 +85,16 @@ early-warning: setup
 	$(VENV)/bin/timbench early-warning $(EW_DIRS) --out $(EW_OUT)/all
 	$(VENV)/bin/timbench early-warning results/nvfp4 --out $(EW_OUT)/nvfp4
 	cat $(EW_OUT)/all/early_warning.md $(EW_OUT)/nvfp4/early_warning.md
+
+# Does each MoE verdict (collapse or not, effect of a condition, remedy order) on the 8-expert tiny-moe survive the
+# expert-pruned proxies tiny-moe-e4 / -e2 (README "Expert-pruned MoE proxies")? From results/proxy_moe (seconds, no
+# runs; `timbench grid run bench/grids/proxy_moe.yaml --out results/proxy_moe --workers 2` makes it, resumably).
+# Writes results/proxy_moe/fidelity; `make proxy-fidelity FIDELITY_OUT=build/fidelity` writes elsewhere.
+FIDELITY_DIRS ?= results/proxy_moe
+FIDELITY_OUT ?= results/proxy_moe/fidelity
+proxy-fidelity: setup
+	$(VENV)/bin/timbench proxy-fidelity $(FIDELITY_DIRS) --out $(FIDELITY_OUT) --reference-model tiny-moe
+	cat $(FIDELITY_OUT)/fidelity.md
 
 # Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;
 # `make align ALIGN_OUT=results/align` updates it).

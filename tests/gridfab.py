@@ -17,16 +17,19 @@ CONDITIONS = {
     "bf16-engine": {"kind": "precision", "engine": "kernels=exact,dtype=bf16", "trainer": "kernels=exact,dtype=fp32"},
     "noise-1": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:1.0", "trainer": "kernels=exact"},
     "noise-3": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:3.0", "trainer": "kernels=exact"},
+    "moe-router-bf16": {"kind": "moe", "engine": "dtype=bf16,router_dtype=bf16",
+                        "trainer": "dtype=bf16,router_dtype=fp32"},
+    "moe-router-noise": {"kind": "moe", "engine": "router_noise=0.05", "trainer": "kernels=exact"},
 }
 STEPS = 30
 COLLAPSE_AT = 16  # the reward drops to 0 here; smoothed (width 5) crosses half its peak at step 18
 
 
-def cell_id(cond, remedy, mode="recompute", seed=0):
-    return f"add-4d-v1.tiny-dense.{cond}.{remedy}.{mode}.grpo.s{seed}"
+def cell_id(cond, remedy, mode="recompute", seed=0, model="tiny-dense"):
+    return f"add-4d-v1.{model}.{cond}.{remedy}.{mode}.grpo.s{seed}"
 
 
-def metrics_rows(delta: float, collapse: bool, k3_scale: float = 1.0, hist: bool = False, nan_at=None):
+def metrics_rows(delta: float, collapse: bool, k3_scale: float = 1.0, hist: bool = False, nan_at=None, extra=None):
     rows = []
     for i in range(STEPS):
         if nan_at is not None and i >= nan_at:
@@ -42,16 +45,18 @@ def metrics_rows(delta: float, collapse: bool, k3_scale: float = 1.0, hist: bool
                "rollout_corr/rollout_rs_masked_fraction": delta / 2}
         if hist:
             row["mismatch/abs_delta_hist"] = [0] * 8 + [i, 3, 2, 0] if delta else [50] + [0] * 11
-        rows.append(row)
+        rows.append({**row, **(extra or {})})
     return rows
 
 
 def write_cell(root: Path, cond: str, remedy: str, *, final_acc: float, delta: float, collapse=False,
-               status="done", mode="recompute", failed_nan_at=None, hist=False, steps_written=None, seed=0):
-    cid = cell_id(cond, remedy, mode, seed)
+               status="done", mode="recompute", failed_nan_at=None, hist=False, steps_written=None, seed=0,
+               model="tiny-dense", extra=None):
+    """One cell's run dir; `extra` adds constant keys to every metrics row (e.g. mismatch/routing_agreement)."""
+    cid = cell_id(cond, remedy, mode, seed, model)
     d = root / "runs" / cid
     d.mkdir(parents=True, exist_ok=True)
-    rows = metrics_rows(delta, collapse, hist=hist, nan_at=failed_nan_at)
+    rows = metrics_rows(delta, collapse, hist=hist, nan_at=failed_nan_at, extra=extra)
     if steps_written is not None:
         rows = rows[:steps_written]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
@@ -76,14 +81,14 @@ def write_cell(root: Path, cond: str, remedy: str, *, final_acc: float, delta: f
     return cid
 
 
-def cell_decl(cond, remedy, mode="recompute", seed=0, eval_n=None):
+def cell_decl(cond, remedy, mode="recompute", seed=0, eval_n=None, model="tiny-dense"):
     c = CONDITIONS[cond]
-    ref = None if c["kind"] == "reference" else cell_id("baseline", "none", mode, seed)
+    ref = None if c["kind"] == "reference" else cell_id("baseline", "none", mode, seed, model)
     config = {"task": "add-4d-v1", "remedy": remedy, "mode": mode, "steps": STEPS, "seed": seed}
     if eval_n is not None:
         config["eval_n"] = eval_n
-    return {"id": cell_id(cond, remedy, mode, seed),
-            "axes": {"task": "add-4d-v1", "model": "tiny-dense", "condition": cond, "remedy": remedy, "mode": mode,
+    return {"id": cell_id(cond, remedy, mode, seed, model),
+            "axes": {"task": "add-4d-v1", "model": model, "condition": cond, "remedy": remedy, "mode": mode,
                      "algorithm": "grpo", "seed": seed},
             "condition": {"name": cond, "doc": f"{cond} condition", **c}, "reference": ref, "config": config}
 

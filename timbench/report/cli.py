@@ -4,6 +4,7 @@
     timbench paper results/paper [--out build/paper]
     timbench claims DIR... [--out build/claims]
     timbench early-warning DIR... [--out build/early_warning]
+    timbench proxy-fidelity DIR... [--out build/proxy_fidelity] [--reference-model NAME]
     timbench compare BASELINE CANDIDATE [--tolerances FILE] [--json] [--bytes]
 """
 
@@ -83,22 +84,26 @@ def add_paper_parser(sub) -> None:
     p.set_defaults(func=_cmd_paper)
 
 
-def _dirs_command(name: str, write):
-    """The handler of a `timbench NAME DIR... --out OUT` report: `write(dirs, out, command=...)`."""
+def _dirs_command(name: str, write, options: tuple[str, ...] = ()):
+    """The handler of a `timbench NAME DIR... --out OUT [--OPTION V...]` report: `write(dirs, out, command=...,
+    **options given)`; the command line it records names the options given, so it regenerates the same files."""
     def cmd(args) -> int:
         dirs = [d.rstrip("/") for d in args.dirs]
-        command = f"timbench {name} " + " ".join(dirs) + f" --out {args.out}"
-        return _written(name, args.out, lambda: write(dirs, args.out, command=command))
+        given = {o: getattr(args, o) for o in options if getattr(args, o) is not None}
+        command = f"timbench {name} " + " ".join(dirs) + f" --out {args.out}" + "".join(
+            f" --{o.replace('_', '-')} {v}" for o, v in given.items())
+        return _written(name, args.out, lambda: write(dirs, args.out, command=command, **given))
     return cmd
 
 
-def _add_dirs_parser(sub, name: str, files: str, help: str, dirs_help: str, write) -> None:
+def _add_dirs_parser(sub, name: str, files: str, help: str, dirs_help: str, write, options: tuple[str, ...] = ()):
     p = sub.add_parser(name, help=help)
     p.add_argument("dirs", nargs="+", help=dirs_help)
     default = "build/" + name.replace("-", "_")
     p.add_argument("--out", default=default, help=f"where {files} go (default {default}; give --out "
                                                   f"results/{name.replace('-', '_')} to update the committed files)")
-    p.set_defaults(func=_dirs_command(name, write))
+    p.set_defaults(func=_dirs_command(name, write, options))
+    return p
 
 
 def add_claims_parser(sub) -> None:
@@ -122,6 +127,20 @@ def add_early_warning_parser(sub) -> None:
                      "rank per-step metrics as early warnings of a collapse (lead in steps, false alarms; "
                      "leave-one-seed-out envelopes) over grid result dirs",
                      "grid result dirs (results/paper, results/nvfp4, ...)", write_early_warning)
+
+
+def add_proxy_fidelity_parser(sub) -> None:
+    """Register `timbench proxy-fidelity DIR...`."""
+    def write_fidelity(*a, **kw):
+        from .fidelity import write_fidelity
+        return write_fidelity(*a, **kw)
+    p = _add_dirs_parser(sub, "proxy-fidelity", "fidelity.md/.json",
+                         "does each verdict (collapse or not, effect of a condition, remedy order) on the reference "
+                         "model survive the change to a smaller or other proxy model? Over grid dirs varying `model`",
+                         "grid result dirs whose cells vary the model axis (results/proxy_moe)", write_fidelity,
+                         options=("reference_model",))
+    p.add_argument("--reference-model", help="the model the others are judged against (default: the first "
+                                             "grid's first model, e.g. tiny-moe)")
 
 
 def _cmd_compare(args) -> int:
