@@ -276,6 +276,11 @@ def test_layout_refuses_another_grid_and_resolved_spec_reloads(ckpt, tmp_path):
     other = parse_grid(_tiny(ckpt, "one", ["baseline", "bf16-engine"], base={"lr": 1e-3}))
     with pytest.raises(ValueError, match=r"different grid \(cell .* differs in lr\); use another --out"):
         prepare(tmp_path, other, expand(other))
+    # `grid merge` writes the union of its sources in their order: the same cells in another order resume
+    doc["cells"].reverse()
+    (tmp_path / "cells.json").write_text(json.dumps(doc))
+    prepare(tmp_path, again, expand(again))
+    assert (tmp_path / "cells.json").read_bytes() == before
 
 
 def _sealed_done(out, cid, rows=3):

@@ -39,9 +39,12 @@ def _dumps(doc: dict) -> str:
 
 
 def _comparable(doc: dict) -> dict:
-    """`doc` with each cell's plug-in path dropped (the cell id holds its name@hash): a moved file resumes."""
+    """`doc` with each cell's plug-in path dropped (the cell id holds its name@hash): a moved file resumes. Cells
+    are compared in id order: `grid merge` writes the union of its sources, not the spec's expansion order."""
     cells = doc.get("cells")
-    return {**doc, "cells": [comparable_cell(c) for c in cells]} if isinstance(cells, list) else doc
+    if not isinstance(cells, list):
+        return doc
+    return {**doc, "cells": sorted((comparable_cell(c) for c in cells), key=lambda c: str(c.get("id")))}
 
 
 def _first_difference(old: dict, new: dict) -> str:
