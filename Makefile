@@ -106,7 +106,7 @@ align: setup
 test: setup
 	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
 
-# The few tests marked `slow` (emulated CPUs, golden fingerprints, a 40 s cell timeout; ~4 min): CI's own stage.
+# The tests marked `slow` (emulated CPUs, golden fingerprints, cell timeouts, Ray token, two submissions; ~8 min): CI's own stage.
 test-slow: setup
 	$(PY) -m pytest -q --durations=5 -m "slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py
 

@@ -600,6 +600,7 @@ class HangWhile(NoRemedy):
 '''
 
 
+@pytest.mark.slow  # 30-90 s: CI runs it in the `slow` stage (make test-slow)
 def test_a_ray_cell_past_its_timeout_is_cancelled_recorded_and_resumed_by_a_rerun(ckpt, tmp_path, capfd):
     ray = pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
     from timbench.runners.ship import CKPT, checkpoint_step
@@ -657,6 +658,7 @@ print("RESULT", ok, p.returncode, "JOINED" in p.stdout)
 """
 
 
+@pytest.mark.slow  # 30-90 s: CI runs it in the `slow` stage (make test-slow)
 def test_the_local_ray_cluster_refuses_a_client_without_its_token(tmp_path):
     import subprocess
     import sys

@@ -84,6 +84,7 @@ def test_track_run_writes_under_build_unless_told_results(tmp_path, monkeypatch)
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # 30-90 s: CI runs it in the `slow` stage (make test-slow)
 def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     root, committed = tiny
     before = _digest(committed)
@@ -144,6 +145,7 @@ def test_bad_submissions_become_failed_cells(tiny, tmp_path, cls, error):
         assert rec["score"] is None
 
 
+@pytest.mark.slow  # 30-90 s: CI runs it in the `slow` stage (make test-slow)
 def test_a_failed_submission_exits_1_and_retry_failed_reruns_it_after_the_fix(tiny, tmp_path, capsys):
     root, committed = tiny
     plugin = tmp_path / "mine.py"
