@@ -19,7 +19,7 @@ from timbench.grid.spec import expand, load_grid
 from timbench.model import load_checkpoint
 from timbench.ratios import k3, log_rho, seq_mean
 from timbench.rl.config import from_dict, load
-from timbench.rl.loop import collect_phase, make_lane, recompute_phase
+from timbench.rl.step import collect_phase, make_lane, recompute_phase
 from timbench.shipped import default_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

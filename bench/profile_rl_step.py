@@ -34,7 +34,7 @@ def profile_steps(kernels: str, steps: int) -> dict:
     import torch
 
     from test_bench_rl_step import BASELINE, KERNELS
-    from timbench.rl import loop
+    from timbench.rl import step as rl_step
     from timbench.rl.config import load_config
 
     cfg = load_config(BASELINE, KERNELS[kernels])
@@ -45,7 +45,7 @@ def profile_steps(kernels: str, steps: int) -> dict:
         from timbench.model import load_checkpoint
         from timbench.shipped import resolve_checkpoint
         base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
-        lane_box["lane"] = loop.make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer,
+        lane_box["lane"] = rl_step.make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer,
                                           cfg.prompts_per_step * cfg.group_size, cfg.remedy_impl)
     setup()
     lane = lane_box["lane"]
@@ -64,12 +64,12 @@ def profile_steps(kernels: str, steps: int) -> dict:
                 prof.disable()
                 out[name]["ms"].append((time.perf_counter() - t0) * 1e3)
             return result
-        batch = phase("collect", loop.collect_phase, lane, cfg, step)
-        phase("recompute", loop.recompute_phase, lane, cfg, batch)
-        phase("correct", loop.correct_phase, lane, cfg, batch)
-        phase("update", loop.update_phase, lane, cfg, batch)
-        phase("sync", loop.sync_engine, lane)
-        phase("metrics", loop.metrics_phase, lane, batch)
+        batch = phase("collect", rl_step.collect_phase, lane, cfg, step)
+        phase("recompute", rl_step.recompute_phase, lane, cfg, batch)
+        phase("correct", rl_step.correct_phase, lane, cfg, batch)
+        phase("update", rl_step.update_phase, lane, cfg, batch)
+        phase("sync", rl_step.sync_engine, lane)
+        phase("metrics", rl_step.metrics_phase, lane, batch)
     for name in PHASES:
         stats = pstats.Stats(out[name].pop("prof"))
         rows = sorted(((v[2], _fname(k)) for k, v in stats.stats.items()), reverse=True)[:5]  # v[2]: own time

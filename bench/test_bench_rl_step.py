@@ -38,7 +38,7 @@ def rl_stepper(cfg):
     API changes, adapt this function only.
     """
     from timbench.model import load_checkpoint
-    from timbench.rl.loop import make_lane, train_step
+    from timbench.rl.step import make_lane, train_step
     from timbench.shipped import resolve_checkpoint
 
     base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))

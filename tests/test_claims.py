@@ -32,7 +32,7 @@ def setting(cond, remedy="none", mode="recompute", rel=(1.0, 1.0, 1.0), collapse
                      "collapse/collapsed": collapse is not None, "collapse/step": collapse,
                      "mean/mismatch/mean_abs_delta": delta + 0.001 * seed,
                      "mean/rollout_corr/k3_kl": None if k3 is None else k3 * (1 + 0.1 * seed)})
-        cells.append(CellRun(f"{cond}.{remedy}.{mode}.s{seed}", {"seed": seed}, {}, None, {"steps": steps},
+        cells.append(CellRun(f"{cond}.{remedy}.{mode}.s{seed}", {"seed": seed}, {}, None, {"steps": steps, "seed": seed},
                              metrics=step_rows))
     return (cond, remedy, mode), rows, cells
 
@@ -123,9 +123,26 @@ def test_the_same_runs_in_two_grids_count_once():
     ev = Evidence({n: next(iter(e.grids.values())) for n, e in grids.items()}, {n: 20 for n in grids}, [])
     sub = tis_mis(ev)[0]
     assert sub.verdict == NOT and "gain detected at 1/3" in sub.numbers, sub.numbers
-    assert "(the same runs: a_copy)" in sub.numbers
+    assert "(these runs, or a subset of them, also in: a_copy)" in sub.numbers
     del ev.grids["a_copy"], ev.grids["c"]
     assert tis_mis(ev)[0].verdict == REPRODUCED  # 1 of 2: the same rule still detects a rescue
+
+
+def test_a_grid_whose_runs_are_a_subset_of_another_counts_once_with_the_most_seeds():
+    """results/paper at six seeds holds claims_grid's three-seed nvfp4 runs: one piece of evidence, read at 6 seeds."""
+    def grid(none_rel, tis_rel, steps=20):
+        return evidence(setting("nvfp4-rollout", rel=none_rel, steps=steps),
+                        setting("nvfp4-rollout", "tis_token", rel=tis_rel, steps=steps), steps=steps)
+    six = grid((0.4, 0.5, 0.45, 0.42, 0.48, 0.44), (0.95, 1.02, 1.0, 0.97, 0.99, 1.01))
+    three = grid((0.4, 0.5, 0.45), (0.95, 1.02, 1.0))
+    other = grid((0.4, 0.5, 0.45), (0.95, 1.02, 1.0), steps=30)  # other runs (30 steps): evidence of its own
+    ev = Evidence({"claims_grid": next(iter(three.grids.values())), "paper": next(iter(six.grids.values()))},
+                  {"claims_grid": 20, "paper": 20}, [])
+    sub = tis_mis(ev)[0]
+    assert "gain detected at 1/1" in sub.numbers and sub.numbers.count("nvfp4-rollout/recompute") == 1
+    assert "paper nvfp4-rollout/recompute" in sub.numbers and "also in: claims_grid" in sub.numbers
+    ev.grids["other"], ev.steps["other"] = next(iter(other.grids.values())), 30
+    assert "at 2/2" in tis_mis(ev)[0].numbers
 
 def test_icepop_mask_share():
     inside = icepop(evidence(setting("bf16-engine", mismatch__extreme_frac_5=1e-3, mismatch__extreme_frac_2=3e-3)))

@@ -14,7 +14,7 @@ from timbench.engine.sequence import Request
 from timbench.kernels import get_kernels
 from timbench.metrics_dist import TOP_K, distribution_metrics, topk_key
 from timbench.model import Compute
-from timbench.rl import loop as loop_mod
+from timbench.rl import step as step_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.rl.rollout import pad_dist
@@ -178,14 +178,14 @@ def test_logged_every_step_and_absent_without_an_engine_distribution(tmp_path, m
     assert all(r["tim/tv_mean"] > 0 and r["tim/tv_max"] >= r["tim/tv_mean"] and r["tim/bitwise_equal_frac"] < 1
                for r in bf16)
     # an engine that gives no full distribution (vLLM): no tim/ keys, and every other value the same bits
-    real = loop_mod.collect
+    real = step_mod.collect
 
     def no_dist(*a, **kw):
         exp = real(*a, **kw)
         exp.rollout_dist = None
         return exp
 
-    monkeypatch.setattr(loop_mod, "collect", no_dist)
+    monkeypatch.setattr(step_mod, "collect", no_dist)
     run(load_config(None, replay + ["engine.dtype=bf16"]), tmp_path / "none", progress=False)
     none = _rows(tmp_path / "none")
     from timbench.metrics_dist import distribution_metrics

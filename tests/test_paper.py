@@ -171,6 +171,29 @@ def test_smallest_detectable_difference():
     assert detectable(Interval(0.5, n=1)) is None
 
 
+def test_seeds_used_lists_settings_with_fewer_seeds(grid, tmp_path):
+    from timbench.report.paper_claims import seed_ranges, seeds_used
+    assert seed_ranges([5, 0, 1, 2, 3]) == "0-3, 5" and seed_ranges([4]) == "4"
+    d, _ = paper_data(grid)
+    assert seeds_used(d) == "every setting: seeds 0-2 (3)"
+    d.rows[("q4", "clip", "bypass")] = [r for r in d.rows[("q4", "clip", "bypass")] if r["seed"] != 1]
+    assert seeds_used(d) == "seeds 0-2 (3): " + ", ".join("/".join(k) for k in sorted(d.rows) if k[1:] != (
+        "clip", "bypass")) + "; seeds 0, 2 (2): q4/clip/bypass"
+
+
+def test_a_difference_with_zero_inside_states_what_the_design_could_detect(grid):
+    d, _ = paper_data(grid)
+    f2 = by_claim(verdicts(d))["F2"].subs[2].numbers
+    # noise-g1's bypass - recompute is separated (-0.10 on every seed): no power statement there
+    from timbench.report.paper_claims import _diff, detectable
+    from timbench.report.stats import Interval
+    assert "smallest detectable" not in f2.split("noise-g1:")[1].split("|")[0]
+    # an interval holding 0 ("no difference detected") says what the design could have detected
+    wide = Interval(0.1, lo=-0.5, hi=0.7, n=6)
+    assert _diff(wide).endswith(f"(smallest detectable difference {detectable(wide):.3g} at 80% power, 6 seeds)")
+    assert "smallest" not in _diff(Interval(0.4, lo=0.3, hi=0.5, n=6))
+
+
 def test_helpers():
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0 and spearman([1, 2, 3], [1, 2, 3]) == 1.0
     assert spearman([1, 2], [2, 1]) is None
@@ -192,6 +215,7 @@ def test_cli_writes_every_figure_and_the_same_bytes_twice(grid, tmp_path):
     assert all(p[:8] == b"\x89PNG\r\n\x1a\n" and len(p) > 5000 for p in pngs.values())
     md = (grid / "paper.md").read_text()
     assert "## F1: reproduced" in md and "figures/paper_f5_remedies.png" in md and "cells: 45 done of 45" in md
+    assert "every setting: seeds 0-2 (3)" in md and doc["seeds"] == "every setting: seeds 0-2 (3)"
     write_paper(grid)
     assert all((grid / "figures" / f).read_bytes() == b for f, b in pngs.items())
     # the two pages of a paper grid link each other

@@ -12,6 +12,7 @@ from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.remedies import (METRIC_NAMES, REMEDIES, Remedy, RemedyBatch, RemedyResult, check_result,
                                list_remedies, load_remedy, replay_tensor)
 from timbench.rl import loop as loop_mod
+from timbench.rl import step as step_mod
 from timbench.trainer import update as update_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
@@ -459,14 +460,14 @@ def test_replay_tensor_pads_the_never_needed_positions():
 
 def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity_reward, monkeypatch):
     calls = []
-    real = loop_mod.sequence_logprobs
+    real = step_mod.sequence_logprobs
 
     def spy(model, compute, seqs, temperature=1.0, replay=None, support=None, **kw):
         out = real(model, compute, seqs, temperature, replay=replay, support=support, **kw)
         calls.append((torch.is_grad_enabled(), seqs, replay, out.routing))
         return out
 
-    monkeypatch.setattr(loop_mod, "sequence_logprobs", spy)  # the recompute
+    monkeypatch.setattr(step_mod, "sequence_logprobs", spy)  # the recompute
     monkeypatch.setattr(update_mod, "sequence_logprobs", spy)  # the update passes
     mismatch = ["engine.dtype=bf16", "steps=1", "mini_batches=1"]
     run(_cfg(moe_ckpt, *mismatch), tmp_path / "base", progress=False)

@@ -23,7 +23,7 @@ from timbench.engine import Request, SamplingParams, make_engine, token_logprobs
 from timbench.engine.sampler import _top_p
 from timbench.metrics import routing_agreement
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
-from timbench.rl import loop as loop_mod
+from timbench.rl import step as step_mod
 from timbench.shipped import default_checkpoint
 from timbench.trainer import sequence_logprobs
 from timbench.trainer import update as update_mod
@@ -302,7 +302,7 @@ def test_moe_alignment_reports_routing_agreement(moe_model):
 def test_moe_training_with_vllm_r3_replays_vllms_routing(tmp_path, monkeypatch):
     monkeypatch.setattr(Task, "reward", lambda self, response, problem, format_reward=0.0: float(len(response) % 2))
     calls, engine_routes = [], []
-    real_lp, real_gen = loop_mod.sequence_logprobs, vllm_engine.VllmEngine.generate
+    real_lp, real_gen = step_mod.sequence_logprobs, vllm_engine.VllmEngine.generate
 
     def spy(model, compute, seqs, temperature=1.0, replay=None, support=None, **kw):
         out = real_lp(model, compute, seqs, temperature, replay=replay, support=support, **kw)
@@ -314,7 +314,7 @@ def test_moe_training_with_vllm_r3_replays_vllms_routing(tmp_path, monkeypatch):
         engine_routes.append([c.routing for c in out])
         return out
 
-    monkeypatch.setattr(loop_mod, "sequence_logprobs", spy)  # the recompute
+    monkeypatch.setattr(step_mod, "sequence_logprobs", spy)  # the recompute
     monkeypatch.setattr(update_mod, "sequence_logprobs", spy)  # the update passes
     monkeypatch.setattr(vllm_engine.VllmEngine, "generate", gen)
     ckpt = default_checkpoint("add-4d-v1", "tiny-moe")

@@ -98,34 +98,42 @@ def step_mean(key: str):
     return lambda d, cond: (lambda r: mean_over_steps(d, cond, r, key))
 
 
-def same_runs(d, *settings) -> str:
-    """An identity of the runs behind `settings` of one grid: every cell's full RunConfig, model and engine /
-    trainer specs. Training is bitwise deterministic, so two grids with equal identities hold byte-identical
-    runs (e.g. results/paper and results/claims_grid share their nvfp4 none / tis_token cells)."""
-    return json.dumps([sorted(json.dumps({"config": c.config, "model": c.axes.get("model"),
-                                          "engine": c.condition.get("engine"), "trainer": c.condition.get("trainer")},
-                                         sort_keys=True) for c in d.cells.get(s, [])) for s in settings])
+def same_runs(d, *settings) -> frozenset:
+    """The identities of the runs behind `settings` of one grid: per cell its setting's position, full RunConfig,
+    model and engine / trainer specs. Training is bitwise deterministic, so equal identities in two grids are
+    byte-identical runs (e.g. results/paper and results/claims_grid share their nvfp4 none / tis_token cells,
+    and results/paper's six seeds hold claims_grid's three)."""
+    return frozenset(json.dumps({"setting": i, "config": c.config, "model": c.axes.get("model"),
+                                 "engine": c.condition.get("engine"), "trainer": c.condition.get("trainer")},
+                                sort_keys=True) for i, s in enumerate(settings) for c in d.cells.get(s, []))
 
 
 def remedy_gain(ev: Evidence, remedy: str) -> tuple[str, str]:
     """`remedy` vs none on every (grid, condition, mode) where none lost ground: reproduced when the paired gain in
     relative accuracy is detected at >= half of them, reversed when a loss is detected at more than a gain.
-    Staleness conditions (kind async) are left out: they test policy lag, not training-inference mismatch."""
-    found, seen = [], {}
+    Staleness conditions (kind async) are left out: they test policy lag, not training-inference mismatch.
+    Runs committed in several grids are one piece of evidence: a setting whose runs are all among another
+    grid's (the same runs, or a subset of its seeds) is counted there, once, with the most seeds."""
+    cands = []
     for name, d in ev.grids.items():
         for (cond, rem, mode), rows in d.rows.items():
             none = d.rows.get((cond, "none", mode))
             if rem != remedy or not none or not damaged(none) or d.kinds.get(cond) == "async":
                 continue
-            key = same_runs(d, (cond, rem, mode), (cond, "none", mode))
-            if key in seen:  # the same runs committed in two grids are one piece of evidence, counted once
-                seen[key].append(name)
-                continue
-            seen[key] = []
-            found.append((key, name, cond, mode, none, rows))
-    out = [(_signed(paired(rows, none)), f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} {_setting(rows)}, "
-            f"gain {_ci(paired(rows, none))}" + (f" (the same runs: {', '.join(seen[key])})" if seen[key] else ""))
-           for key, name, cond, mode, none, rows in found]
+            cands.append((same_runs(d, (cond, rem, mode), (cond, "none", mode)), name, cond, mode, none, rows))
+    kept, also = [], {}  # indices into cands; kept index -> names of grids holding (a subset of) its runs
+    for i in sorted(range(len(cands)), key=lambda i: -len(cands[i][0])):  # most runs first; ties in grid order
+        home = next((j for j in kept if cands[i][0] <= cands[j][0]), None)
+        if home is None:
+            kept.append(i)
+        else:
+            also.setdefault(home, []).append(cands[i][1])
+    out = []
+    for j in sorted(kept):
+        _, name, cond, mode, none, rows = cands[j]
+        same = f" (these runs, or a subset of them, also in: {', '.join(also[j])})" if j in also else ""
+        out.append((_signed(paired(rows, none)), f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} "
+                    f"{_setting(rows)}, gain {_ci(paired(rows, none))}{same}"))
     if not out:
         return NOT_TESTABLE, untestable(f"{remedy} next to none on a mismatched condition that loses accuracy")
     up, down = sum(v == REPRODUCED for v, _ in out), sum(v == REVERSED for v, _ in out)

@@ -32,7 +32,8 @@ from .paper_claims import collapses, over_seeds, paired
 from .results import load_results
 from .seeds import SeedGroup, is_finished, seed_groups
 from .stats import Interval, mean
-from .summary import _values, summarize
+from .results import column
+from .summary import summarize
 
 SETTING = ("task", "condition", "remedy", "mode", "algorithm")
 """What a setting of one model is: every grid axis but the model and the seed."""
@@ -93,7 +94,7 @@ def _model_runs(grid, model: str, rows: list[dict]) -> ModelRuns:
         s = setting_of(r)
         planned[s] = planned.get(s, 0) + 1
         if is_finished(r):
-            agree = _values(cells[r["id"]].metrics, "mismatch/routing_agreement")
+            agree = column(cells[r["id"]].metrics, "mismatch/routing_agreement")
             done.setdefault(s, []).append({**r, ROUTING: 1.0 - mean(agree) if agree else None})
     groups = {setting_of(g.rows[0]): g for g in seed_groups(rows)}
     return ModelRuns(model, str(grid.path), grid.reference_condition, planned, done, groups,

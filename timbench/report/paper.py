@@ -20,7 +20,7 @@ from pathlib import Path
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
 from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
-                           rejection, rel, remedy_condition)
+                           rejection, rel, remedy_condition, seeds_used)
 from .results import load_results
 from .seeds import is_finished
 from .summary import summarize
@@ -142,13 +142,14 @@ def verdicts(d: PaperData) -> list[Verdict]:
     return [f1(d), f2(d), f3(d), f4(d), f5(d, remedy_variants(d)), dose(d)]
 
 
-def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path) -> str:
+def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path, seeds: str) -> str:
     status = {}
     for r in rows:
         status[r["status"]] = status.get(r["status"], 0) + 1
     lines = [f"# Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", "",
              f"regenerate: `{command}`", "",
              "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}", "",
+             f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}", "",
              "Verdicts are decided by the rules in `timbench/report/paper_claims.py` from the committed cells; "
              "intervals are 95% Student t over seeds (paired by seed where two settings are compared).", ""]
     for v in vs:
@@ -162,7 +163,7 @@ def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path) -> 
     return "\n".join(lines)
 
 
-def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes]) -> str:
+def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str) -> str:
     """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
     from .html import figure_html, page, table_html
     from .leaderboard import Table
@@ -179,6 +180,7 @@ def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: d
         status[r["status"]] = status.get(r["status"], 0) + 1
     preamble = [f"regenerate: `{command}`",
                 "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
+                f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}",
                 "Verdicts are decided by the rules in timbench/report/paper_claims.py from the committed cells; "
                 "intervals are 95% Student t over seeds (paired by seed where two settings are compared)."]
     return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", preamble, body,
@@ -208,7 +210,7 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
     d, rows = paper_data(path)
     check_paper_cells(d, path)
     command = command or f"timbench paper {path}"
-    vs = verdicts(d)
+    vs, seeds = verdicts(d), seeds_used(d)
     written, pngs = {}, {}
     for claim, build in _figures(d, remedy_variants(d)).items():
         p = out / "figures" / CLAIMS[claim][0]
@@ -216,10 +218,10 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
         atomic_write(p, pngs[claim])
         written[claim] = p
     written["paper.md"] = out / "paper.md"
-    atomic_write(written["paper.md"], _markdown(vs, rows, command, path))
+    atomic_write(written["paper.md"], _markdown(vs, rows, command, path, seeds))
     written["paper.html"] = out / "paper.html"
-    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs))
-    doc = {"command": command, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
+    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds))
+    doc = {"command": command, "seeds": seeds, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
                                            "subclaims": [vars(s) for s in v.subs]} for v in vs]}
     written["paper.json"] = out / "paper.json"
     atomic_write(written["paper.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")

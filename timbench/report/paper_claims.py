@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .collapse import moving_average
 from .leaderboard import fmt, fmt_interval
-from .results import CellRun
+from .results import CellRun, column
 from .stats import Interval, mean_interval, t_quantile
 
 REPRODUCED, NOT, REVERSED = "reproduced", "not reproduced", "reversed"
@@ -120,18 +120,14 @@ def collapses(rows: list[dict]) -> tuple[int, int]:
     return sum(bool(r.get("collapse/collapsed")) for r in rows), len(rows)
 
 
-def _column(cell: CellRun, key: str) -> list[float]:
-    return [float(r[key]) for r in cell.metrics if r.get(key) is not None]
-
-
 def max_grad_ratio(cell: CellRun, ref: CellRun | None) -> float | None:
-    g, gr = _column(cell, "actor/grad_norm"), (_column(ref, "actor/grad_norm") if ref else [])
+    g, gr = column(cell.metrics, "actor/grad_norm"), (column(ref.metrics, "actor/grad_norm") if ref else [])
     return max(g) / max(gr) if g and gr and max(gr) > 0 else None
 
 
 def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
     """The smoothed reward climbed above its first full-window value before the collapse step."""
-    rewards = moving_average(_column(cell, "critic/rewards/mean"), smooth)
+    rewards = moving_average(column(cell.metrics, "critic/rewards/mean"), smooth)
     step = row.get("collapse/step")
     if step is None or len(rewards) < smooth:
         return False
@@ -140,14 +136,50 @@ def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
 
 def kl_alarm_step(cell: CellRun, smooth: int) -> int | None:
     """First step at which the smoothed k3_kl exceeds KL_RISE x its mean over steps 0-4."""
-    k3 = moving_average(_column(cell, "rollout_corr/k3_kl"), smooth)
-    first = _column(cell, "rollout_corr/k3_kl")[:5]
+    k3 = moving_average(column(cell.metrics, "rollout_corr/k3_kl"), smooth)
+    first = column(cell.metrics, "rollout_corr/k3_kl")[:5]
     base = math.fsum(first) / len(first) if first else 0.0
     return next((i for i, v in enumerate(k3) if base > 0 and v > KL_RISE * base), None)
 
 
 def _ci(iv: Interval) -> str:
     return fmt_interval(iv)
+
+
+def _diff(diff: Interval) -> str:
+    """A paired difference; when its interval contains 0 ("no difference detected"), with the smallest
+    difference the design could have detected, so an underpowered comparison says so."""
+    if diff.lo is not None and diff.lo <= 0 <= diff.hi:
+        return f"{_ci(diff)} ({_power(diff)})"
+    return _ci(diff)
+
+
+def seed_ranges(seeds) -> str:
+    """0, 1, 2, 3, 5 -> '0-3, 5'."""
+    out, run = [], []
+    for x in sorted(set(seeds)):
+        if run and x == run[-1] + 1:
+            run.append(x)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
+        run = [x]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
+    return ", ".join(out)
+
+
+def seeds_used(d: PaperData) -> str:
+    """Which seeds every sub-claim rests on: the finished seeds of each setting, grouped (one group when every
+    setting has the same seeds, as a full grid does; a partial grid lists which settings have fewer)."""
+    groups: dict[tuple, list[str]] = {}
+    for key, rows in sorted(d.rows.items()):
+        groups.setdefault(tuple(sorted(r["seed"] for r in rows)), []).append("/".join(key))
+    if len(groups) == 1:
+        (seeds, _), = groups.items()
+        return f"every setting: seeds {seed_ranges(seeds)} ({len(seeds)})"
+    return "; ".join(f"seeds {seed_ranges(seeds)} ({len(seeds)}): " + ", ".join(keys)
+                     for seeds, keys in sorted(groups.items(), key=lambda kv: (-len(kv[0]), kv[0])))
 
 
 def _by_seed(cells: list[CellRun]) -> dict:
@@ -164,7 +196,7 @@ def f1(d: PaperData) -> Verdict:
     up = g.lo is not None and g.lo > 0
     subs = [Sub("the zero-mismatch run keeps improving (final - initial eval accuracy T=1 > 0)",
                 REPRODUCED if up else (REVERSED if g.hi is not None and g.hi < 0 else NOT),
-                f"gain {_ci(g)} over {g.n} seeds")]
+                f"gain {_diff(g)} over {g.n} seeds")]
     found, parts = [], []
     for cond in d.real():
         for mode in ("recompute", "bypass"):
@@ -210,7 +242,7 @@ def f2(d: PaperData) -> Verdict:
         parts.append(f"{cond}: recompute rel {_ci(over_seeds(rec, rel))}, {kr}/{nr} collapsed, {spikes['recompute']}"
                      f"/{nr} grad spikes (max {fmt(max([x for x in ratios['recompute'] if x] or [0]), 2)}x ref); bypass "
                      f"rel {_ci(over_seeds(byp, rel))}, {kb}/{nb} collapsed, {spikes['bypass']}/{nb} spikes "
-                     f"(max {fmt(max([x for x in ratios['bypass'] if x] or [0]), 2)}x); bypass - recompute {_ci(diff)}")
+                     f"(max {fmt(max([x for x in ratios['bypass'] if x] or [0]), 2)}x); bypass - recompute {_diff(diff)}")
         if spikes["recompute"] * 3 >= 2 * nr and (kr or (over_seeds(rec, rel).hi or 2) < 1):
             spike_re.append(cond)
         if kb and spikes["bypass"] == 0:
@@ -230,7 +262,7 @@ def f2(d: PaperData) -> Verdict:
 
 def _kl_ratio_end(cell: CellRun) -> float | None:
     """Mean k3_kl over the last 10 steps / its mean over the first 5 (None when the start is 0)."""
-    k3 = _column(cell, "rollout_corr/k3_kl")
+    k3 = column(cell.metrics, "rollout_corr/k3_kl")
     start, end = k3[:5], k3[-10:]
     return None if not start or math.fsum(start) <= 0 else (math.fsum(end) / len(end)) / (math.fsum(start) / len(start))
 
@@ -283,7 +315,7 @@ def f3(d: PaperData) -> Verdict:
 
 
 def f4(d: PaperData) -> Verdict:
-    ref_max = max((abs(x) for c in d.cells.get(d.reference, []) for x in _column(c, "drift/diff_abs_mean")),
+    ref_max = max((abs(x) for c in d.cells.get(d.reference, []) for x in column(c.metrics, "drift/diff_abs_mean")),
                   default=None)
     subs = [Sub("zero mismatch: C(r_train) and C(r_rollout) coincide (max |difference| == 0.0 over every step)",
                 REPRODUCED if ref_max == 0.0 else NOT, f"max |diff| = {ref_max!r} over "
@@ -319,7 +351,7 @@ def _gap(d: PaperData, cond: str, row: dict) -> float | None:
 def mean_over_steps(d: PaperData, cond: str, row: dict, key: str) -> float | None:
     """Mean over steps of metric `key` in the cell of `row` (a seed of setting (cond, remedy, mode))."""
     cell = _by_seed(d.cells[(cond, row["remedy"], row["mode"])]).get(row["seed"])
-    xs = _column(cell, key) if cell else []
+    xs = column(cell.metrics, key) if cell else []
     return math.fsum(xs) / len(xs) if xs else None
 
 
@@ -348,7 +380,7 @@ def f5(d: PaperData, variants: dict[str, dict]) -> Verdict:
         if twin:
             diff = paired(rec[twin], rec[p])
             subs.append(Sub(f"rejection on rho beats rejection on the PPO ratio ({twin} - {p} > 0)", _signed(diff),
-                            f"paired difference {_ci(diff)}; rejected seqs: on rho {fmt(rejection(rec[twin]))}, "
+                            f"paired difference {_diff(diff)}; rejected seqs: on rho {fmt(rejection(rec[twin]))}, "
                             f"on PPO ratio {fmt(_ppo_rejection(d, cond, p))}"))
     k1s = [l for l in tis_rs if args(l).get("divergence") == "k1"]
     k3s = [l for l in tis_rs if args(l).get("divergence", "k3") == "k3"]

@@ -14,7 +14,7 @@ import numpy as np
 from ..grid.conditions import KINDS
 from ..metrics import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
-from .results import CellRun
+from .results import CellRun, column
 from .style import legend, place_labels
 
 KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)
@@ -35,7 +35,7 @@ def delta_distribution_figure(cells: list[CellRun]):
         for k, key in enumerate(DELTA_KEYS):
             data, pos = [], []
             for i, c in enumerate(group):
-                vals = [float(r[key]) for r in c.metrics if r.get(key) is not None]
+                vals = column(c.metrics, key)
                 positive = [v for v in vals if v > 0]
                 if len(positive) < len(vals):
                     zero_conds.add(c.axes["condition"])

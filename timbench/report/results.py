@@ -63,6 +63,9 @@ class Grid:
     """Cells in cells.json order."""
 
 
+def column(rows: list[dict], key: str) -> list[float]:
+    """The values of metric `key` over metrics/eval rows, as floats, skipping rows that lack it (or log None)."""
+    return [float(r[key]) for r in rows if r.get(key) is not None]
 
 
 def read_jsonl(path: Path, tolerate_torn_tail: bool) -> list[dict]:

@@ -22,7 +22,7 @@ from ..atomic import atomic_write
 from ..schema import METRIC_NAMES as REMEDY_METRIC_NAMES
 from ..spec import parse_spec
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
-from .results import CellRun, Grid, load_results
+from .results import CellRun, Grid, column, load_results
 from .stats import mean
 from ..schema import ACCURACY_GREEDY, K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, PROBS_DIFF_MAX, QUANTIZED_ACCURACY_GREEDY
 from ..schema import REMEDY_EXTRA_PREFIX, is_known
@@ -57,10 +57,6 @@ def noise_sigma(condition: dict) -> float | None:
     return None if engine.noise.kind == "none" else engine.noise.sigma
 
 
-def _values(rows: list[dict], key: str) -> list[float]:
-    return [float(r[key]) for r in rows if r.get(key) is not None]
-
-
 def plugin_metric_keys(metrics: list[dict]) -> list[str]:
     """Keys of metrics.jsonl rows the schema does not know: a plug-in remedy's own (the loop logs only known ones)."""
     return sorted({k for r in metrics for k in r if not is_known(k)})
@@ -92,13 +88,13 @@ def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
     row["final_accuracy_greedy"] = last.get(ACCURACY_GREEDY)
     row["final_quantized_accuracy_greedy"] = last.get(QUANTIZED_ACCURACY_GREEDY)
     for k in DRIFT_KEYS:
-        xs = _values(m, k)
+        xs = column(m, k)
         row[f"cum/{k}"] = math.fsum(xs) if xs else None
-        row[f"final/{k}"] = mean(_values(m[-FINAL_WINDOW:], k))
+        row[f"final/{k}"] = mean(column(m[-FINAL_WINDOW:], k))
     for k in MEAN_KEYS + REMEDY_KEYS:
-        row[f"mean/{k}"] = mean(_values(m, k))
+        row[f"mean/{k}"] = mean(column(m, k))
     for k in MAX_KEYS:
-        xs = _values(m, k)
+        xs = column(m, k)
         row[f"max/{k}"] = max(xs) if xs else None
     for k in plugin_metric_keys(m):  # numbers only: a plug-in's metrics are checked finite (remedies.base)
         row[f"{REMEDY_EXTRA_PREFIX}{k}"] = mean([float(r[k]) for r in m if isinstance(r.get(k), (int, float))])
