@@ -112,3 +112,32 @@ def test_resume_checkpoints_are_neither_compared_nor_copied(tmp_path):
         (ck / "step_1.pt").write_bytes(payload)
     assert merge([a, b], tmp_path / "m")["cells"] == 6
     assert not (tmp_path / "m" / "runs" / cell_id("baseline", "none") / "checkpoints").exists()
+
+
+def _variant(root, eps, seeds):
+    """A part whose `clip` cells carry a remedy variant's own config keys (eps_low / eps_high), as
+    bench/grids/paper.yaml's ppo_clip_0.05 does; its `none` cells carry the default None."""
+    part(root, [("baseline", "none", s, 0.8) for s in seeds] + [("noise-3", "clip", s, 0.6) for s in seeds])
+    doc = json.loads((root / "cells.json").read_text())
+    for c in doc["cells"]:
+        c["config"].update(eps_low=eps if c["axes"]["remedy"] == "clip" else None,
+                           eps_high=eps if c["axes"]["remedy"] == "clip" else None)
+    (root / "cells.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_remedy_variant_keys_merge_per_label_and_a_label_with_two_configs_is_refused(tmp_path):
+    a, b = _variant(tmp_path / "a", 0.05, [0, 1]), _variant(tmp_path / "b", 0.05, [2, 3])
+    assert merge([a, b], tmp_path / "m")["cells"] == 8  # eps differs between labels, not within one
+    c = _variant(tmp_path / "c", 0.1, [4])
+    with pytest.raises(ValueError, match=r"the merged cells: cell .*noise-3.clip.recompute.grpo.s4 differs from "
+                                         r"the other 'clip' cells in config key 'eps_high'") as e:
+        merge([a, c], tmp_path / "m2")
+    assert "\n" not in str(e.value) and not (tmp_path / "m2").exists()
+    # a shared key that differs is still refused, variants or not
+    d = _variant(tmp_path / "d", 0.05, [5])
+    doc = json.loads((d / "cells.json").read_text())
+    [cell["config"].update(steps=99) for cell in doc["cells"]]
+    (d / "cells.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"different grid fingerprint \(config key 'steps' \(30 vs 99\)\)"):
+        merge([a, d], tmp_path / "m3")

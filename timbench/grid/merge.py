@@ -4,7 +4,8 @@
 
 Two result directories merge when they have the same *grid fingerprint*: the grid name, the reference
 condition, the collapse rule, the shared run configuration (every cell's RunConfig minus the axis-owned
-keys: task, preset, remedy, remedy_args, mode, algorithm, seed, engine, trainer) and, for every condition
+keys: task, preset, remedy, remedy_args, mode, algorithm, seed, engine, trainer; keys a grid's remedy_variants
+set per remedy label are instead held to one value per label across the merged cells) and, for every condition
 name used on both sides, the same kind and engine / trainer specs. The cell sets may differ: the result
 holds their union. A cell present in several sources must be declared identically (axes, reference,
 config), and when more than one source finished it, their run files must be byte-identical (every file
@@ -38,18 +39,38 @@ RESUME_STATE = "checkpoints"
 """A run's resume state (model and optimizer checkpoints): neither compared nor copied (it is not a result)."""
 
 
-def shared_config(doc: dict, where: str) -> dict:
-    """The RunConfig keys every cell shares (the config minus AXIS_KEYS); cells that disagree are an error."""
-    shared = None
+VARIES = "varies_by_remedy"
+"""Fingerprint entry (only when non-empty): config keys a grid's `remedy_variants` set per remedy label (e.g. a
+tightened PPO clip's eps_low / eps_high). They are not shared, so they are left out of the comparison between
+sources; instead every remedy label must carry one config across the merged cells (`label_configs`)."""
+
+
+def label_configs(doc: dict, where: str) -> dict:
+    """remedy label -> the RunConfig its cells share (the config minus AXIS_KEYS); cells of one label that
+    disagree are an error: a grid (or a merge) gives each label one configuration."""
+    by_label: dict = {}
     for c in doc.get("cells", []):
         cfg = {k: v for k, v in (c.get("config") or {}).items() if k not in AXIS_KEYS}
-        if shared is None:
-            shared = cfg
-        elif cfg != shared:
-            key = sorted(k for k in set(cfg) | set(shared) if cfg.get(k) != shared.get(k))[0]
-            raise ValueError(f"{where}: cell {c['id']} differs from the others in config key {key!r}; "
-                             "not one grid")
-    return shared or {}
+        label = (c.get("axes") or {}).get("remedy")
+        prev = by_label.setdefault(label, cfg)
+        if cfg != prev:
+            key = sorted(k for k in set(cfg) | set(prev) if cfg.get(k) != prev.get(k))[0]
+            raise ValueError(f"{where}: cell {c['id']} differs from the other {label!r} cells in config key "
+                             f"{key!r}; not one grid")
+    return by_label
+
+
+def shared_config(doc: dict, where: str) -> dict:
+    """The RunConfig keys every cell shares, plus VARIES: the keys that differ between remedy labels (set by
+    remedy_variants); cells of one label that disagree are an error."""
+    configs = list(label_configs(doc, where).values())
+    if not configs:
+        return {}
+    keys = set().union(*configs)
+    first = configs[0]
+    shared = {k: first.get(k) for k in sorted(keys) if all(k in c and c[k] == first[k] for c in configs)}
+    varying = sorted(keys - set(shared))
+    return {**shared, VARIES: varying} if varying else shared
 
 
 def fingerprint(doc: dict, where: str = "grid") -> dict:
@@ -73,8 +94,9 @@ def fingerprint_difference(a: dict, b: dict) -> str | None:
     for key in ("grid", "reference_condition", "collapse"):
         if a[key] != b[key]:
             return f"{key} {a[key]!r} vs {b[key]!r}"
+    skip = {VARIES, *a["config"].get(VARIES, ()), *b["config"].get(VARIES, ())}  # per label: label_configs
     for key in sorted(set(a["config"]) | set(b["config"])):
-        if a["config"].get(key) != b["config"].get(key):
+        if key not in skip and a["config"].get(key) != b["config"].get(key):
             return f"config key {key!r} ({a['config'].get(key)!r} vs {b['config'].get(key)!r})"
     for name in sorted(set(a["conditions"]) & set(b["conditions"]), key=str):
         if a["conditions"][name] != b["conditions"][name]:
@@ -138,6 +160,7 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
     first = docs[0][1]
     doc = {"grid": first["grid"], "reference_condition": first["reference_condition"],
            "collapse": first.get("collapse") or {}, "cells": list(cells.values())}
+    label_configs(doc, "cannot merge: the merged cells")  # a remedy label with two configs across the sources
     return doc, chosen
 
 
