@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims early-warning proxy-fidelity align test test-slow test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -95,6 +95,12 @@ FIDELITY_OUT ?= results/proxy_moe/fidelity
 proxy-fidelity: setup
 	$(VENV)/bin/timbench proxy-fidelity $(FIDELITY_DIRS) --out $(FIDELITY_OUT) --reference-model tiny-moe
 	cat $(FIDELITY_OUT)/fidelity.md
+
+# The dense side: do the paper grid's dense verdicts on tiny-dense survive the wider, deeper small-dense? From
+# results/proxy_dense (`timbench grid run bench/grids/proxy_dense.yaml --out results/proxy_dense --workers 2`).
+proxy-fidelity-dense: setup
+	$(VENV)/bin/timbench proxy-fidelity results/proxy_dense --out results/proxy_dense/fidelity --reference-model tiny-dense
+	cat results/proxy_dense/fidelity/fidelity.md
 
 # Engine vs trainer mismatch of every condition on one workload, under build/ (committed: results/align/align_quick.md;
 # `make align ALIGN_OUT=results/align` updates it).
