@@ -12,23 +12,19 @@ differing cell and a total, and exits 1 when any shared cell differs (or none is
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timbench.report.results import load_results  # noqa: E402
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from timbench.report.results import CellRun, load_results  # noqa: E402
 
 
-def differs(old: Path, new: Path) -> str | None:
-    """Why cell run dir `new` did not reproduce `old`, or None."""
-    if (old / "eval.jsonl").read_bytes() != (new / "eval.jsonl").read_bytes():
+def differs(old: CellRun, new: CellRun, old_dir: Path, new_dir: Path) -> str | None:
+    """Why cell `new` (its metrics as load_results read them) did not reproduce `old`, or None."""
+    if (old_dir / "eval.jsonl").read_bytes() != (new_dir / "eval.jsonl").read_bytes():
         return "eval.jsonl differs"
-    a, b = rows(old / "metrics.jsonl"), rows(new / "metrics.jsonl")
+    a, b = old.metrics, new.metrics
     if len(a) != len(b):
         return f"{len(a)} vs {len(b)} metrics rows"
     for x, y in zip(a, b):
@@ -43,17 +39,16 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
         return 2
     old, new = (load_results(p) for p in argv)
-    done = {c.id for c in new.cells if c.status == "done"}
-    shared = [c.id for c in old.cells if c.status == "done" and c.id in done]
+    done = {c.id: c for c in new.cells if c.status == "done"}
+    shared = [(c, done[c.id]) for c in old.cells if c.status == "done" and c.id in done]
     bad = 0
     new_keys: set[str] = set()
-    for cid in shared:
-        o, n = old.path / "runs" / cid, new.path / "runs" / cid
-        why = differs(o, n)
+    for o, n in shared:
+        why = differs(o, n, old.path / "runs" / o.id, new.path / "runs" / n.id)
         if why:
             bad += 1
-            print(f"{cid}: {why}")
-        new_keys |= set(rows(n / "metrics.jsonl")[0]) - set(rows(o / "metrics.jsonl")[0])
+            print(f"{o.id}: {why}")
+        new_keys |= set(n.metrics[0] if n.metrics else ()) - set(o.metrics[0] if o.metrics else ())
     print(f"{len(shared) - bad}/{len(shared)} shared cells trained the same bits (eval.jsonl byte-identical, "
           f"every metric of the older run equal); the newer runs log {len(new_keys)} more keys"
           + (f" ({', '.join(sorted(new_keys)[:4])}{', ...' if len(new_keys) > 4 else ''})" if new_keys else ""))

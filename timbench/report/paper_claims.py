@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from .collapse import moving_average
 from .leaderboard import fmt, fmt_interval
@@ -155,18 +156,9 @@ def _diff(diff: Interval) -> str:
 
 
 def seed_ranges(seeds) -> str:
-    """0, 1, 2, 3, 5 -> '0-3, 5'."""
-    out, run = [], []
-    for x in sorted(set(seeds)):
-        if run and x == run[-1] + 1:
-            run.append(x)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
-        run = [x]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
-    return ", ".join(out)
+    """0, 1, 2, 3, 5 -> '0-3, 5' (runs of consecutive seeds share seed - position)."""
+    runs = [[x for _, x in g] for _, g in groupby(enumerate(sorted(set(seeds))), key=lambda t: t[1] - t[0])]
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def seeds_used(d: PaperData) -> str:
