@@ -7,8 +7,9 @@ at first use), per thread 12 independent 8-lane accumulator chains held in regis
 once as fused multiply-add (the ceiling of MKL's sgemm) and once as a separate multiply and add (the
 arithmetic the exact forward is allowed: an unfused mul+add rounds twice, FMA once, and the forward's
 bytes must not depend on which). The matmul rows are the tiny-dense shapes of one trainer mini-batch (256 sequences x 28 tokens =
-7,168 rows): the exact forward `matmul` (mul+add, k ascending), the backward's `matmul_fma` (dX) and
-`matmul_tn` (dW), and torch's `F.linear` (MKL). Medians of --repeats calls after one warm-up.
+7,168 rows): the exact forward matmul (mul+add, k ascending), the backward's dX and dW (FMA), each as the C
+register tile that runs (`timbench.kernels.native`) and as the numba loop it replaced (the same bits), and
+torch's `F.linear` (MKL). Medians of --repeats calls after one warm-up.
 Writes PREFIX.md and PREFIX.json. Measure on a quiet machine.
 """
 
@@ -100,6 +101,7 @@ def main(argv=None) -> int:
     import torch
 
     from timbench.fingerprint import machine
+    from timbench.kernels import native
     from timbench.kernels import numba_grad as ng
     from timbench.kernels.numba_ops import matmul
     from timbench.threads import set_threads
@@ -116,9 +118,12 @@ def main(argv=None) -> int:
         w = np.ascontiguousarray(wt.T)
         fl = 2.0 * m * k * n
         tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-        res = {"exact fwd matmul (mul+add)": timed(matmul, x, wt, repeats=args.repeats),
-               "exact bwd matmul_fma (dX)": timed(ng.matmul_fma, g, w, repeats=args.repeats),
-               "exact bwd matmul_tn (dW)": timed(ng.matmul_tn, g, x, repeats=args.repeats),
+        res = {"exact fwd, C tile (mul+add)": timed(native.matmul, x, wt, repeats=args.repeats),
+               "exact fwd, numba loop (mul+add)": timed(matmul, x, wt, repeats=args.repeats),
+               "exact dX, C tile (FMA)": timed(native.matmul_fma, g, w, repeats=args.repeats),
+               "exact dX, numba loop (FMA)": timed(ng.matmul_fma, g, w, repeats=args.repeats),
+               "exact dW, C tile (FMA)": timed(native.matmul_tn, g, x, repeats=args.repeats),
+               "exact dW, numba loop (FMA)": timed(ng.matmul_tn, g, x, repeats=args.repeats),
                "torch F.linear (MKL, FMA)": timed(torch.nn.functional.linear, tx, tw, repeats=args.repeats)}
         for kernel, s in res.items():
             rows.append({"shape": f"{m}x{k} @ {k}x{n}", "what": what, "kernel": kernel, "ms": s * 1e3,
@@ -129,7 +134,8 @@ def main(argv=None) -> int:
              f"`{cmd}` on {info['cpu']} ({', '.join(info['isa'])}), {args.threads} threads. Peak (register-resident "
              f"AVX2 loop, 12 x 8 fp32 chains per thread): FMA {peaks['fma']:.0f} GFLOP/s, separate mul+add "
              f"{peaks['mul+add']:.0f} GFLOP/s. The exact forward may only use mul+add (its bytes must not depend "
-             "on FMA contraction); the backward's fused steps use FMA explicitly.", "",
+             f"on FMA contraction); the backward's fused steps use FMA explicitly. Native matmuls: {native.isa()}.",
+             "",
              "| shape | layer | kernel | ms | GFLOP/s | % of its peak |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
         ref = peaks["mul+add"] if "mul+add" in r["kernel"] else peaks["fma"]

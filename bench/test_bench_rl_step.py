@@ -61,9 +61,13 @@ def deterministic():
     torch.use_deterministic_algorithms(before)
 
 
+PRESETS = ("tiny-dense", "tiny-moe")  # the baseline's model, and the MoE one (its shipped checkpoint)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("kernels", list(KERNELS))
-def test_rl_step_seconds(benchmark, smoke, deterministic, kernels):
-    cfg = load_config(BASELINE, KERNELS[kernels])
+def test_rl_step_seconds(benchmark, smoke, deterministic, kernels, preset):
+    cfg = load_config(BASELINE, KERNELS[kernels] + [f"preset={preset}"])
     assert cfg.engine.kernels == cfg.trainer.kernels == kernels
     step = rl_stepper(cfg)
     steps = itertools.count()

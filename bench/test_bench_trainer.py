@@ -1,4 +1,4 @@
-"""Trainer forward+backward throughput: tokens per second, `exact` vs `torch` kernels, tiny-dense.
+"""Trainer forward+backward throughput: tokens per second, `exact` vs `torch` kernels, tiny-dense and tiny-moe.
 
 Each round scores 256 (prompt, response) pairs of 10 + 18 tokens with
 `sequence_logprobs` and backpropagates the summed logprobs into the weights,
@@ -12,14 +12,14 @@ import random
 import pytest
 
 from timbench.kernels import get_kernels
-from timbench.model import Compute
+from timbench.model import Compute, Qwen3ForCausalLM
 from timbench.spec import Spec
 from timbench.trainer.forward import sequence_logprobs
 
-from conftest import ROUNDS, record
+from conftest import ROUNDS, bench_config, record
 
 N_SEQS, PROMPT_LEN, RESPONSE_LEN = 256, 10, 18
-CASES = [(dt, k) for dt in ("fp32", "bf16") for k in ("exact", "torch")]
+CASES = [(m, dt, k) for m in ("tiny-dense", "tiny-moe") for dt in ("fp32", "bf16") for k in ("exact", "torch")]
 
 
 def sequences(cfg):
@@ -28,8 +28,20 @@ def sequences(cfg):
     return [(tok(PROMPT_LEN), tok(RESPONSE_LEN)) for _ in range(N_SEQS)]
 
 
-@pytest.mark.parametrize("dtype,kernels", CASES, ids=[f"{dt}-{k}" for dt, k in CASES])
-def test_trainer_fwd_bwd(benchmark, cfg, model, dtype, kernels):
+_MODELS: dict = {}
+
+
+def _model(name: str):
+    """One random-init model per preset for the session (the same weights for exact and torch)."""
+    if name not in _MODELS:
+        cfg = bench_config(name)
+        _MODELS[name] = (cfg, Qwen3ForCausalLM(cfg, seed=0))
+    return _MODELS[name]
+
+
+@pytest.mark.parametrize("name,dtype,kernels", CASES, ids=[f"{m}-{dt}-{k}" for m, dt, k in CASES])
+def test_trainer_fwd_bwd(benchmark, name, dtype, kernels):
+    cfg, model = _model(name)
     compute = Compute(get_kernels(kernels), Spec(dtype=dtype))
     seqs = sequences(cfg)
 
@@ -42,5 +54,5 @@ def test_trainer_fwd_bwd(benchmark, cfg, model, dtype, kernels):
     step()
     benchmark.pedantic(step, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     tokens = N_SEQS * (PROMPT_LEN + RESPONSE_LEN)
-    record(benchmark, tokens, bench="trainer", model="tiny-dense", kernels=kernels, dtype=dtype,
+    record(benchmark, tokens, bench="trainer", model=name, kernels=kernels, dtype=dtype,
            batch=N_SEQS, prompt_len=PROMPT_LEN, response_len=RESPONSE_LEN)

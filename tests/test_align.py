@@ -68,6 +68,12 @@ def test_align_table_writes_and_resumes(tmp_path):
     run_table(table, tmp_path / "out", progress=lambda m: pytest.fail("a finished row was recomputed"))
     assert res.read_text() == before
     assert "| tiny-dense | a |" in (tmp_path / "out" / "t.md").read_text()
+    # Two worker processes give the same file, rows in table order whichever finished first.
+    par = run_table(table, tmp_path / "par", progress=said.append, workers=2)
+    assert (tmp_path / "par" / "t.json").read_text() == before and [r["condition"] for r in par] == ["a", "b"]
+    assert "2 workers" in said[3]
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+        run_table(table, tmp_path / "out", workers=0)
     table.write_text("models: [tiny-dense]\ncondtions: []\n")
     with pytest.raises(ValueError, match="unknown key"):
         read_table(table)

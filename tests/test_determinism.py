@@ -7,7 +7,8 @@ lowers every library's instruction set at once: PyTorch's ATen dispatch
 (ATEN_CPU_CAPABILITY), MKL (MKL_ENABLE_INSTRUCTIONS), oneDNN
 (ONEDNN_MAX_CPU_ISA), numba's code generation (NUMBA_CPU_NAME with
 NUMBA_CPU_FEATURES empty, i.e. that CPU's own features; a fresh NUMBA_CACHE_DIR
-per variant so nothing compiled for the host is reused) and glibc's ifunc
+per variant so nothing compiled for the host is reused), the C matmuls' build (TIMBENCH_NATIVE_ISA=generic:
+SSE2 code instead of AVX2 + FMA) and glibc's ifunc
 choice (GLIBC_TUNABLES hwcaps, on an AVX-512 host only: see below). Besides two updates per case, each variant runs
 the golden fingerprint's short RL runs (`timbench.fingerprint.RUNS`: noise +
 remedy + bypass + twin, bf16, MoE with routing replay, NVFP4 with unified
@@ -53,9 +54,10 @@ LD_SO = Path("/lib64/ld-linux-x86-64.so.2")
 NO_AVX512 = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 EMULATED = {  # host ATen level -> the lower level the second variant emulates
     "AVX512": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-               "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "GLIBC_TUNABLES": NO_AVX512},
+               "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "GLIBC_TUNABLES": NO_AVX512,
+               "TIMBENCH_NATIVE_ISA": "generic"},
     "AVX2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
-             "NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": ""},
+             "NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "", "TIMBENCH_NATIVE_ISA": "generic"},
 }
 ALL_KEYS = {k for env in EMULATED.values() for k in env} | {"NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
                                                               "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
@@ -103,6 +105,7 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     assert host_out["_env"]["aten_capability"] == host
     assert low_out["_env"]["aten_capability"] == low["ATEN_CPU_CAPABILITY"].upper()
     assert low_out["_env"]["numba_cpu"] == low["NUMBA_CPU_NAME"]
+    assert low_out["_env"]["native_isa"] == "generic" and host_out["_env"]["native_isa"] in ("avx2", "numba")
     assert (host_out["_env"]["torch_threads"], low_out["_env"]["torch_threads"]) == (1, 2)
     assert (host_out["_env"]["numba_threads"], low_out["_env"]["numba_threads"]) == (1, 2)
     # Negative controls: the emulation changes ordinary kernels' bits ...

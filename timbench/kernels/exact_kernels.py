@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-from . import exact64
+from . import exact64, native
 from . import numba_grad as ng
 from . import numba_ops as nb
 from ..mma import MmaAccum
@@ -52,8 +53,14 @@ class _Exact(torch.autograd.Function):
         return (None, None, *grads)
 
 
+def _will_backward(*xs) -> bool:
+    """Whether `_exact` will record these inputs for a backward: only then does a forward keep its
+    intermediates (attention probabilities, rmsnorm's r, silu's sigmoid) instead of the backward recomputing them."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
 def _exact(fwd, bwd, *xs):
-    if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+    if _will_backward(*xs):
         return _Exact.apply(fwd, bwd, *xs)
     return fwd(*xs)[0]
 
@@ -120,9 +127,9 @@ class ExactKernels:
         def bwd(x2, grad, needs):
             g = _np32(grad.reshape(-1, n))
             # dX = dY W (sum over outputs ascending); dW = dY^T X (sum over rows ascending): the
-            # forward's loop with fused steps (numba_grad.matmul_fma / matmul_tn).
-            dx = _back(ng.matmul_fma(g, _np32(w)), xd).reshape(xs) if needs[0] else None
-            dw = _back(ng.matmul_tn(g, x2), wd) if needs[1] else None
+            # forward's order with fused steps (native.matmul_fma / matmul_tn).
+            dx = _back(native.matmul_fma(g, _np32(w)), xd).reshape(xs) if needs[0] else None
+            dw = _back(native.matmul_tn(g, x2), wd) if needs[1] else None
             return dx, dw
         return _exact(fwd, bwd, x, w)
 
@@ -130,13 +137,15 @@ class ExactKernels:
         if x.dtype == exact64.F64:
             return exact64.rmsnorm(x, w, eps)
         d, xs, xd, wd, eps = x.shape[-1], x.shape, x.dtype, w.dtype, float(eps)
+        keep = _will_backward(x, w)
 
         def fwd(x, w):
             x2, w2 = _np32(x.reshape(-1, d)), _np32(w)
-            return _back(nb.rmsnorm(x2, w2, eps), xd).reshape(xs), (x2, w2)
+            r = np.empty(x2.shape[0], dtype=np.float32) if keep else nb.NO_ROWS
+            return _back(nb.rmsnorm(x2, w2, eps, r), xd).reshape(xs), (x2, w2, r)
 
         def bwd(saved, grad, needs):
-            dx, dw = ng.rmsnorm_bwd(*saved, _np32(grad.reshape(-1, d)), eps, needs[0], needs[1])
+            dx, dw = ng.rmsnorm_bwd(*saved, _np32(grad.reshape(-1, d)), needs[0], needs[1])
             return (_back(dx, xd).reshape(xs) if needs[0] else None), (_back(dw, wd) if needs[1] else None)
         return _exact(fwd, bwd, x, w)
 
@@ -144,10 +153,12 @@ class ExactKernels:
         if gate.dtype == exact64.F64:
             return exact64.silu_mul(gate, up)
         n, gs, gd, ud = gate.shape[-1], gate.shape, gate.dtype, up.dtype
+        keep = _will_backward(gate, up)
 
         def fwd(g, u):
             g2, u2 = _np32(g.reshape(-1, n)), _np32(u.reshape(-1, n))
-            return _back(nb.silu_mul(g2, u2), gd).reshape(gs), (g2, u2)
+            s = np.empty(g2.shape, dtype=np.float32) if keep else nb.NO_ELEMS
+            return _back(nb.silu_mul(g2, u2, s), gd).reshape(gs), (g2, u2, s)
 
         def bwd(saved, grad, needs):
             dg, du = ng.silu_mul_bwd(*saved, _np32(grad.reshape(-1, n)))
@@ -159,17 +170,18 @@ class ExactKernels:
             return exact64.causal_attention(q, k, v)
         b, t, h, d = q.shape
         scale = 1.0 / math.sqrt(d)
+        keep = _will_backward(q, k, v)
 
         def fwd(q, k, v):
             q2, k2, v2 = _np32(q), _np32(k), _np32(v)
-            # Row b, time i is a query against keys 0..i of "slot" b: the decode kernel's own loop.
-            slots = torch.arange(b).repeat_interleave(t).numpy()
-            nkeys = torch.arange(1, t + 1).repeat(b).numpy()
-            out = nb.attend(q2.reshape(b * t, h, d), k2, v2, slots, nkeys, scale)
-            return _back(out, q.dtype).reshape(b, t, h, d), (q2, k2, v2)
+            # Row b, time i is a query against keys 0..i of row b: the decode kernel's arithmetic
+            # (`numba_ops.attend`), in C; the probabilities are kept when a backward will read them.
+            out, probs = native.attend_causal(q2, k2, v2, scale, keep)
+            return _back(out, q.dtype), (q2, k2, v2, probs)
 
         def bwd(saved, grad, needs):
-            dq, dk, dv = ng.attend_causal_bwd(*saved, _np32(grad), scale)
+            q2, k2, v2, probs = saved
+            dq, dk, dv = native.attend_causal_bwd(q2, k2, v2, _np32(grad), probs, scale)
             return _back(dq, q.dtype), _back(dk, k.dtype), _back(dv, v.dtype)
         return _exact(fwd, bwd, q, k, v)
 
@@ -177,7 +189,7 @@ class ExactKernels:
         if q.dtype == exact64.F64:
             return exact64.decode_attention(q, k_cache, v_cache, slots, lengths, splits)
         args = (_np32(q), _np32(k_cache), _np32(v_cache), slots.numpy(), lengths.numpy(), 1.0 / math.sqrt(q.shape[-1]))
-        out = nb.attend(*args) if splits == 1 else attend_split(*args, splits)
+        out = nb.attend(*args, nb.NO_PROBS) if splits == 1 else attend_split(*args, splits)
         return _back(out, q.dtype)
 
     def log_softmax(self, x):

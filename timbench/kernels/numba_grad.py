@@ -160,53 +160,58 @@ def matmul_tn(a, b):
 
 
 @njit(**_JIT)
-def rmsnorm_bwd(x, w, dy, eps, need_dx, need_dw):
-    """Gradients of y = (x * r) * w, r = 1 / sqrt(mean(x^2) + eps) (r exactly as `numba_ops.rmsnorm`).
+def rmsnorm_bwd(x, w, r, dy, need_dx, need_dw):
+    """Gradients of y = (x * r) * w, r = 1 / sqrt(mean(x^2) + eps), as the forward kept it (`numba_ops.rmsnorm`).
 
     dx_k = r w_k dy_k - x_k r^3 / d * sum_j dy_j w_j x_j (float64 per row, j ascending);
     dw_j = sum_i dy_ij * fp32(x_ij * r_i) (float64, rows ascending). Returns (dx, dw), fp32.
-    A row whose fp32 sum of squares overflowed gets a NaN dx.
+    A row whose fp32 sum of squares overflowed (r = 0) or was NaN gets a NaN dx.
     """
     m, d = x.shape
-    r = np.empty(m, dtype=np.float32)
     dx = np.empty((m, d) if need_dx else (0, d), dtype=np.float32)
-    for i in prange(m):
-        ss = np.float32(0.0)
-        for j in range(d):
-            ss += x[i, j] * x[i, j]
-        ri = np.float32(1.0) / np.float32(math.sqrt(ss / np.float32(d) + eps))
-        r[i] = ri
-        if need_dx and not math.isfinite(ss):
-            # The forward's fp32 sum of squares overflowed (r = 0, output zeroed): the gradient is
-            # undefined, and NaN (as PyTorch's backward gives) lets the trainer's non-finite check stop.
-            for j in range(d):
-                dx[i, j] = np.float32(np.nan)
-        elif need_dx:
-            dot = 0.0
-            for j in range(d):
-                dot += np.float64(dy[i, j]) * np.float64(w[j]) * np.float64(x[i, j])
-            r64 = np.float64(ri)
-            coef = r64 * r64 * r64 / d * dot
-            for j in range(d):
-                dx[i, j] = np.float32(r64 * (np.float64(w[j]) * np.float64(dy[i, j])) - np.float64(x[i, j]) * coef)
+    if need_dx:
+        for i in prange(m):
+            ri = r[i]
+            if not ri > 0:
+                # The forward's fp32 sum of squares overflowed (r = 0, output zeroed) or was NaN: the gradient
+                # is undefined, and NaN (as PyTorch's backward gives) lets the trainer's non-finite check stop.
+                # (r > 0 for every finite sum: mean + eps > 0 and its sqrt is finite.)
+                for j in range(d):
+                    dx[i, j] = np.float32(np.nan)
+            else:
+                dot = 0.0
+                for j in range(d):
+                    dot += np.float64(dy[i, j]) * np.float64(w[j]) * np.float64(x[i, j])
+                r64 = np.float64(ri)
+                coef = r64 * r64 * r64 / d * dot
+                for j in range(d):
+                    dx[i, j] = np.float32(r64 * (np.float64(w[j]) * np.float64(dy[i, j])) - np.float64(x[i, j]) * coef)
     dw = np.zeros(d if need_dw else 0, dtype=np.float32)
     if need_dw:
         for c in prange((d + _CHUNK - 1) // _CHUNK):
             j0 = c * _CHUNK
             j1 = min(j0 + _CHUNK, d)
-            acc = np.zeros(j1 - j0, dtype=np.float64)
-            for i in range(m):
-                ri = r[i]
-                for j in range(j0, j1):
-                    acc[j - j0] += np.float64(dy[i, j]) * np.float64(x[i, j] * ri)
+            acc = np.zeros(_CHUNK, dtype=np.float64)
+            if j1 - j0 == _CHUNK:  # speed only: fixed-width row slices, which LLVM vectorises (2.4x)
+                for i in range(m):
+                    ri = r[i]
+                    xi = x[i, j0:j0 + _CHUNK]
+                    di = dy[i, j0:j0 + _CHUNK]
+                    for jj in range(_CHUNK):
+                        acc[jj] += np.float64(di[jj]) * np.float64(xi[jj] * ri)
+            else:
+                for i in range(m):
+                    ri = r[i]
+                    for j in range(j0, j1):
+                        acc[j - j0] += np.float64(dy[i, j]) * np.float64(x[i, j] * ri)
             for j in range(j0, j1):
                 dw[j] = np.float32(acc[j - j0])
     return dx, dw
 
 
 @njit(**_JIT)
-def silu_mul_bwd(g, u, dy):
-    """Gradients of out = silu(g) * u with the forward's sigmoid s = 1 / (1 + exp(-g)), fp32 elementwise.
+def silu_mul_bwd(g, u, s, dy):
+    """Gradients of out = silu(g) * u with the sigmoid s = 1 / (1 + exp(-g)) the forward kept, fp32 elementwise.
 
     dg = dy * u * (s * (1 + g * (1 - s))), du = dy * (g * s).
     """
@@ -217,9 +222,9 @@ def silu_mul_bwd(g, u, dy):
     for i in prange(m):
         for j in range(n):
             a = g[i, j]
-            s = one / (one + np.float32(math.exp(-a)))
-            dg[i, j] = (dy[i, j] * u[i, j]) * (s * (one + a * (one - s)))
-            du[i, j] = dy[i, j] * (a * s)
+            si = s[i, j]
+            dg[i, j] = (dy[i, j] * u[i, j]) * (si * (one + a * (one - si)))
+            du[i, j] = dy[i, j] * (a * si)
     return dg, du
 
 
@@ -283,61 +288,72 @@ def embedding_bwd(ids, dy, vocab):
 
 
 @njit(**_JIT)
-def attend_causal_bwd(q, k, v, dout, scale):
+def attend_causal_bwd(q, k, v, dout, P, scale):
     """Gradients of causal GQA attention (`numba_ops.attend` with query i of row b against keys 0..i of row b).
 
-    q, dout: [B, T, H, D]; k, v: [B, T, Hkv, D]. Pass 1 (one task per row and kv head, queries in turn)
-    recomputes each head's probabilities in the forward's order (fp32 scores j ascending, the
-    float64 max over `acc * scale`, fp32 exp and total), then dp_t = dout . v_t, c = sum_t p_t dp_t,
-    ds_t = p_t (dp_t - c) (float64, t ascending) and dq = scale * sum_t ds_t k_t. Pass 2 (one task
-    per row and kv head, keys in turn) sums dk_t = scale * sum ds_it q_i and dv_t = sum p_it dout_i
-    over queries i >= t ascending, and within a query over the group's heads ascending, in float64, rounded once.
+    q, dout: [B, T, H, D]; k, v: [B, T, Hkv, D]; P: [B, T, H, T], the probabilities the forward kept
+    (`attend`'s probs: what recomputing them here in the forward's order gave, bit for bit, before the
+    forward kept them). Pass 1 (one task per row and kv head, queries in turn): dp_t = dout . v_t
+    (float64, j ascending), c = sum_t p_t dp_t, ds_t = fp32(p_t (dp_t - c)) (t ascending) and
+    dq = scale * sum_t ds_t k_t (float64, t ascending per j). Pass 2 (one task per row and kv head,
+    keys in turn) sums dk_t = scale * sum ds_it q_i and dv_t = sum p_it dout_i over queries i >= t
+    ascending, and within a query over the group's heads ascending, in float64, rounded once.
+    Speed only: dp runs four keys at a time (four independent sums, the same operations as one key
+    at a time), and the dq, dk, dv sums are vectorised across j (each j's own order unchanged).
     """
     nb, nt, nh, d = q.shape
     n_kv = k.shape[2]
     group = nh // n_kv
-    P = np.zeros((nb, nh, nt, nt), dtype=np.float32)
-    S = np.zeros((nb, nh, nt, nt), dtype=np.float32)
+    S = np.empty((nb, nt, nh, nt), dtype=np.float32)
     dq = np.empty((nb, nt, nh, d), dtype=np.float32)
     for idx in prange(nb * n_kv):  # one task per (row, kv head): scratch allocated once per task
         b = idx // n_kv
         g = idx % n_kv
-        sc = np.empty(nt, dtype=np.float32)
         dp = np.empty(nt, dtype=np.float64)
+        acc = np.empty(d, dtype=np.float64)
+        kk = k[b, :, g, :]
+        vv = v[b, :, g, :]
         for i in range(nt):
             t_len = i + 1
             for hh in range(group):
                 h = g * group + hh
-                mx = -np.inf
-                for t in range(t_len):
-                    acc = np.float32(0.0)
+                oi = dout[b, i, h, :]
+                t = 0
+                while t + 4 <= t_len:
+                    e0 = 0.0
+                    e1 = 0.0
+                    e2 = 0.0
+                    e3 = 0.0
                     for j in range(d):
-                        acc += q[b, i, h, j] * k[b, t, g, j]
-                    a = acc * scale
-                    sc[t] = a
-                    if a > mx:
-                        mx = a
-                tot = np.float32(0.0)
-                for t in range(t_len):
-                    e = np.float32(math.exp(sc[t] - mx))
-                    sc[t] = e
-                    tot += e
+                        oj = np.float64(oi[j])
+                        e0 += oj * np.float64(vv[t, j])
+                        e1 += oj * np.float64(vv[t + 1, j])
+                        e2 += oj * np.float64(vv[t + 2, j])
+                        e3 += oj * np.float64(vv[t + 3, j])
+                    dp[t] = e0
+                    dp[t + 1] = e1
+                    dp[t + 2] = e2
+                    dp[t + 3] = e3
+                    t += 4
+                while t < t_len:
+                    e = 0.0
+                    for j in range(d):
+                        e += np.float64(oi[j]) * np.float64(vv[t, j])
+                    dp[t] = e
+                    t += 1
                 c = 0.0
                 for t in range(t_len):
-                    p = sc[t] / tot
-                    P[b, h, i, t] = p
-                    acc64 = 0.0
-                    for j in range(d):
-                        acc64 += np.float64(dout[b, i, h, j]) * np.float64(v[b, t, g, j])
-                    dp[t] = acc64
-                    c += np.float64(p) * acc64
-                for t in range(t_len):
-                    S[b, h, i, t] = np.float32(np.float64(P[b, h, i, t]) * (dp[t] - c))
+                    c += np.float64(P[b, i, h, t]) * dp[t]
                 for j in range(d):
-                    acc64 = 0.0
-                    for t in range(t_len):
-                        acc64 += np.float64(S[b, h, i, t]) * np.float64(k[b, t, g, j])
-                    dq[b, i, h, j] = np.float32(acc64 * scale)
+                    acc[j] = 0.0
+                for t in range(t_len):
+                    st = np.float32(np.float64(P[b, i, h, t]) * (dp[t] - c))
+                    S[b, i, h, t] = st
+                    s64 = np.float64(st)
+                    for j in range(d):
+                        acc[j] += s64 * np.float64(kk[t, j])
+                for j in range(d):
+                    dq[b, i, h, j] = np.float32(acc[j] * scale)
     dk = np.empty((nb, nt, n_kv, d), dtype=np.float32)
     dv = np.empty((nb, nt, n_kv, d), dtype=np.float32)
     for idx in prange(nb * n_kv):
@@ -352,11 +368,13 @@ def attend_causal_bwd(q, k, v, dout, scale):
             for i in range(t, nt):
                 for hh in range(group):
                     h = g * group + hh
-                    s = np.float64(S[b, h, i, t])
-                    p = np.float64(P[b, h, i, t])
+                    s = np.float64(S[b, i, h, t])
+                    p = np.float64(P[b, i, h, t])
+                    qi = q[b, i, h, :]
+                    oi = dout[b, i, h, :]
                     for j in range(d):
-                        ak[j] += s * np.float64(q[b, i, h, j])
-                        av[j] += p * np.float64(dout[b, i, h, j])
+                        ak[j] += s * np.float64(qi[j])
+                        av[j] += p * np.float64(oi[j])
             for j in range(d):
                 dk[b, t, g, j] = np.float32(ak[j] * scale)
                 dv[b, t, g, j] = np.float32(av[j])

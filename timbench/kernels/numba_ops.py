@@ -79,29 +79,42 @@ def matmul(x, wt):
 
 
 @njit(**_JIT)
-def rmsnorm(x, w, eps):
-    """HF Qwen3RMSNorm order: x * rsqrt(mean(x^2) + eps), then * weight."""
+def rmsnorm(x, w, eps, rkeep):
+    """HF Qwen3RMSNorm order: x * rsqrt(mean(x^2) + eps), then * weight.
+
+    rkeep: [M] to keep each row's r = 1 / sqrt(mean(x^2) + eps) for the backward, or `NO_ROWS`.
+    """
     m, d = x.shape
     out = np.empty((m, d), dtype=np.float32)
+    keep = rkeep.shape[0] > 0
     for i in prange(m):
         ss = np.float32(0.0)
         for j in range(d):
             ss += x[i, j] * x[i, j]
         r = np.float32(1.0) / np.float32(math.sqrt(ss / np.float32(d) + eps))
+        if keep:
+            rkeep[i] = r
         for j in range(d):
             out[i, j] = (x[i, j] * r) * w[j]
     return out
 
 
 @njit(**_JIT)
-def silu_mul(g, u):
-    """silu(g) * u = g * sigmoid(g) * u, elementwise over [M, N]."""
+def silu_mul(g, u, skeep):
+    """silu(g) * u = g * sigmoid(g) * u, elementwise over [M, N].
+
+    skeep: [M, N] to keep sigmoid(g) for the backward, or `NO_ELEMS`.
+    """
     m, n = g.shape
     out = np.empty((m, n), dtype=np.float32)
+    keep = skeep.shape[0] > 0
     for i in prange(m):
         for j in range(n):
             a = g[i, j]
-            out[i, j] = (a * (np.float32(1.0) / (np.float32(1.0) + np.float32(math.exp(-a))))) * u[i, j]
+            s = np.float32(1.0) / (np.float32(1.0) + np.float32(math.exp(-a)))
+            if keep:
+                skeep[i, j] = s
+            out[i, j] = (a * s) * u[i, j]
     return out
 
 
@@ -145,10 +158,12 @@ def softmax(x):
 
 
 @njit(**_JIT)
-def attend(q, kc, vc, slot, nkeys, scale):
+def attend(q, kc, vc, slot, nkeys, scale, probs):
     """Attention of each query row against keys 0..nkeys[n]-1 of cache slot slot[n].
 
-    q: [N, H, D]; kc, vc: [S, T, Hkv, D]. Keys are walked by absolute position,
+    q: [N, H, D]; kc, vc: [S, T, Hkv, D]. probs: [N, H, >= max nkeys] to keep each row's
+    probabilities for the backward (`numba_grad.attend_causal_bwd`), or `NO_PROBS` (decode).
+    Keys are walked by absolute position,
     the same order in prefill (keys from this forward) and decode (keys from the
     cache): the kernel cannot tell the two apart. Two-pass softmax as HF eager:
     p_j = exp(s_j - max) / sum, then sum_j p_j v_j.
@@ -165,6 +180,7 @@ def attend(q, kc, vc, slot, nkeys, scale):
     n_kv = kc.shape[2]
     group = n_h // n_kv
     out = np.zeros((n_q, n_h, d), dtype=np.float32)
+    keep = probs.shape[0] > 0
     for idx in prange(n_q * n_kv):
         n = idx // n_kv
         g = idx % n_kv
@@ -244,6 +260,9 @@ def attend(q, kc, vc, slot, nkeys, scale):
                 tot += e
             for t in range(t_len):
                 scores[hh, t] = scores[hh, t] / tot
+            if keep:
+                for t in range(t_len):
+                    probs[n, h, t] = scores[hh, t]
         for hh in range(group):
             h = g * group + hh
             for t in range(t_len):
@@ -251,6 +270,12 @@ def attend(q, kc, vc, slot, nkeys, scale):
                 for j in range(d):
                     out[n, h, j] += p * vc[s_, t, g, j]
     return out
+
+
+# What a forward keeps for its backward, when no backward will run (inference, decode).
+NO_PROBS = np.empty((0, 0, 0), dtype=np.float32)  # `attend`'s probs
+NO_ROWS = np.empty(0, dtype=np.float32)  # `rmsnorm`'s r
+NO_ELEMS = np.empty((0, 0), dtype=np.float32)  # `silu_mul`'s sigmoid
 
 
 @njit(cache=True, nogil=True)

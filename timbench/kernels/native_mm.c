@@ -1,0 +1,132 @@
+/* Fixed-order fp32 matmuls for timbench's exact kernels (see timbench/kernels/native.py).
+
+   out[i, j] = sum_k X(i, k) * W(k, j), k ascending, from zero, every step either acc = acc + x * w (two
+   roundings: the forward) or acc = fma(x, w, acc) (one: the backward). Nothing else is ever done to an
+   output, so its value depends on its own row and column alone: not on the ISA the code was compiled for
+   (AVX2 or SSE2: each vector lane is an IEEE fp32 operation), the tile it landed in, the thread that ran it
+   or the number of rows. Compile with -ffp-contract=off (gcc would otherwise fuse the forward's mul + add). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+#include <omp.h>
+
+typedef float v8 __attribute__((vector_size(32)));
+enum { NR = 16, KC = 256, MCB = 16 };
+
+#define INLINE static inline __attribute__((always_inline))
+INLINE v8 ld8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
+INLINE void st8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+INLINE v8 splat_generic(const float *p) { float s = *p; return (v8){s, s, s, s, s, s, s, s}; }
+INLINE v8 fma_generic(v8 a, v8 b, v8 c) {  /* fmaf is correctly rounded: the FMA instruction's bits */
+  v8 r;
+  for (int i = 0; i < 8; i++) r[i] = fmaf(a[i], b[i], c[i]);
+  return r;
+}
+#define MULADD(a, b, c) ((c) + (a) * (b))
+#define AVX2 __attribute__((target("avx2,fma")))
+#define NOATTR
+#define SPLAT_AVX2(p) ((v8)_mm256_broadcast_ss(p))
+#define FMA_AVX2(a, b, c) ((v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+
+/* One MRV x NR tile held in registers over k in [0, kn); W(k, j) = w[k * lw + j] (lw = NR for a packed panel). The
+   accumulators start at zero (first) or at what `out` holds (a later k chunk: storing and reloading an
+   fp32 value is exact, so the chunking never changes a bit). Rows r >= mr are computed on row 0 and dropped. */
+#define TILE(NAME, MRV, STEP, SPLAT, ATTR)                                                               \
+  ATTR INLINE void NAME(const float *x, long xr, long xk, const float *w, long lw, float *out, long lo,   \
+                        long kn, int mr, int first) {                                                             \
+    v8 c[MRV][2];                                                                                        \
+    long xo[MRV];                                                                                        \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MRV; r++) {                                              \
+      xo[r] = (r < mr ? r : 0) * xr;                                                                     \
+      if (r < mr && !first) { c[r][0] = ld8(out + r * lo); c[r][1] = ld8(out + r * lo + 8); }            \
+      else { c[r][0] = (v8){0}; c[r][1] = (v8){0}; }                                                     \
+    }                                                                                                    \
+    for (long k = 0; k < kn; k++) {                                                                      \
+      v8 w0 = ld8(w + k * lw), w1 = ld8(w + k * lw + 8);                                                 \
+      const float *xp = x + k * xk;                                                                      \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MRV; r++) {                                            \
+        v8 a = SPLAT(xp + xo[r]);                                                                        \
+        c[r][0] = STEP(a, w0, c[r][0]);                                                                  \
+        c[r][1] = STEP(a, w1, c[r][1]);                                                                  \
+      }                                                                                                  \
+    }                                                                                                    \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MRV; r++)                                                \
+      if (r < mr) { st8(out + r * lo, c[r][0]); st8(out + r * lo + 8, c[r][1]); }                        \
+  }
+
+/* Around the tile. With `pack`, W is first copied panel by panel into `pan` ([nct][kdim][NR], the last panel
+   zero-padded), so a tile reads one contiguous 64-byte line per k that stays in L1 (W's own rows, NR floats
+   every lw, collide in a few cache sets); without it (a W as tall as dW's, whose copy would cost more than it
+   saves) only a ragged last panel is copied. Row blocks go in chunks of MCB that share each panel, k in chunks
+   of KC. Threads split row blocks (or, with fewer row blocks than threads, column panels). */
+#define DRIVER(NAME, TILEFN, MRV, ATTR)                                                                  \
+  ATTR static void NAME(const float *x, long xr, long xk, const float *w, long lw, float *out, long lo, \
+                        long m, long kdim, long n, float *pan, int pack, int threads) {                  \
+    long nrb = (m + MRV - 1) / MRV, nct = (n + NR - 1) / NR;                                             \
+    _Pragma("omp parallel num_threads(threads)")                                                         \
+    {                                                                                                    \
+      int nt = omp_get_num_threads(), t = omp_get_thread_num();                                          \
+      for (long ct = nct * t / nt; ct < nct * (t + 1) / nt; ct++) {                                      \
+        long cols = n - ct * NR < NR ? n - ct * NR : NR;                                                 \
+        if (!pack && cols == NR) continue;                                                               \
+        float *p = pan + (pack ? ct : 0) * kdim * NR;                                                    \
+        for (long k = 0; k < kdim; k++) {                                                                \
+          memcpy(p + k * NR, w + k * lw + ct * NR, cols * sizeof(float));                                \
+          memset(p + k * NR + cols, 0, (NR - cols) * sizeof(float));                                     \
+        }                                                                                                \
+      }                                                                                                  \
+      _Pragma("omp barrier")                                                                             \
+      int by_rows = nrb >= nt;                                                                           \
+      long r_lo = by_rows ? nrb * t / nt : 0, r_hi = by_rows ? nrb * (t + 1) / nt : nrb;                 \
+      long c_lo = by_rows ? 0 : nct * t / nt, c_hi = by_rows ? nct : nct * (t + 1) / nt;                 \
+      float tmp[MRV * NR];                                                                               \
+      for (long k0 = 0; k0 < kdim; k0 += KC) {                                                           \
+        long kn = kdim - k0 < KC ? kdim - k0 : KC;                                                       \
+        for (long rc = r_lo; rc < r_hi; rc += MCB) {                                                     \
+          long rc_hi = rc + MCB < r_hi ? rc + MCB : r_hi;                                                \
+          for (long ct = c_lo; ct < c_hi; ct++) {                                                        \
+            long j0 = ct * NR, cols = n - j0 < NR ? n - j0 : NR;                                         \
+            const float *wp = (pack || cols < NR) ? pan + (pack ? ct : 0) * kdim * NR + k0 * NR : w + k0 * lw + j0; \
+            long wl = (pack || cols < NR) ? NR : lw;                                                     \
+            for (long rb = rc; rb < rc_hi; rb++) {                                                       \
+              long i0 = rb * MRV;                                                                        \
+              int mr = m - i0 < MRV ? (int)(m - i0) : MRV;                                               \
+              const float *xp = x + i0 * xr + k0 * xk;                                                   \
+              if (cols < NR) {                                                                           \
+                for (int r = 0; r < mr; r++) memcpy(tmp + r * NR, out + (i0 + r) * lo + j0, cols * sizeof(float)); \
+                TILEFN(xp, xr, xk, wp, wl, tmp, NR, kn, mr, k0 == 0);                                        \
+                for (int r = 0; r < mr; r++) memcpy(out + (i0 + r) * lo + j0, tmp + r * NR, cols * sizeof(float)); \
+              } else {                                                                                   \
+                TILEFN(xp, xr, xk, wp, wl, out + i0 * lo + j0, lo, kn, mr, k0 == 0);                         \
+              }                                                                                          \
+            }                                                                                            \
+          }                                                                                              \
+        }                                                                                                \
+      }                                                                                                  \
+    }                                                                                                    \
+  }
+
+/* mul + add needs a temporary per product: 4 rows (8 accumulators, 2 W, 1 x, 2 products: 13 of 16 ymm);
+   FMA does not: 6 rows (12 + 2 + 1 = 15). Both keep more chains in flight than the add/FMA latency needs. */
+TILE(tile_add_generic, 4, MULADD, splat_generic, NOATTR)
+TILE(tile_fma_generic, 6, fma_generic, splat_generic, NOATTR)
+TILE(tile_add_avx2, 4, MULADD, SPLAT_AVX2, AVX2)
+TILE(tile_fma_avx2, 6, FMA_AVX2, SPLAT_AVX2, AVX2)
+DRIVER(mm_add_generic, tile_add_generic, 4, NOATTR)
+DRIVER(mm_fma_generic, tile_fma_generic, 6, NOATTR)
+DRIVER(mm_add_avx2, tile_add_avx2, 4, AVX2)
+DRIVER(mm_fma_avx2, tile_fma_avx2, 6, AVX2)
+
+/* 1 where this CPU runs the AVX2 + FMA code, else 0 (SSE2 code): the same bits either way. */
+int timbench_isa(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+/* out[i, j] (row stride lo) = sum_k x[i*xr + k*xk] * w[k*lw + j] over i < m, j < n, k < kdim ascending.
+   fused: FMA steps, else mul + add; isa: 1 for the AVX2 + FMA code (only where timbench_isa() says 1), 0 for SSE2.
+   pan: scratch of ceil(n / 16) * 16 * kdim floats with pack, 16 * kdim without (unused when 16 divides n). */
+void timbench_mm(const float *x, long xr, long xk, const float *w, long lw, float *out, long lo,
+                 long m, long kdim, long n, int fused, int isa, float *pan, int pack, int threads) {
+  if (m <= 0 || n <= 0) return;
+  if (kdim <= 0) { for (long i = 0; i < m; i++) memset(out + i * lo, 0, n * sizeof(float)); return; }
+  if (isa) (fused ? mm_fma_avx2 : mm_add_avx2)(x, xr, xk, w, lw, out, lo, m, kdim, n, pan, pack, threads);
+  else (fused ? mm_fma_generic : mm_add_generic)(x, xr, xk, w, lw, out, lo, m, kdim, n, pan, pack, threads);
+}
