@@ -20,7 +20,9 @@ def _cmd_align(args) -> int:
         from .atomic import check_output_dir
         out = args.out or "build/align"
         check_output_dir(out)
-        run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr, flush=True), workers=args.workers)
+        from .grid.cli import default_workers
+        run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr, flush=True),
+                  workers=default_workers(args.workers))
         return 0
     from .align import align
     from .model import load_model
@@ -93,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--table", help="YAML table of conditions (e.g. bench/align_quick.yaml) to run instead")
     a.add_argument("--out", help="with --table: output directory (default build/align; "
                                  "--out results/align updates the committed tables)")
-    a.add_argument("--workers", type=int, default=1,
-                   help="with --table: rows run in this many processes at once (threads each: cores // workers)")
+    from .grid.cli import add_workers_arg
+    add_workers_arg(a)  # with --table: rows in that many processes (threads each: cores // workers)
     a.set_defaults(func=_cmd_align)
 
     from .diagnose.cli import add_parser as add_diagnose
