@@ -35,8 +35,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 def _host_avx2() -> bool:
     """Whether this CPU can run the AVX2 + FMA build (then both builds are compared)."""
-    import ctypes
-    return bool(ctypes.CDLL(str(native.library().path)).timbench_isa())
+    return bool(native.library().host_isa)
 
 
 def _with(isa: int, threads: int, fn, *args):

@@ -109,12 +109,12 @@ class _Lib:
         self.attn_bwd.restype = None
         self.attn_bwd.argtypes = [p, p, p, p, p, p, p, p, p, l_, l_, l_, l_, l_, d_, i, i]
         lib.timbench_isa.restype = i
-        host = int(lib.timbench_isa())
+        # host_isa: 1 where this CPU can run the AVX2 + FMA build; isa: the build these calls use.
+        self.host_isa = host = int(lib.timbench_isa())
         want = os.environ.get("TIMBENCH_NATIVE_ISA", "auto")
         if want not in ("auto", "generic"):
             raise ValueError(f"TIMBENCH_NATIVE_ISA={want!r}; valid: auto, generic")
         self.isa = 0 if want == "generic" else host
-        self.path = path
 
 
 _lib: _Lib | None | bool = None  # None: not tried yet; False: unavailable (numba serves)
@@ -160,24 +160,24 @@ def _run(lib: _Lib, x, xr, xk, w, lw, m, kdim, n, fused: bool) -> np.ndarray:
     return out
 
 
-def matmul(x: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """x [M, K] @ wt [K, N], acc = acc + x * w, k ascending: `numba_ops.matmul`'s bits."""
+def _nn(x: np.ndarray, w: np.ndarray, fused: bool) -> np.ndarray:
+    """x [M, K] @ w [K, N], k ascending, by the C tile (or the numba kernel with the same bits)."""
     lib = library()
     if lib is None:
-        return nb.matmul(x, wt)
-    x, wt = _c32(x), _c32(wt)
-    (m, k), n = x.shape, wt.shape[1]
-    return _run(lib, x, k, 1, wt, n, m, k, n, fused=False)
+        return (ng.matmul_fma if fused else nb.matmul)(x, w)
+    x, w = _c32(x), _c32(w)
+    (m, k), n = x.shape, w.shape[1]
+    return _run(lib, x, k, 1, w, n, m, k, n, fused=fused)
+
+
+def matmul(x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """x [M, K] @ wt [K, N], acc = acc + x * w, k ascending: `numba_ops.matmul`'s bits."""
+    return _nn(x, wt, fused=False)
 
 
 def matmul_fma(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x [M, K] @ w [K, N], acc = fma(x, w, acc), k ascending: `numba_grad.matmul_fma`'s bits (dX = dY W)."""
-    lib = library()
-    if lib is None:
-        return ng.matmul_fma(x, w)
-    x, w = _c32(x), _c32(w)
-    (m, k), n = x.shape, w.shape[1]
-    return _run(lib, x, k, 1, w, n, m, k, n, fused=True)
+    return _nn(x, w, fused=True)
 
 
 def matmul_tn(a: np.ndarray, b: np.ndarray) -> np.ndarray:

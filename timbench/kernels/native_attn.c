@@ -25,6 +25,11 @@ INLINE d4 ldd4(const double *p) { d4 v; memcpy(&v, p, sizeof v); return v; }
 INLINE void std4(double *p, d4 v) { memcpy(p, &v, sizeof v); }
 INLINE f8 splatf(float s) { return (f8){s, s, s, s, s, s, s, s}; }
 INLINE d4 splatd(double s) { return (d4){s, s, s, s}; }
+/* dst[j * tp + t] = src[b, t, g, j] for t < nt: one kv head of one row, transposed so keys sit side by side. */
+INLINE void kv_transpose(float *dst, const float *src, long b, long g, long nt, long nkv, long d, long tp) {
+  for (long t = 0; t < nt; t++)
+    for (long j = 0; j < d; j++) dst[j * tp + t] = src[((b * nt + t) * nkv + g) * d + j];
+}
 
 /* q, out: [B, T, H, D]; k, v: [B, T, Hkv, D]; probs: [B, T, H, T] (written when keep). */
 #define FWD(NAME, ATTR)                                                                                     \
@@ -38,8 +43,7 @@ INLINE d4 splatd(double s) { return (d4){s, s, s, s}; }
       _Pragma("omp for schedule(dynamic, 1)")                                                               \
       for (long task = 0; task < nb * nkv; task++) {                                                        \
         long b = task / nkv, g = task % nkv;                                                                \
-        for (long t = 0; t < nt; t++)                                                                       \
-          for (long j = 0; j < d; j++) kt[j * tp + t] = k[((b * nt + t) * nkv + g) * d + j];                \
+        kv_transpose(kt, k, b, g, nt, nkv, d, tp);                                                          \
         for (long i = 0; i < nt; i++) {                                                                     \
           long tl = i + 1, tv = (tl + 7) / 8 * 8;                                                           \
           for (long hh = 0; hh < group; hh++) {                                                             \
@@ -101,8 +105,7 @@ INLINE d4 splatd(double s) { return (d4){s, s, s, s}; }
       _Pragma("omp for schedule(dynamic, 1)")                                                               \
       for (long task = 0; task < nb * nkv; task++) {                                                        \
         long b = task / nkv, g = task % nkv;                                                                \
-        for (long t = 0; t < nt; t++)                                                                       \
-          for (long j = 0; j < d; j++) vt[j * tp + t] = v[((b * nt + t) * nkv + g) * d + j];                \
+        kv_transpose(vt, v, b, g, nt, nkv, d, tp);                                                          \
         for (long i = 0; i < nt; i++) {                                                                     \
           long tl = i + 1, tv = (tl + 3) / 4 * 4;                                                           \
           for (long hh = 0; hh < group; hh++) {                                                             \
