@@ -139,7 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
         add_tasks(sub)
     except ImportError:  # tasks package not installed alongside (should not happen in a full install)
         pass
+    _name_subcommands(p)
     return p
+
+
+def _name_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Every sub-command group is named by its choices ("required: {list}"), never by its internal dest
+    ("required: remedies_command"), in usage lines and errors alike."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if action.metavar is None:
+                action.metavar = "{" + ",".join(action.choices) + "}"
+            for child in dict.fromkeys(action.choices.values()):
+                _name_subcommands(child)
 
 
 def _closed_pipe() -> int:

@@ -20,16 +20,34 @@ class DirLock:
         self.fd = None
 
     def __enter__(self):
+        self.created = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self.fd)
+                raise ValueError(f"{self.path.parent} is in use by another `{self.holder}` (a lock held on "
+                                 f"{self.path}); wait for it or stop it first") from None
+            # The holder before us unlinks .lock on exit: a lock on the unlinked inode guards nothing, so take it
+            # again on the file now at the path (the usual flock-and-unlink protocol).
+            try:
+                same = os.path.samestat(os.fstat(self.fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return self
             os.close(self.fd)
-            raise ValueError(f"{self.path.parent} is in use by another `{self.holder}` (a lock held on "
-                             f"{self.path}); wait for it or stop it first") from None
-        return self
 
     def __exit__(self, *exc):
+        # Unlinked while still held, so no one locks the old inode after us; a run that was refused before it
+        # wrote anything leaves no trace: not the .lock, not the directory it made.
+        try:
+            self.path.unlink()
+            if self.created:
+                self.path.parent.rmdir()  # only when empty: OSError otherwise, and the results stay
+        except OSError:
+            pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)

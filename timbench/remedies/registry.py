@@ -8,6 +8,7 @@ FileNotFoundError that names what is wrong and what is valid.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.metadata
@@ -43,7 +44,7 @@ def _entry_points() -> dict:
 
 def _valid_specs() -> str:
     return (f"registered: {', '.join(REMEDIES)}; verl, verl:<preset>, trl:<mode> (timbench remedies list); "
-            "or an entry point in group {ENTRY_POINT_GROUP}, "
+            f"or an entry point in group {ENTRY_POINT_GROUP}, "
             "pkg.module:ClassName or path/to/file.py:ClassName")
 
 
@@ -73,14 +74,18 @@ def _import_module(name: str):
         raise ValueError(f"remedy module {name!r} cannot be imported: {e}") from None
 
 
+def _remedy_classes(module) -> list[str]:
+    return sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, Remedy)
+                  and v is not Remedy)
+
+
 def _class_from(spec: str):
     target, _, cls_name = spec.rpartition(":")
     if not target or not cls_name:
         raise ValueError(f"remedy {spec!r} is not MODULE:CLASS or FILE.py:CLASS; {_valid_specs()}")
     module = _import_file(Path(target)) if is_file_spec(spec) else _import_module(target)
     if not hasattr(module, cls_name):
-        found = sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, Remedy)
-                       and v is not Remedy)
+        found = _remedy_classes(module)
         raise ValueError(f"remedy {spec!r}: {target} has no class {cls_name!r}; remedies defined there: "
                          f"{', '.join(found) or '(none)'}")
     return getattr(module, cls_name)
@@ -102,9 +107,15 @@ def resolve(spec: str) -> type[Remedy]:
     if ":" in spec:
         obj = _class_from(spec)
     else:
+        if spec.endswith(".py"):  # a plug-in file named without its class: say which classes it defines
+            found = _remedy_classes(_import_file(Path(spec)))
+            raise ValueError(f"remedy {spec!r}: a file plug-in is named FILE.py:CLASS; remedies defined there: "
+                             f"{', '.join(f'{spec}:{c}' for c in found) or '(none)'}")
         eps = _entry_points()
         if spec not in eps:
-            raise ValueError(f"unknown remedy {spec!r}; {_valid_specs()}")
+            close = difflib.get_close_matches(spec, [*REMEDIES, *VOCABULARY, *eps], n=3)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise ValueError(f"unknown remedy {spec!r}; {hint}{_valid_specs()}")
         try:
             obj = eps[spec].load()
         except Exception as e:

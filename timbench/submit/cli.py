@@ -32,8 +32,10 @@ def _cmd_submit(args) -> int:
                  retry_failed=args.retry_failed, run_cells=run_cells)
     print(rec["text"], end="")
     if rec["failed_cells"]:
-        print(f"submit: {len(rec['failed_cells'])} of the submitted cells failed (first: {rec['failed_cells'][0]}); "
-              "fix the remedy and rerun with --retry-failed", file=sys.stderr)
+        first = rec["failed_cells"][0]
+        print(f"submit: {len(rec['failed_cells'])} of the submitted cells failed (first: {first}: "
+              f"{rec['failed'].get(first) or 'not run'}); fix the remedy and rerun with --retry-failed",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -76,11 +78,16 @@ def _cmd_track_run(args) -> int:
 
 def _cmd_track_list(args) -> int:
     from ..grid.spec import expand
-    from .track import TRACKS_DIR, load_track
+    from .track import MANIFEST, TRACKS_DIR, load_track
     for p in sorted(TRACKS_DIR.glob("*.yaml")):
         t = load_track(str(p))
         n = sum(1 for c in expand(t.spec(["none", "tis_token"])) if c.axes["remedy"] == "tis_token")
-        print(f"{t.name:10s} v{t.version}  {n} cells per submitted remedy; committed: {', '.join(t.remedies)}")
+        if (t.committed_dir() / MANIFEST).is_file():
+            have = f"committed: {', '.join(t.remedies)}"
+        else:  # defined, not run: nothing to submit against until its results are made
+            have = (f"no committed results yet (make them: timbench track run {t.name} --out {t.committed_dir()}); "
+                    f"its remedies: {', '.join(t.remedies)}")
+        print(f"{t.name:10s} v{t.version}  {n} cells per submitted remedy; {have}")
     return 0
 
 

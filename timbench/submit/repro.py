@@ -51,7 +51,8 @@ def is_plugin(spec: str) -> bool:
 
 def reproducibility_warning(spec: str, args: dict, timeout: float = 120.0, settings=SETTINGS,
                             say=None) -> str | None:
-    """None when the plug-in's step digest agrees under every setting, else a one-line warning.
+    """None when the plug-in's step digest agrees under every setting, else a one-line warning; a step that
+    raises is a one-line ValueError (its cells would all fail the same way).
 
     `say` (a callable taking one line) hears a progress line before the first probe and after each one
     ("preflight: probes 1/3, ETA 52s: 1 thread done"): each probe is a fresh process that imports torch."""
@@ -69,9 +70,11 @@ def reproducibility_warning(spec: str, args: dict, timeout: float = 120.0, setti
         except subprocess.TimeoutExpired:  # a warning check, not a gate: say so and let the cells run
             say(f"preflight: probes {eta.tick()}: {label}: no answer in {timeout:g} s; check skipped")
             return None
-        if r.returncode != 0:  # the run itself reports a broken remedy as a failed cell; nothing to add here
-            say(f"preflight: probes {eta.tick()}: {label}: the step raised; check skipped (its cells will say why)")
-            return None
+        if r.returncode != 0:  # every cell would fail the same way: say why now instead of running them all
+            why = next((x for x in reversed(r.stderr.splitlines()) if x.strip()), f"exit {r.returncode}")
+            say(f"preflight: probes {eta.tick()}: {label}: the step raised")
+            raise ValueError(f"remedy {spec}: one step on the preflight's synthetic batch (N=64 rows of T=1024 "
+                             f"tokens, groups of 8) raised {why.strip()}; no cell was run")
         digests[label] = r.stdout.strip()
         say(f"preflight: probes {eta.tick()}: {label} done")
     if len(set(digests.values())) == 1:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,12 +22,13 @@ from ..atomic import atomic_write
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
 from ..readfile import read_json
+from ..remedies import load_remedy
 from ..remedies.identity import comparable_cell, other_version, remedy_identity
 from ..report.seeds import NOTHING_TRAINED
 from .extras import markdown_lines, plugin_metrics
 from .paired import paired, paired_by_setting
 from .repro import is_plugin, reproducibility_warning
-from .track import check_committed, load_track
+from .track import MANIFEST, TRACKS_DIR, check_committed, load_track
 
 MASKED_ALL = NOTHING_TRAINED  # the report scores such a cell like a collapse (timbench.report.seeds)
 
@@ -88,8 +90,9 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
         if earlier:
             raise ValueError(f"{out} holds {earlier}, another version of the plug-in file (now {label}); "
                              "use another --out")
-    if label in track.remedies:
+    if label in track.remedies and (committed / MANIFEST).is_file():
         raise ValueError(f"remedy {label!r} already has committed results on track {track.name} ({committed})")
+    load_remedy(remedy, dict(remedy_args or {}))  # a mistyped name or parameter: one line now, not after the preflight
     print(f"submit {label} on track {track.name}: preflight of the committed results {committed}", file=stream,
           flush=True)
     def say(line: str) -> None:  # preflight progress: flushed, so a user sees each line as it happens
@@ -123,7 +126,8 @@ def submit(remedy: str, track_name: str, out: str | Path | None = None, committe
                   announce=lambda n: print(f"submit {label} on track {track.name}: {n} of {len(cells)} cells to run "
                                            f"-> {out}", file=stream))
         mark_nothing_trained(out, cells)
-        record = write_submission(out, label, track, cells, committed)
+        record = write_submission(out, label, track, cells, committed,
+                                  command=regenerate_command(remedy, track, out, remedy_args or {}))
     # A cell that crashed (not one whose remedy masked everything: that is a scored result) fails the submission.
     record["failed_cells"] = [cid for cid, err in record["failed"].items() if MASKED_ALL not in str(err)]
     return record
@@ -133,11 +137,22 @@ def _iv(iv) -> dict:
     return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi}
 
 
-def write_submission(out: Path, remedy: str, track, cells: list[dict], committed: Path) -> dict:
+def regenerate_command(spec: str, track, out: Path, remedy_args: dict) -> str:
+    """The command that remakes this submission as the user ran it: the remedy spec (a plug-in's FILE.py:CLASS,
+    not its name@hash label, which no command accepts), the track file and every remedy parameter."""
+    sets = "".join(f" --set {shlex.quote(f'remedy_args.{k}={json.dumps(v)}')}" for k, v in sorted(remedy_args.items()))
+    track_arg = track.name if track.path.resolve() == (TRACKS_DIR / f"{track.name}.yaml").resolve() else track.path
+    return (f"timbench submit {shlex.quote(spec)} --track {shlex.quote(str(track_arg))} --out "
+            f"{shlex.quote(str(out))}{sets}")
+
+
+def write_submission(out: Path, remedy: str, track, cells: list[dict], committed: Path,
+                     command: str | None = None) -> dict:
     from ..report.leaderboard import fmt_interval, remedy_ranking, write_report
     from ..report.results import load_results
     from ..report.summary import summarize
-    write_report(out, command=f"timbench submit {remedy} --track {track.name} --out {out}", highlight=remedy)
+    write_report(out, command=command or f"timbench submit {remedy} --track {track.name} --out {out}",
+                 highlight=remedy)
     rows = summarize(load_results(out))
     ranked = remedy_ranking(rows)
     rank = next(i for i, e in enumerate(ranked) if e["remedy"] == remedy)

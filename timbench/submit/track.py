@@ -13,22 +13,22 @@ only. Committed results carry a manifest (track.json) with the track version, th
 (timbench.grid.merge: grid name, reference, collapse rule, shared run config, conditions), every task's
 version, the timbench version and a hash of the code that produced them. `check_committed` compares all of
 these with what the current code and files would produce; a different code hash is not by itself a
-refusal: one step of a committed exact-kernel cell is replayed and must reproduce its metrics.jsonl line
-byte for byte (training is bitwise deterministic on any x86-64 CPU), so only code that changes results is
-refused. Every refusal is one line naming what differs.
+refusal: one step of a committed exact-kernel cell is replayed and must log every committed metric with the
+same value (training is bitwise deterministic on any x86-64 CPU; a metric added since is not a change:
+timbench.grid.replay), so only code that changes results is refused. Every refusal is one line naming what differs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write
 from ..eta import Eta
 from ..grid.merge import fingerprint, fingerprint_difference
+from ..grid.replay import replay, replay_cell, summarize
 from ..grid.spec import GridSpec, expand, parse_grid
 from ..readfile import read_json, read_yaml
 
@@ -108,22 +108,12 @@ def _task_versions(cells: list[dict]) -> dict[str, int]:
     return {t: get_task(t).version for t in sorted({c["axes"]["task"] for c in cells})}
 
 
-def replay_cell(cells: list[dict]) -> dict | None:
-    """The committed cell replayed for the code check: the first `none` cell under a mismatched condition with
-    exact kernels on both sides and timbench's own engine (bitwise the same on any CPU); else any none cell."""
-    exact = [c for c in cells if c["axes"]["remedy"] == "none" and c["reference"] is not None
-             and c["config"]["engine"].get("kernels", "exact") == "exact"
-             and c["config"]["trainer"].get("kernels", "exact") == "exact"
-             and c["config"]["engine"].get("engine", "timbench") == "timbench"]
-    return exact[0] if exact else next((c for c in cells if c["axes"]["remedy"] == "none"), None)
-
-
 def manifest(track: Track, cells_doc: dict) -> dict:
     from .. import __version__
-    replay = replay_cell(cells_doc["cells"])
+    cell = replay_cell(cells_doc["cells"])
     return {"track": track.name, "version": track.version, "fingerprint": fingerprint(cells_doc),
             "tasks": _task_versions(cells_doc["cells"]), "timbench_version": __version__, "code": code_hash(),
-            "replay_cell": replay["id"] if replay else None}
+            "replay_cell": cell["id"] if cell else None}
 
 
 def write_manifest(track: Track, out: Path, cells_doc: dict) -> dict:
@@ -133,15 +123,10 @@ def write_manifest(track: Track, out: Path, cells_doc: dict) -> dict:
 
 
 def replay_matches(committed: Path, cell: dict) -> str | None:
-    """None when one step of `cell`, run now, reproduces the committed metrics.jsonl first line byte for byte."""
-    from ..rl.config import from_dict
-    from ..rl.loop import run
-    first = (committed / "runs" / cell["id"] / "metrics.jsonl").read_bytes().split(b"\n", 1)[0]
-    cfg = dict(cell["config"], steps=1)
-    with tempfile.TemporaryDirectory(prefix="timbench-replay-") as tmp:
-        run(from_dict(cfg, f"replay of {cell['id']}"), Path(tmp) / "run", progress=False)
-        now = (Path(tmp) / "run" / "metrics.jsonl").read_bytes().split(b"\n", 1)[0]
-    return None if now == first else f"a replay of cell {cell['id']} step 0 differs from its committed metrics.jsonl"
+    """None when the first step of `cell`, run now, logs every committed metric of its first line with the same
+    value (timbench.grid.replay: a metric added since is not a change); else one line naming the keys."""
+    diffs = replay(committed, cell, steps=1)
+    return summarize(cell["id"], diffs) if diffs else None
 
 
 def check_committed(track: Track, committed: Path, say=None) -> list[str]:
@@ -182,12 +167,12 @@ def check_committed(track: Track, committed: Path, say=None) -> list[str]:
         say(f"preflight: the code differs from the committed run's; replaying step 0 of {cell['id']} "
             f"(step 0/1, ETA ~1-2 min) to check that {committed} still reproduces")
         problem = replay_matches(committed, cell)
-        say(f"preflight: step {eta.tick()}: {'matched byte for byte' if problem is None else 'differed'}")
+        say(f"preflight: step {eta.tick()}: {'every committed value matched' if problem is None else 'differed'}")
     if problem:
         raise ValueError(f"{where} by other code (code hash {m.get('code')}, this is {expected['code']}) that "
                          f"changes results: {problem}")
     return [f"code hash {m.get('code')} of the committed results differs from this code's {expected['code']}, "
-            f"but one replayed step of {cell['id']} matched byte for byte"]
+            f"but one replayed step of {cell['id']} logged every committed value unchanged"]
 
 
 def manifest_now(track: Track) -> dict:
