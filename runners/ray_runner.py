@@ -235,7 +235,10 @@ class _RayRun:
             self.progress.running -= 1
         c.running_since = None
         ckpt = run_dir(self.out, c.id) / CKPT
-        step = checkpoint_step(ckpt.read_bytes()) if ckpt.is_file() else 0
+        try:
+            step = checkpoint_step(ckpt.read_bytes(), str(ckpt)) if ckpt.is_file() else 0
+        except ValueError:  # a damaged or crafted checkpoint: the resubmitted worker refuses it in one line
+            step = "an unreadable checkpoint"
         where = f"node {c.node[:12]}" if c.node else "a worker"
         if c.tries < self.max_attempts:
             self.log(f"cell {c.id}: lost on {where} ({one_line(err)}); resuming from step {step} "

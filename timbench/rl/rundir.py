@@ -12,8 +12,10 @@ over when there is none) and rewrites the status.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -77,6 +79,26 @@ def clear_end_markers(path: str | os.PathLike) -> None:
     (Path(path) / "summary.json").unlink(missing_ok=True)
 
 
+def read_checkpoint(data: bytes, where) -> object:
+    """A run checkpoint's object, unpickled with torch's weights-only loader: tensors, dicts, lists, tuples,
+    numbers, strings and None only, so a crafted file cannot run code when a run resumes (a driver reads the
+    checkpoints Ray workers send back the same way). Anything else is a one-line ValueError naming `where`."""
+    import pickle
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" in str(e):  # a global outside the allow-list: what a code-running pickle needs
+            name = re.search(r"GLOBAL (\S+)", str(e))
+            raise ValueError(f"{where}: refused: the checkpoint names {name.group(1) if name else 'an object'}, "
+                             "not a tensor or plain value (a pickle that would run code when loaded); it was not "
+                             "loaded; delete it to rerun the run from step 0") from None
+        raise ValueError(f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
+                         "the run from step 0") from None
+    except Exception as e:  # noqa: BLE001 - truncated or foreign bytes: torch raises EOF/unpickling/zip errors
+        raise ValueError(f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
+                         "the run from step 0") from None
+
+
 class RunDir:
     def __init__(self, out: str | os.PathLike, config: dict):
         self.path = Path(out)
@@ -94,18 +116,13 @@ class RunDir:
     def load_state(self) -> dict | None:
         if not self.ckpt.is_file():
             return None
-        try:
-            state = torch.load(self.ckpt, weights_only=False)
-        except Exception as e:  # noqa: BLE001 - truncated or foreign bytes: torch raises EOF/unpickling/zip errors
-            raise ValueError(f"{self.ckpt}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
-                             "the run from step 0") from None
+        state = read_checkpoint(self.ckpt.read_bytes(), self.ckpt)
         if not isinstance(state, dict) or "step" not in state or "lanes" not in state:
             raise ValueError(f"{self.ckpt}: not a timbench run checkpoint (no step/lanes); delete it to rerun "
                              "the run from step 0")
         return state
 
     def save_state(self, state: dict) -> None:
-        import io
         buf = io.BytesIO()
         torch.save(state, buf)
         atomic_write(self.ckpt, buf.getvalue())
