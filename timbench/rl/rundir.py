@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from ..atomic import atomic_write, write_error
+from .. import manifest
 from ..manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
 from .config import load
@@ -122,6 +123,27 @@ class RunDir:
                              "the run from step 0")
         return state
 
+    def check_sealed(self) -> None:
+        """Refuse (one line) a run that ended and was sealed but whose files no longer match its manifest: a resume
+        would re-summarise the edited or truncated logs and seal them as if the run had written them."""
+        if manifest.missing(self.path):
+            return
+        bad = manifest.problems(self.path)
+        if bad:
+            raise ValueError(f"{self.path}: an ended run whose files no longer match {MANIFEST} ({bad[0]}); "
+                             "not resumed or re-sealed: restore the files, or delete the run directory to rerun it")
+
+    def sealed_summary(self, state: dict | None, steps: int) -> dict | None:
+        """summary.json of a run that finished all `steps` and is sealed intact (check_sealed first); None when the
+        run has to start or resume. A rerun of a finished run then touches nothing."""
+        if state is None or state["step"] != steps or manifest.missing(self.path):
+            return None
+        try:
+            summary = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return summary if isinstance(summary, dict) and summary.get("status") == "finished" else None
+
     def save_state(self, state: dict) -> None:
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -151,9 +173,14 @@ class RunDir:
         stamp_run(self.path)
 
     def write_status(self, status: str, error: str | None = None) -> None:
-        if status not in STATUSES:
-            raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
-        atomic_write(self.path / "status.json", json.dumps({"status": status, "error": error}, sort_keys=True) + "\n")
+        write_status(self.path, status, error)
+
+
+def write_status(path: str | os.PathLike, status: str, error: str | None = None) -> None:
+    """A run directory's status.json := {"status", "error"}."""
+    if status not in STATUSES:
+        raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
+    atomic_write(Path(path) / "status.json", json.dumps({"status": status, "error": error}, sort_keys=True) + "\n")
 
 
 def read_status(path: str | os.PathLike) -> dict | None:
