@@ -21,6 +21,9 @@ def _cmd_run(args) -> int:
                         ("--max-attempts", args.max_attempts)):
         if value is not None and args.backend != "ray":
             raise ValueError(f"{flag} is only for --backend ray")
+    if args.cell_timeout is not None:  # checked before anything runs, even when every cell is done
+        from .local import cell_timeouts
+        cell_timeouts([], args.cell_timeout)
     options = {"cell_timeout": args.cell_timeout}
     if args.backend == "ray":
         from .ray_runner import parse_resources
