@@ -288,6 +288,7 @@ def _sealed_done(out, cid, rows=3):
     d = run_dir(out, cid)
     d.mkdir(parents=True, exist_ok=True)
     (d / "metrics.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(rows)))
+    (d / "eval.jsonl").write_text('{"step": 0}\n')
     (d / "summary.json").write_text('{"status": "finished"}\n')
     stamp_run(d)
     write_status(out, cid, "done", None, 1.0, 1)

@@ -186,8 +186,28 @@ def record_if_finished(out: str | Path, cell_id: str) -> dict | None:
 
 
 def integrity(out: str | Path, cell_id: str) -> list[str]:
-    """Problems of a cell whose cell.json says done: its run's files against its manifest ([] when intact)."""
-    return manifest.problems(run_dir(out, cell_id))
+    """Problems of a cell whose cell.json says done ([] when intact): done_problems of its run directory."""
+    return done_problems(run_dir(out, cell_id))
+
+
+def done_problems(d: Path) -> list[str]:
+    """Why a run directory does not hold a finished run: files that differ from its manifest, a manifest that
+    does not list every run file (an emptied one passes no check), or a summary that does not say finished
+    (a failed run whose cell.json was flipped to done)."""
+    bad = manifest.problems(d)
+    if bad:
+        return bad
+    lacking = [n for n in manifest.REQUIRED_RUN_FILES if n not in (manifest.read(d) or {})]
+    if lacking:
+        return [f"{d / manifest.MANIFEST}: lists no {', '.join(lacking)} (a finished run's manifest covers "
+                f"{', '.join(manifest.REQUIRED_RUN_FILES)} at least)"]
+    try:
+        status = json.loads((d / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    if status != "finished":
+        return [f"{d / 'summary.json'}: the run ended {status!r}, not 'finished', though cell.json says done"]
+    return []
 
 
 def reset_run(out: str | Path, cell_id: str) -> None:
