@@ -24,11 +24,18 @@ def load_report(path) -> dict:
         doc = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: not a gate.json ({e.msg} at line {e.lineno})") from None
-    _check_shape(doc, p)
     return doc
 
 
-def _check_shape(doc, p: Path) -> None:
+def load_checkable(path) -> dict:
+    """load_report, then check_shape: what `gate check` compares."""
+    doc = load_report(path)
+    p = Path(path)
+    check_shape(doc, p / "gate.json" if p.is_dir() else p)
+    return doc
+
+
+def check_shape(doc, p: Path) -> None:
     """A one-line ValueError naming the first thing `check` needs that `doc` lacks (never a bare KeyError)."""
     shape = ('expected {"identity": {"suite", "suite_version", ...}, "probes": [{"model", "probe", "passed", '
              '"numbers"}, ...]}')
