@@ -27,10 +27,16 @@ def run_cell(cell: dict, out: str) -> dict:
     attempts = int((read_status(out, cid) or {}).get("attempts", 0)) + 1
     write_status(out, cid, "running", None, 0.0, attempts)
     t0 = time.perf_counter()
+
+    def killed(reason: str) -> None:  # a plug-in outlived its limit: this process ends now (remedies.deadline)
+        write_status(out, cid, "failed", f"PluginTimeout: {reason}", time.perf_counter() - t0, attempts)
+
     try:
+        from timbench.remedies.deadline import last_words
         from timbench.rl.config import from_dict
         from timbench.rl.loop import run
-        run(from_dict(dict(cell["config"]), f"cell {cid}"), run_dir(out, cid), progress=False)
+        with last_words(killed):
+            run(from_dict(dict(cell["config"]), f"cell {cid}"), run_dir(out, cid), progress=False)
     except Exception as e:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still propagates
         atomic_write(run_dir(out, cid) / "error.txt", traceback.format_exc())
         return write_status(out, cid, "failed", one_line(e), time.perf_counter() - t0, attempts)

@@ -11,7 +11,7 @@ import sys
 
 def _cmd_run(args) -> int:
     from timbench.atomic import check_output_dir
-    from timbench.grid.spec import load_grid
+    from timbench.grid.spec import file_plugins, from_results_dir, load_grid
 
     from .driver import run_grid
     check_output_dir(args.out)
@@ -21,6 +21,9 @@ def _cmd_run(args) -> int:
                         ("--max-attempts", args.max_attempts)):
         if value is not None and args.backend != "ray":
             raise ValueError(f"{flag} is only for --backend ray")
+    if args.cell_timeout is not None:  # checked before anything runs, even when every cell is done
+        from .local import cell_timeouts
+        cell_timeouts([], args.cell_timeout)
     options = {"cell_timeout": args.cell_timeout}
     if args.backend == "ray":
         from .ray_runner import parse_resources
@@ -30,6 +33,10 @@ def _cmd_run(args) -> int:
                 raise ValueError(f"--max-attempts must be >= 1, got {args.max_attempts}")
             options["max_attempts"] = args.max_attempts
     grid = load_grid(args.grid)
+    plugins = file_plugins(grid)
+    if plugins and from_results_dir(args.grid) and not args.allow_plugins:
+        raise ValueError(f"{args.grid} comes from a results directory and names plug-in file {plugins[0]}: a plug-in "
+                         "is code run with your rights; read it, then rerun with --allow-plugins to run it")
     final = run_grid(grid, args.out, workers=args.workers, backend=args.backend,
                      address=args.address if args.backend == "ray" else None, retry_failed=args.retry_failed,
                      options=options)
@@ -62,4 +69,7 @@ def add_run_parser(grid_sub) -> None:
                    help="wall-clock limit per cell (on Ray: from when its task starts on a worker), after which "
                         "it is killed and recorded failed (0 = none; default 10x the cost model's estimate, at least "
                         "600 s)")
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="run the plug-in remedy files (path.py:Class) named by a grid.yaml taken from a results "
+                        "directory: a plug-in is code run with your rights")
     p.set_defaults(func=_cmd_run)

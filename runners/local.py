@@ -72,8 +72,8 @@ def cell_timeouts(cells: list[dict], timeout_s: float | None) -> dict[str, float
     """Wall-clock limit per cell id: `timeout_s` for every cell when given (0 = none), else TIMEOUT_FACTOR x the
     cost model's estimate, at least TIMEOUT_FLOOR_S (the estimate is for a quiet core; a busy one is slower)."""
     if timeout_s is not None:
-        if timeout_s < 0:
-            raise ValueError(f"--cell-timeout must be >= 0 seconds (0 = no limit), got {timeout_s:g}")
+        if not 0 <= timeout_s < float("inf"):  # NaN too: it compares false, and read as "no limit" before
+            raise ValueError(f"--cell-timeout must be >= 0 seconds and finite (0 = no limit), got {timeout_s:g}")
         return {} if timeout_s == 0 else {c["id"]: float(timeout_s) for c in cells}
     from timbench.grid.cost import cell_seconds
     return {c["id"]: max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * cell_seconds(c["config"])) for c in cells}

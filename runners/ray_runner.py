@@ -96,19 +96,32 @@ def parse_resources(text: str | None) -> dict[str, float]:
     return res
 
 
-def _connect(ray, address: str | None, workers: int | None) -> bool:
+def _connect(ray, address: str | None, workers: int | None) -> str | None:
     """Initialise Ray for `address` unless this process already has (then that instance is used and left
-    running); True when this call started it, so the caller shuts it down."""
+    running). Returns what the caller must shut down and remove: the private temp dir of a local instance this
+    call started ("" for a cluster joined), None when it started nothing."""
     if ray.is_initialized():
-        return False
+        return None
     address = address or "local"
     if address == "local":
         _token_auth_for_a_local_cluster()
     # address="local" always starts a new cluster: without it ray.init joins whatever cluster RAY_ADDRESS or
     # /tmp/ray names (another user's on the same machine); joining one is what --address auto|HOST:PORT is for
-    kw = {"address": "local", "num_cpus": workers} if address == "local" else {"address": address}
-    ray.init(include_dashboard=False, **kw)
-    return True
+    if address != "local":
+        ray.init(include_dashboard=False, address=address)
+        return ""
+    # Ray's default temp dir (/tmp/ray) is shared by every user of the machine and world-writable; a local
+    # instance keeps its sockets, logs and spilled objects in a fresh directory only this user can enter.
+    temp = private_temp_dir()
+    ray.init(include_dashboard=False, address="local", num_cpus=workers, _temp_dir=temp)
+    return temp
+
+
+def private_temp_dir() -> str:
+    """A new directory of mode 0700 under this process's temp root (TMPDIR, else /tmp), short enough for the unix
+    socket paths Ray makes under it."""
+    import tempfile
+    return tempfile.mkdtemp(prefix="timbench-ray-")
 
 
 @dataclass
@@ -235,7 +248,10 @@ class _RayRun:
             self.progress.running -= 1
         c.running_since = None
         ckpt = run_dir(self.out, c.id) / CKPT
-        step = checkpoint_step(ckpt.read_bytes()) if ckpt.is_file() else 0
+        try:
+            step = checkpoint_step(ckpt.read_bytes(), str(ckpt)) if ckpt.is_file() else 0
+        except ValueError:  # a damaged or crafted checkpoint: the resubmitted worker refuses it in one line
+            step = "an unreadable checkpoint"
         where = f"node {c.node[:12]}" if c.node else "a worker"
         if c.tries < self.max_attempts:
             self.log(f"cell {c.id}: lost on {where} ({one_line(err)}); resuming from step {step} "
@@ -291,8 +307,11 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
     try:
         results = _RayRun(ray, out, progress, resources, max_attempts, timeouts).run(cells)
     finally:
-        if started:
+        if started is not None:
             ray.shutdown()
+        if started:
+            import shutil
+            shutil.rmtree(started, ignore_errors=True)
     if progress:
         progress.emit(force=True)
     return results

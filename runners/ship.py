@@ -17,7 +17,6 @@ checkpoint, never needs rows it lacks).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
@@ -93,9 +92,14 @@ def _kept(text: str, limit: int) -> str:
     return "".join(kept)
 
 
-def checkpoint_step(data: bytes) -> int:
-    import torch
-    return int(torch.load(io.BytesIO(data), weights_only=False)["step"])
+def checkpoint_step(data: bytes, where: str = CKPT) -> int:
+    """The step a checkpoint was saved at, read without running code (rundir.read_checkpoint: a one-line
+    ValueError for a crafted or damaged file, which a driver must never unpickle as it comes)."""
+    from timbench.rl.rundir import read_checkpoint
+    state = read_checkpoint(data, where)
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ValueError(f"{where}: not a timbench run checkpoint (no integer step)")
+    return state["step"]
 
 
 def snapshot(run: Path, config_yaml: str, final: bool) -> dict[str, bytes]:

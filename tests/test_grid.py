@@ -288,6 +288,7 @@ def _sealed_done(out, cid, rows=3):
     d = run_dir(out, cid)
     d.mkdir(parents=True, exist_ok=True)
     (d / "metrics.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(rows)))
+    (d / "eval.jsonl").write_text('{"step": 0}\n')
     (d / "summary.json").write_text('{"status": "finished"}\n')
     stamp_run(d)
     write_status(out, cid, "done", None, 1.0, 1)
@@ -456,7 +457,7 @@ def test_kill_9_then_rerun_finishes_without_losing_or_duplicating(ckpt, tmp_path
     done_bytes = {n: (out / "runs" / first / f"{n}.jsonl").read_bytes() for n in ("metrics", "eval")}
     interrupted = read_status(out, second)["status"] == "running"
     import torch
-    resume_at = torch.load(out / "runs" / second / "checkpoints" / "state.pt", weights_only=False)["step"]
+    resume_at = torch.load(out / "runs" / second / "checkpoints" / "state.pt", weights_only=True)["step"]
     # Wall times differ between runs, so kept timing rows prove a resume from the checkpoint, not a restart.
     kept_timing = (out / "runs" / second / "timing.jsonl").read_text().splitlines(keepends=True)[:resume_at]
 

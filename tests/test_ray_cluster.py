@@ -65,7 +65,7 @@ def _same_state(a: Path, b: Path) -> None:
             assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), path
         else:
             assert x == y, path
-    walk(torch.load(a, weights_only=False), torch.load(b, weights_only=False), str(b))
+    walk(torch.load(a, weights_only=True), torch.load(b, weights_only=True), str(b))
 
 PLUGIN = '''
 import os

@@ -24,6 +24,10 @@ def _cmd_align(args) -> int:
         run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr, flush=True),
                   workers=default_workers(args.workers))
         return 0
+    if not 0 <= args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature:g}")
+    from .rl.config import check_seed
+    check_seed(args.seed, "--seed")
     from .align import align
     from .model import load_model
     from .spec import parse_spec

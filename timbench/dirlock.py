@@ -27,8 +27,13 @@ class DirLock:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                try:  # the holder wrote its own command there: name it, not the caller's
+                    other, _, pid = os.pread(self.fd, 200, 0).decode(errors="replace").partition("\n")
+                except OSError:
+                    other, pid = "", ""
                 os.close(self.fd)
-                raise ValueError(f"{self.path.parent} is in use by another `{self.holder}` (a lock held on "
+                who = f"`{other.strip() or 'timbench command'}`" + (f" (pid {pid.strip()})" if pid.strip() else "")
+                raise ValueError(f"{self.path.parent} is in use by another {who} (a lock held on "
                                  f"{self.path}); wait for it or stop it first") from None
             # The holder before us unlinks .lock on exit: a lock on the unlinked inode guards nothing, so take it
             # again on the file now at the path (the usual flock-and-unlink protocol).
@@ -37,6 +42,8 @@ class DirLock:
             except FileNotFoundError:
                 same = False
             if same:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, f"{self.holder}\n{os.getpid()}\n".encode(), 0)
                 return self
             os.close(self.fd)
 

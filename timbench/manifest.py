@@ -19,6 +19,9 @@ MANIFEST = "manifest.json"
 RUN_FILES = ("metrics.jsonl", "eval.jsonl", "timing.jsonl", "summary.json", "status.json")
 """What a finished run's manifest covers. Not config.yaml: the Ray backend replaces the worker's copy (which
 names scratch paths) with the driver's, and cells.json already holds every cell's config."""
+REQUIRED_RUN_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
+"""What every finished run's manifest must list: the files its results are read from (a manifest that lists
+none of them would vouch for nothing)."""
 VERSION = 1
 
 

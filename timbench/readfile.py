@@ -29,18 +29,27 @@ def _text(p: Path) -> str:
                          "is it a binary file?") from None
 
 
-class DuplicateKeyError(ValueError):
+class KeyShapeError(ValueError):
+    """A YAML mapping key this loader refuses: given twice, or not a plain value."""
+
+
+class DuplicateKeyError(KeyShapeError):
     """A YAML mapping that gives one key twice (PyYAML would silently keep the last)."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping, naming the key and both lines."""
+    """SafeLoader that refuses a key given twice in one mapping (naming the key and both lines) or a complex key."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            try:
+                hash(key)
+            except TypeError:  # a YAML complex key (`? [a, b]`): no config key is a list or a mapping
+                raise KeyShapeError(f"line {line}: a mapping key is a {type(key).__name__} (a YAML `?` complex key); "
+                                    "keys must be plain names") from None
             if key in seen:
                 raise DuplicateKeyError(f"key {key!r} is given twice (lines {seen[key]} and {line}); give it once")
             seen[key] = line
@@ -48,7 +57,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_yaml_text(text: str):
-    """yaml.safe_load that refuses duplicate keys (DuplicateKeyError)."""
+    """yaml.safe_load that refuses duplicate and complex keys (KeyShapeError)."""
     return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
@@ -57,7 +66,7 @@ def read_yaml(path, what: str = "file"):
     p = _existing(path, what)
     try:
         return load_yaml_text(_text(p))
-    except DuplicateKeyError as e:
+    except KeyShapeError as e:
         raise ValueError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{p}: malformed YAML ({' '.join(str(e).split())})") from None

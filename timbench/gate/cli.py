@@ -50,9 +50,9 @@ def _run(args) -> int:
 
 
 def _check(args) -> int:
-    from .check import check, load_report
+    from .check import check, load_checkable
 
-    code, lines = check(load_report(args.baseline), load_report(args.candidate))
+    code, lines = check(load_checkable(args.baseline), load_checkable(args.candidate))
     if args.json:
         print(json.dumps({"exit": code, "findings": lines}))
     else:

@@ -12,6 +12,7 @@ kill -9) sees a whole old file or a whole new one.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -25,6 +26,7 @@ from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
 """What a runner writes into cell.json."""
+_CELL_ID = re.compile(r"[A-Za-z0-9_.@+-]+")
 PENDING = "pending"
 """What a reader calls a cell without cell.json: the runner never started it."""
 
@@ -106,12 +108,35 @@ def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
 
 
 def load_cells(out: str | Path) -> dict:
-    """Read results/<NAME>/cells.json."""
-    return read_json(Path(out) / "cells.json", "grid cells file")
+    """Read results/<NAME>/cells.json: an object whose `cells` list holds objects with a valid `id` each."""
+    path = Path(out) / "cells.json"
+    doc = read_json(path, "grid cells file")
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    if not isinstance(cells, list):
+        raise ValueError(f"{path}: expected an object with a 'cells' list")
+    for i, c in enumerate(cells):
+        if not isinstance(c, dict) or "id" not in c:
+            raise ValueError(f"{path}: cells[{i}] has no 'id' (each cell is an object with id, axes and config)")
+        check_cell_id(c["id"], f"{path}: cells[{i}]")
+    return doc
+
+
+def check_cell_id(cell_id, where: str) -> str:
+    """`cell_id` if it names one directory under runs/ (what grid.spec.cell_id makes), else a one-line ValueError:
+    ids come from data (cells.json), so `../x`, `a/b` or an empty id must not reach a path."""
+    if not isinstance(cell_id, str) or not _CELL_ID.fullmatch(cell_id) or cell_id in (".", ".."):
+        raise ValueError(f"{where}: cell id {cell_id!r} is not a directory name of [A-Za-z0-9_.@+-] "
+                         "(no path separators, not empty, not . or ..)")
+    return cell_id
 
 
 def run_dir(out: str | Path, cell_id: str) -> Path:
-    return Path(out) / "runs" / cell_id
+    """results/<NAME>/runs/<id>, refused (one line) when the id or a symlink there would lead outside runs/."""
+    runs = Path(out) / "runs"
+    d = runs / check_cell_id(cell_id, str(runs))
+    if d.is_symlink() and runs.resolve() not in d.resolve().parents:
+        raise ValueError(f"{d}: a link to {d.resolve()}, outside {runs}; a run directory must lie inside it")
+    return d
 
 
 def read_status(out: str | Path, cell_id: str) -> dict | None:
@@ -161,8 +186,28 @@ def record_if_finished(out: str | Path, cell_id: str) -> dict | None:
 
 
 def integrity(out: str | Path, cell_id: str) -> list[str]:
-    """Problems of a cell whose cell.json says done: its run's files against its manifest ([] when intact)."""
-    return manifest.problems(run_dir(out, cell_id))
+    """Problems of a cell whose cell.json says done ([] when intact): done_problems of its run directory."""
+    return done_problems(run_dir(out, cell_id))
+
+
+def done_problems(d: Path) -> list[str]:
+    """Why a run directory does not hold a finished run: files that differ from its manifest, a manifest that
+    does not list every run file (an emptied one passes no check), or a summary that does not say finished
+    (a failed run whose cell.json was flipped to done)."""
+    bad = manifest.problems(d)
+    if bad:
+        return bad
+    lacking = [n for n in manifest.REQUIRED_RUN_FILES if n not in (manifest.read(d) or {})]
+    if lacking:
+        return [f"{d / manifest.MANIFEST}: lists no {', '.join(lacking)} (a finished run's manifest covers "
+                f"{', '.join(manifest.REQUIRED_RUN_FILES)} at least)"]
+    try:
+        status = json.loads((d / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    if status != "finished":
+        return [f"{d / 'summary.json'}: the run ended {status!r}, not 'finished', though cell.json says done"]
+    return []
 
 
 def reset_run(out: str | Path, cell_id: str) -> None:

@@ -250,6 +250,19 @@ def load_grid(path: str | Path) -> GridSpec:
     return parse_grid(read_yaml(p, "grid file"), str(p), p.resolve().parent)
 
 
+def file_plugins(grid: GridSpec) -> list[str]:
+    """The plug-in remedy files (`path.py:Class`) a grid names, on its remedy axis or in its variants: code that
+    `grid run` imports and runs with the caller's rights."""
+    from ..remedies.identity import is_file_spec
+    specs = list(grid.axes.remedy) + [v["remedy"] for v in grid.remedy_variants.values()]
+    return sorted({s for s in specs if is_file_spec(s)})
+
+
+def from_results_dir(path: str | Path) -> bool:
+    """Whether a grid file is a results directory's copy (a `cells.json` lies beside it: `grid run` wrote both)."""
+    return (Path(path).resolve().parent / "cells.json").is_file()
+
+
 def _safe(value) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", str(value)).strip("-") or "x"
 

@@ -2,9 +2,10 @@
 
 Checks each done cell's run files against its manifest.json and the report's files against the grid dir's
 own manifest.json (written last by `grid report`, so a report killed half-way shows as two generations).
-`--adopt` stamps results made before manifests, once: a done cell whose run finished (summary.json says so)
-and has no manifest yet, and a report without one. It never re-stamps a file that differs from an existing
-manifest: that is damage to redo (`timbench grid run`), not to bless.
+`--adopt` stamps results made before manifests, once: a done cell with no manifest yet whose run finished whole
+(its logs and summary there and non-empty, summary.json saying finished, one metrics row per configured step; any
+other is listed as not adopted), and a report without one. It never re-stamps a file that differs from an
+existing manifest: that is damage to redo (`timbench grid run`), not to bless.
 """
 
 from __future__ import annotations
@@ -26,22 +27,23 @@ def report_files(out: Path) -> list[str]:
 
 def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
     """(problems, stamped): one line per problem left; how many manifests `adopt` wrote."""
-    from .layout import load_cells, read_status, run_dir  # imported here: `timbench --help` stays torch-free
+    from .layout import done_problems, load_cells, read_status, run_dir  # here: `timbench --help` stays torch-free
     out = Path(out)
-    doc = load_cells(out)
-    cells = doc.get("cells") if isinstance(doc, dict) else None
-    if not isinstance(cells, list):
-        raise ValueError(f"{out / 'cells.json'}: expected an object with a 'cells' list")
+    cells = load_cells(out)["cells"]
     found, stamped = [], 0
     for c in cells:
         cid = c["id"]
         if (read_status(out, cid) or {}).get("status") != "done":
             continue
         d = run_dir(out, cid)
-        if adopt and manifest.missing(d) and _run_ended(d):
+        if adopt and manifest.missing(d):
+            refusal = _refusal(d, c)
+            if refusal:
+                found.append(f"cell {cid}: not adopted: {refusal}")
+                continue
             manifest.stamp_run(d)
             stamped += 1
-        found += [f"cell {cid}: {line}" for line in manifest.problems(d)]
+        found += [f"cell {cid}: {line}" for line in done_problems(d)]
     if any((out / n).is_file() for n in REPORT_FILES):
         if adopt and manifest.missing(out):
             manifest.stamp(out, report_files(out))
@@ -50,11 +52,23 @@ def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
     return found, stamped
 
 
-def _run_ended(d: Path) -> bool:
+def _refusal(d: Path, cell: dict) -> str | None:
+    """Why `--adopt` must not stamp run dir `d` of `cell` (None: it holds a whole finished run): its logs and summary
+    there, non-empty, summary.json saying finished, and as many metrics rows as the cell's config has steps."""
+    empty = [n for n in manifest.REQUIRED_RUN_FILES if not (d / n).is_file() or (d / n).stat().st_size == 0]
+    if empty:
+        return f"{', '.join(empty)} missing or empty in {d}"
     try:
-        return json.loads((d / "summary.json").read_text()).get("status") in ("finished", "failed")
-    except (OSError, json.JSONDecodeError):
-        return False
+        summary = json.loads((d / "summary.json").read_text())
+        rows = (d / "metrics.jsonl").read_text().splitlines()
+    except (OSError, ValueError) as e:
+        return f"{d}: unreadable ({type(e).__name__})"
+    if not isinstance(summary, dict) or summary.get("status") != "finished":
+        return f"{d / 'summary.json'}: the run did not finish"
+    steps = (cell.get("config") or {}).get("steps")
+    if isinstance(steps, int) and (len(rows) != steps or summary.get("steps_done") != steps):
+        return f"{d}: {len(rows)} metrics rows, summary steps_done {summary.get('steps_done')}, config steps {steps}"
+    return None
 
 
 def _cmd_verify(args) -> int:

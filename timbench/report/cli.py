@@ -24,6 +24,9 @@ def _cmd_report(args) -> int:
         raise FileNotFoundError(f"{d}: not a directory (expected a grid result dir with cells.json)")
     default = default_out(d, d)
     out = (args.out or default).rstrip("/")
+    if (Path(out) / "cells.json").is_file() and Path(out).resolve() != Path(d).resolve():
+        raise ValueError(f"--out {out} is another grid's result dir (it holds cells.json); a report goes into its "
+                         f"own grid's dir ({d}) or a directory of no grid")
     check_output_dir(out)  # a read-only grid dir is one line now, not after the figures are drawn
     # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone; the report line
     # names --out only where it is not the default, so it regenerates exactly these files.

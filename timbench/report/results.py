@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest
-from ..grid.layout import PENDING, read_status
+from ..grid.layout import PENDING, done_problems, read_status
 from ..grid.layout import run_dir as layout_run_dir  # `run_dir` is a local name below
 from ..readfile import read_json
 
@@ -123,7 +123,7 @@ def load_cell_results(cell: CellRun, out: Path) -> CellRun:
 
 def check_intact(out: Path, run_dir: Path) -> None:
     """Refuse (one-line ValueError naming the file) a done cell whose files no longer match its manifest."""
-    bad = manifest.problems(run_dir)
+    bad = done_problems(run_dir)
     if not bad:
         return
     if manifest.missing(run_dir):

@@ -15,8 +15,9 @@ def _cmd_train(args) -> int:
     check_output_dir(args.out)
     overrides = list(args.set or []) + ([f"remedy={args.remedy}"] if args.remedy else [])
     cfg = load_config(args.config, overrides)
-    if not args.plugin_timeout >= 0:  # also refuses NaN
-        raise ValueError(f"--plugin-timeout must be >= 0 seconds (0 = no limit), got {args.plugin_timeout:g}")
+    if not 0 <= args.plugin_timeout < float("inf"):  # also refuses NaN
+        raise ValueError(f"--plugin-timeout must be >= 0 seconds and finite (0 = no limit), "
+                         f"got {args.plugin_timeout:g}")
     try:
         summary = run(cfg, args.out, progress=not args.quiet, plugin_timeout=args.plugin_timeout)
     except NonFiniteError as e:

@@ -137,6 +137,16 @@ _FLOAT_RANGES = {
 }
 
 
+MAX_SEED = 2**32 - 1
+"""Seeds are 0..MAX_SEED: numpy's range, and every seed derived from one fits numba's int64."""
+
+
+def check_seed(seed, what: str) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"{what}: {seed!r} is out of range; valid: an integer 0..{MAX_SEED}")
+    return seed
+
+
 def _check_ranges(cfg: RunConfig) -> None:
     if cfg.mode not in MODES:
         raise ValueError(f"mode {cfg.mode!r} is invalid; valid: {', '.join(MODES)}")
@@ -144,6 +154,7 @@ def _check_ranges(cfg: RunConfig) -> None:
     for name, (ok, valid) in _FLOAT_RANGES.items():
         if not ok(getattr(cfg, name)):
             raise ValueError(f"config key {name!r}: {getattr(cfg, name)!r} is out of range; valid: {valid}")
+    check_seed(cfg.seed, "config key 'seed'")
     if cfg.eval_n > MAX_EVAL_N:
         raise ValueError(f"config key 'eval_n': {cfg.eval_n} is out of range; valid: 1..{MAX_EVAL_N} "
                          "(and at most the task's eval set size)")
@@ -259,9 +270,16 @@ def _typed(f: dataclasses.Field, value):
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
-def _coerce(raw: str):
-    """Parse a --set value with YAML rules (numbers, bools, lists)."""
-    return yaml.safe_load(raw) if raw != "" else ""
+def _coerce(raw: str, key: str = "KEY"):
+    """Parse a --set value with YAML rules (numbers, bools, lists); a malformed one is a one-line ValueError."""
+    if raw == "":
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ValueError(f"--set {key}={raw!r}: not a YAML value ({problem}); quote it or give e.g. 3, 1e-3, "
+                         "true, [0.9, 0.99]") from None
 
 
 def apply_overrides(d: dict, overrides: list[str]) -> dict:
@@ -282,7 +300,7 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
                 if not isinstance(base, dict):
                     raise ValueError(f"remedy_args must be a mapping of parameter names to values, got {base!r}")
                 base = dict(base)
-                base[sub] = _coerce(raw)
+                base[sub] = _coerce(raw, key)
             else:
                 base = (dict(base) if isinstance(base, dict)
                         else parse_spec(base, f"{top} spec", side=top).to_dict())
@@ -290,7 +308,7 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
             d[top] = base
         else:
             # Specs and remedy names stay raw strings (YAML would read `a:b` or `x=1` its own way).
-            d[top] = raw if top in ("engine", "trainer", "remedy") else _coerce(raw)
+            d[top] = raw if top in ("engine", "trainer", "remedy") else _coerce(raw, key)
     return d
 
 

@@ -17,7 +17,7 @@ from ..engine import make_engine
 from ..evaluate import evaluate, evaluate_both
 from ..kernels.reduce import fsum
 from ..model import Qwen3ForCausalLM, load_checkpoint
-from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S
+from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
 from ..schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 from ..shipped import resolve_checkpoint
@@ -26,7 +26,7 @@ from ..threads import set_threads
 from ..trainer import NonFiniteError
 from .config import Loaded, RunConfig, load
 from .rollout import Experience
-from .rundir import RunDir, one_line, summarize
+from .rundir import RunDir, one_line, summarize, write_status
 from .step import make_lane, train_step
 
 
@@ -48,9 +48,9 @@ def _param_distance(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 
 class _Session:
-    """A run's lanes, evaluator and logs, restored from the run directory's checkpoint if it has one."""
+    """A run's lanes, evaluator and logs, restored from `state` (the run directory's checkpoint) if there is one."""
 
-    def __init__(self, run: Loaded, rd: RunDir, base: Qwen3ForCausalLM, plugin_timeout: float):
+    def __init__(self, run: Loaded, rd: RunDir, base: Qwen3ForCausalLM, plugin_timeout: float, state: dict | None):
         cfg = run.config
         self.run, self.rd = run, rd
         n = cfg.prompts_per_step * cfg.group_size
@@ -69,7 +69,6 @@ class _Session:
         self.quant_engine = None if quant is None else make_engine(base.config, quant,
                                                                    max_num_seqs=min(256, cfg.eval_n))
         self.start, self.extra = 0, {"first_divergence_step": None}
-        state = rd.load_state()
         if state is not None:
             for lane, s in zip(self.lanes, state["lanes"]):
                 lane.model.load_state_dict(s["model"])
@@ -133,7 +132,7 @@ def run(cfg: RunConfig | Loaded, out, progress: bool = True, plugin_timeout: flo
     from ..dirlock import DirLock
 
     loaded = load(cfg)
-    with DirLock(out, "timbench train"):
+    with DirLock(out, "timbench train"), last_words(lambda reason: _record_kill(out, reason)):
         return _run(loaded, out, progress, plugin_timeout)
 
 
@@ -146,9 +145,16 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
     torch.use_deterministic_algorithms(True)
     base = load_checkpoint(resolve_checkpoint(loaded.model, loaded.task, loaded.preset))
     rd = RunDir(out, loaded.to_dict())
+    # Verify before touching anything: an ended run's files against its manifest, then the checkpoint, so a
+    # damaged file fails the rerun with the finished result (summary.json, manifest.json) still in place.
+    rd.check_sealed()
+    state = rd.load_state()
+    summary = rd.sealed_summary(state, loaded.steps)
+    if summary is not None:
+        return summary
     rd.begin()
     try:
-        session = _Session(loaded, rd, base, plugin_timeout)
+        session = _Session(loaded, rd, base, plugin_timeout, state)
     except BaseException as e:
         _record_failure(rd, e)
         raise
@@ -185,6 +191,16 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
     if status == "failed":
         raise NonFiniteError(error)
     return summary
+
+
+def _record_kill(out, reason: str) -> None:
+    """A plug-in outlived its limit and the process is about to end (remedies.deadline): status failed, and
+    error.txt saying so (there is no traceback to keep)."""
+    from pathlib import Path
+
+    from ..atomic import atomic_write
+    atomic_write(Path(out) / "error.txt", f"PluginTimeout: {reason}\n")
+    write_status(out, "failed", f"PluginTimeout: {reason}")
 
 
 def _record_failure(rd: RunDir, e: BaseException) -> None:

@@ -12,14 +12,17 @@ over when there is none) and rewrites the status.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
 import yaml
 
 from ..atomic import atomic_write, write_error
+from .. import manifest
 from ..manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
 from .config import load
@@ -77,6 +80,26 @@ def clear_end_markers(path: str | os.PathLike) -> None:
     (Path(path) / "summary.json").unlink(missing_ok=True)
 
 
+def read_checkpoint(data: bytes, where) -> object:
+    """A run checkpoint's object, unpickled with torch's weights-only loader: tensors, dicts, lists, tuples,
+    numbers, strings and None only, so a crafted file cannot run code when a run resumes (a driver reads the
+    checkpoints Ray workers send back the same way). Anything else is a one-line ValueError naming `where`."""
+    import pickle
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" in str(e):  # a global outside the allow-list: what a code-running pickle needs
+            name = re.search(r"GLOBAL (\S+)", str(e))
+            raise ValueError(f"{where}: refused: the checkpoint names {name.group(1) if name else 'an object'}, "
+                             "not a tensor or plain value (a pickle that would run code when loaded); it was not "
+                             "loaded; delete it to rerun the run from step 0") from None
+        raise ValueError(f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
+                         "the run from step 0") from None
+    except Exception as e:  # noqa: BLE001 - truncated or foreign bytes: torch raises EOF/unpickling/zip errors
+        raise ValueError(f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
+                         "the run from step 0") from None
+
+
 class RunDir:
     def __init__(self, out: str | os.PathLike, config: dict):
         self.path = Path(out)
@@ -94,18 +117,34 @@ class RunDir:
     def load_state(self) -> dict | None:
         if not self.ckpt.is_file():
             return None
-        try:
-            state = torch.load(self.ckpt, weights_only=False)
-        except Exception as e:  # noqa: BLE001 - truncated or foreign bytes: torch raises EOF/unpickling/zip errors
-            raise ValueError(f"{self.ckpt}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
-                             "the run from step 0") from None
+        state = read_checkpoint(self.ckpt.read_bytes(), self.ckpt)
         if not isinstance(state, dict) or "step" not in state or "lanes" not in state:
             raise ValueError(f"{self.ckpt}: not a timbench run checkpoint (no step/lanes); delete it to rerun "
                              "the run from step 0")
         return state
 
+    def check_sealed(self) -> None:
+        """Refuse (one line) a run that ended and was sealed but whose files no longer match its manifest: a resume
+        would re-summarise the edited or truncated logs and seal them as if the run had written them."""
+        if manifest.missing(self.path):
+            return
+        bad = manifest.problems(self.path)
+        if bad:
+            raise ValueError(f"{self.path}: an ended run whose files no longer match {MANIFEST} ({bad[0]}); "
+                             "not resumed or re-sealed: restore the files, or delete the run directory to rerun it")
+
+    def sealed_summary(self, state: dict | None, steps: int) -> dict | None:
+        """summary.json of a run that finished all `steps` and is sealed intact (check_sealed first); None when the
+        run has to start or resume. A rerun of a finished run then touches nothing."""
+        if state is None or state["step"] != steps or manifest.missing(self.path):
+            return None
+        try:
+            summary = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return summary if isinstance(summary, dict) and summary.get("status") == "finished" else None
+
     def save_state(self, state: dict) -> None:
-        import io
         buf = io.BytesIO()
         torch.save(state, buf)
         atomic_write(self.ckpt, buf.getvalue())
@@ -134,9 +173,14 @@ class RunDir:
         stamp_run(self.path)
 
     def write_status(self, status: str, error: str | None = None) -> None:
-        if status not in STATUSES:
-            raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
-        atomic_write(self.path / "status.json", json.dumps({"status": status, "error": error}, sort_keys=True) + "\n")
+        write_status(self.path, status, error)
+
+
+def write_status(path: str | os.PathLike, status: str, error: str | None = None) -> None:
+    """A run directory's status.json := {"status", "error"}."""
+    if status not in STATUSES:
+        raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
+    atomic_write(Path(path) / "status.json", json.dumps({"status": status, "error": error}, sort_keys=True) + "\n")
 
 
 def read_status(path: str | os.PathLike) -> dict | None:
