@@ -118,7 +118,7 @@ def test_switches_numba_fallback_and_each_build():
     code = "from timbench.kernels import native; print(native.isa())"
     assert _child({"TIMBENCH_NATIVE": "0"}, code).stdout.strip() == "numba"
     assert _child({}, code).stdout.strip() == native.ISAS[HOST]  # auto: the best build this CPU runs
-    for i, name in enumerate(native.ISAS[:HOST + 1]):
+    for name in native.ISAS[:HOST + 1]:
         assert _child({"TIMBENCH_NATIVE_ISA": name}, code).stdout.strip() == name
     bad = _child({"TIMBENCH_NATIVE_ISA": "avx9"}, code)
     assert bad.returncode != 0 and "TIMBENCH_NATIVE_ISA='avx9'; valid: auto, avx512, avx2, generic" in bad.stderr
