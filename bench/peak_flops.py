@@ -75,18 +75,21 @@ PEAK_ISAS = {"generic": "peak_sse2", "avx2": "peak_avx2", "avx512": "peak_avx512
 
 
 def peak_lib():
-    """The peak loops compiled with gcc (-O2 -fopenmp; each ISA's loop under its target attribute) into build/."""
+    """The peak loops compiled with gcc (each ISA's loop under its target attribute) into build/, loaded."""
     import ctypes
     import hashlib
     import subprocess
     build = Path("build/bench")
     build.mkdir(parents=True, exist_ok=True)
-    so = build / f"peak_{hashlib.sha256(PEAK_C.encode()).hexdigest()[:12]}.so"
+    # -ffp-contract=off: gcc would otherwise fuse the mul+add loop's _mm*_mul_ps + _mm*_add_ps into FMAs (it did,
+    # before: the "mul+add" peak was the FMA one), as it would the exact forward's.
+    flags = ["-O2", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+    so = build / f"peak_{hashlib.sha256((PEAK_C + ' '.join(flags)).encode()).hexdigest()[:12]}.so"
     if not so.is_file():
         src = so.with_suffix(".c")
         src.write_text(PEAK_C)
         try:
-            subprocess.run(["gcc", "-O2", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(so)],
+            subprocess.run(["gcc", *flags, str(src), "-o", str(so)],
                            check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as e:
             raise SystemExit(f"peak_flops: cannot compile the peak loop with gcc ({e}); install gcc") from None
