@@ -8,15 +8,17 @@ lowers every library's instruction set at once: PyTorch's ATen dispatch
 (ONEDNN_MAX_CPU_ISA), numba's code generation (NUMBA_CPU_NAME with
 NUMBA_CPU_FEATURES empty, i.e. that CPU's own features; a fresh NUMBA_CACHE_DIR
 per variant so nothing compiled for the host is reused), the C matmuls' build (TIMBENCH_NATIVE_ISA=generic:
-SSE2 code instead of AVX2 + FMA) and glibc's ifunc
+SSE2 code instead of AVX-512 or AVX2 + FMA) and glibc's ifunc
 choice (GLIBC_TUNABLES hwcaps, on an AVX-512 host only: see below). Besides two updates per case, each variant runs
 the golden fingerprint's short RL runs (`timbench.fingerprint.RUNS`: noise +
 remedy + bypass + twin, bf16, MoE with routing replay, NVFP4 with unified
 precision) and their metrics.jsonl and eval.jsonl must match byte for byte. The older CPU is AVX2 (Haswell) on an AVX-512
 host, and the no-SIMD floor (x86-64) on an AVX2 host, so the two variants differ
-on any machine. Negative controls prove the emulation bites: the same update
-with plain PyTorch kernels/AdamW/clipping must change, and so must the machine code numba
-generates for the forward matmul.
+on any machine. The host variant runs the C kernels' best build, forced (TIMBENCH_NATIVE_ISA=avx512 or avx2),
+the emulated one the SSE2 build; on an AVX-512 host a third variant emulates the same AVX2 CPU running the
+AVX2 build (what a real Haswell runs), so all three builds log the same bytes. Negative controls prove the
+emulation bites: the same update with plain PyTorch kernels/AdamW/clipping must change, and so must the machine
+code numba generates for the forward matmul.
 
 The AVX2 host's floor keeps glibc's libm as it is. glibc 2.36 picks its exp/log/sin/cos
 by ifunc: an FMA+AVX2 build or a plain SSE2 one, and the two round differently on a few inputs
@@ -59,6 +61,7 @@ EMULATED = {  # host ATen level -> the lower level the second variant emulates
     "AVX2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
              "NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "", "TIMBENCH_NATIVE_ISA": "generic"},
 }
+HOST_BUILD = {"AVX512": "avx512", "AVX2": "avx2"}  # host ATen level -> the C kernels' build its variant forces
 ALL_KEYS = {k for env in EMULATED.values() for k in env} | {"NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
                                                               "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
 
@@ -97,17 +100,25 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     if before is not None and "GLIBC_TUNABLES" in low:
         assert before != after, f"GLIBC_TUNABLES had no effect on ld.so ({before})"
 
+    variants = {"host": ({"TIMBENCH_NATIVE_ISA": HOST_BUILD[host]}, 1), "low": (low, 2)}
+    if host == "AVX512":  # the emulated AVX2 CPU with the C kernels' AVX2 build
+        variants["avx2"] = (low | {"TIMBENCH_NATIVE_ISA": "avx2"}, 2)
+    # Two at a time (the third starts when the 1-thread host variant ends): three at once oversubscribed 2 cores
+    # with 5 threads, and OpenMP's spinning barriers stretched the 2-thread variants past the timeout.
     with ThreadPoolExecutor(2) as pool:
-        a = pool.submit(_run, {}, 1, tmp_path / "host", tmp_path / "runs-host")
-        b = pool.submit(_run, low, 2, tmp_path / "low", tmp_path / "runs-low")
-        host_out, low_out = a.result(), b.result()
+        futs = {name: pool.submit(_run, env, threads, tmp_path / name, tmp_path / f"runs-{name}")
+                for name, (env, threads) in variants.items()}
+        outs = {name: f.result() for name, f in futs.items()}
+    host_out, low_out = outs["host"], outs["low"]
 
     assert host_out["_env"]["aten_capability"] == host
     assert low_out["_env"]["aten_capability"] == low["ATEN_CPU_CAPABILITY"].upper()
     assert low_out["_env"]["numba_cpu"] == low["NUMBA_CPU_NAME"]
-    assert low_out["_env"]["native_isa"] == "generic" and host_out["_env"]["native_isa"] in ("avx2", "numba")
-    assert (host_out["_env"]["torch_threads"], low_out["_env"]["torch_threads"]) == (1, 2)
-    assert (host_out["_env"]["numba_threads"], low_out["_env"]["numba_threads"]) == (1, 2)
+    # Which C build ran in each: the host's best (forced), SSE2, and (AVX-512 host) AVX2.
+    assert {name: out["_env"]["native_isa"] for name, out in outs.items()} == {
+        name: env["TIMBENCH_NATIVE_ISA"] for name, (env, _) in variants.items()}
+    for name, (_, threads) in variants.items():
+        assert (outs[name]["_env"]["torch_threads"], outs[name]["_env"]["numba_threads"]) == (threads, threads)
     # Negative controls: the emulation changes ordinary kernels' bits ...
     assert host_out["control/torch-update"]["params"] != low_out["control/torch-update"]["params"]
     assert host_out["control/numba-asm"] != low_out["control/numba-asm"]
@@ -116,5 +127,6 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     # logged files (metrics.jsonl, eval.jsonl), byte for byte.
     cases = sorted(k for k in host_out if not k.startswith(("_", "control/")))
     assert len(cases) == len(CASES) + len(RUNS) and sum(c.startswith("run/") for c in cases) == len(RUNS)
-    for case in cases:
-        assert host_out[case] == low_out[case], case
+    for name, out in outs.items():
+        for case in cases:
+            assert host_out[case] == out[case], f"{case}: {name} variant ({out['_env']['native_isa']} build)"

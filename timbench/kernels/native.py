@@ -4,18 +4,21 @@ The three matmuls of every exact linear (forward `matmul`, backward `matmul_fma`
 `matmul_tn` for dW) hold most of an RL step's time. Their numba loops (`numba_ops.matmul`,
 `numba_grad.matmul_fma/matmul_tn`) keep the accumulators in memory, a load and a store every four
 k-steps, and run at a quarter to a half of this machine's peak; numba's LLVM will not turn the plain
-loop into a register tile. The C kernels hold a 4x16 (mul + add) or 6x16 (FMA) tile of outputs in
-vector registers over all of k. Every output still runs exactly the numba kernel's sequence,
+loop into a register tile. The C kernels hold a tile of outputs in vector registers over all of k (AVX2:
+4x16 mul + add, 6x16 FMA; AVX-512: 8x32 and 12x32). Every output still runs exactly the numba kernel's sequence,
 acc = acc + x[i, k] * w[k, j] (or acc = fma(x, w, acc)) for k ascending from zero, each step an IEEE
 fp32 operation, so the two agree bit for bit (tests/test_native.py) and either may serve. The
 trainer's causal attention (`attend_causal`, `attend_causal_bwd`) is `numba_ops.attend` and
 `numba_grad.attend_causal_bwd` the same way: each sum in its own vector lane, in its own order.
 
-Bits do not depend on the CPU: the same source is compiled twice into one library, for AVX2 + FMA
-and for plain SSE2, and a vector lane is an IEEE operation either way (gcc with -ffp-contract=off and
-no fast-math: no contraction, no reassociation; the SSE2 build's FMA is libm's correctly rounded fmaf;
-exp is glibc's scalar `exp`, the function numba's math.exp calls).
-`TIMBENCH_NATIVE_ISA=generic` forces the SSE2 code (the determinism test's emulated older CPU);
+Bits do not depend on the CPU: the same source is compiled three times into one library, for AVX-512
+(avx512f, 512-bit vectors), AVX2 + FMA and plain SSE2, and a vector lane is an IEEE operation in each (gcc
+with -ffp-contract=off and no fast-math: no contraction, no reassociation; the SSE2 build's FMA is libm's
+correctly rounded fmaf; exp is glibc's scalar `exp`, the function numba's math.exp calls). The one thing
+not pinned is which NaN a sum of two NaNs keeps (sign and payload): x86 keeps the first operand's, and gcc
+and LLVM order a commutative add as they like; where NaNs are, is pinned.
+The best build this CPU runs serves; `TIMBENCH_NATIVE_ISA=avx512|avx2|generic` picks one (generic, SSE2: the
+determinism test's emulated older CPU; asking for one this CPU cannot run is an error);
 `TIMBENCH_NATIVE=0` uses the numba kernels (the before/after benchmarks). The library is cached by
 the hash of its sources and flags under $TIMBENCH_CACHE_DIR (default ~/.cache/timbench).
 """
@@ -56,7 +59,10 @@ def no_hugepage_arrays() -> None:
 no_hugepage_arrays()
 SOURCES = (Path(__file__).with_name("native_mm.c"), Path(__file__).with_name("native_attn.c"))
 CFLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-fPIC", "-shared", "-Wall", "-Wno-psabi"]
-_NR = 16  # the tile's columns (native_mm.c's NR): sizes the packing scratch
+# The builds, by native_mm.c's timbench_isa() index (a CPU that runs one runs those before it too), and the CPU
+# features each needs.
+ISAS = ("generic", "avx2", "avx512")
+ISA_NEEDS = {"generic": "sse2", "avx2": "avx2 + fma", "avx512": "avx512f"}
 _PACK_ROWS = 2048
 
 
@@ -109,12 +115,23 @@ class _Lib:
         self.attn_bwd.restype = None
         self.attn_bwd.argtypes = [p, p, p, p, p, p, p, p, p, l_, l_, l_, l_, l_, d_, i, i]
         lib.timbench_isa.restype = i
-        # host_isa: 1 where this CPU can run the AVX2 + FMA build; isa: the build these calls use.
+        lib.timbench_nr.restype, lib.timbench_nr.argtypes = i, [i]
+        # host_isa: the best build this CPU runs (an index into ISAS); isa: the build these calls use.
         self.host_isa = host = int(lib.timbench_isa())
-        want = os.environ.get("TIMBENCH_NATIVE_ISA", "auto")
-        if want not in ("auto", "generic"):
-            raise ValueError(f"TIMBENCH_NATIVE_ISA={want!r}; valid: auto, generic")
-        self.isa = 0 if want == "generic" else host
+        self.nr = [int(lib.timbench_nr(b)) for b in range(len(ISAS))]
+        self.isa = pick_isa(os.environ.get("TIMBENCH_NATIVE_ISA", "auto"), host)
+
+
+def pick_isa(want: str, host: int) -> int:
+    """The build TIMBENCH_NATIVE_ISA=`want` names on a CPU whose best build is ISAS[host]; ValueError if none."""
+    if want == "auto":
+        return host
+    if want not in ISAS:
+        raise ValueError(f"TIMBENCH_NATIVE_ISA={want!r}; valid: auto, {', '.join(reversed(ISAS))}")
+    if ISAS.index(want) > host:
+        raise ValueError(f"TIMBENCH_NATIVE_ISA={want!r}: this CPU lacks {ISA_NEEDS[want]}; it runs "
+                         f"{', '.join(reversed(ISAS[:host + 1]))}")
+    return ISAS.index(want)
 
 
 _lib: _Lib | None | bool = None  # None: not tried yet; False: unavailable (numba serves)
@@ -137,9 +154,9 @@ def library() -> _Lib | None:
 
 
 def isa() -> str:
-    """Which code computes the exact matmuls here: 'avx2', 'generic' (SSE2) or 'numba'."""
+    """Which code computes the exact matmuls here: 'avx512', 'avx2', 'generic' (SSE2) or 'numba'."""
     lib = library()
-    return "numba" if lib is None else ("avx2" if lib.isa else "generic")
+    return "numba" if lib is None else ISAS[lib.isa]
 
 
 def _c32(a: np.ndarray) -> np.ndarray:
@@ -153,8 +170,9 @@ def _run(lib: _Lib, x, xr, xk, w, lw, m, kdim, n, fused: bool) -> np.ndarray:
     # slower) and won above (a training mini-batch, ~4,000+ rows: 1.2-1.35x faster). dW's m is the layer
     # width, so its W (the whole [tokens, K] activation) is always read in place.
     pack = m >= _PACK_ROWS
-    panels = -(-n // _NR) if pack else (1 if n % _NR else 0)
-    pan = np.empty(max(panels * _NR * kdim, 1), dtype=np.float32)
+    nr = lib.nr[lib.isa]  # the tile's columns: the packing scratch comes in panels of nr
+    panels = -(-n // nr) if pack else (1 if n % nr else 0)
+    pan = np.empty(max(panels * nr * kdim, 1), dtype=np.float32)
     lib.mm(x.ctypes.data, xr, xk, w.ctypes.data, lw, out.ctypes.data, n, m, kdim, n, int(fused), lib.isa,
            pan.ctypes.data, int(pack), numba.get_num_threads())
     return out
