@@ -87,7 +87,10 @@ def test_rate_words():
 
 
 def test_threshold_words():
-    assert vr.decide([vr.rate_vs_threshold("s", 10, 10, 0.5)])[0].word() == vr.REPRODUCED  # p = 1/1024
+    t = vr.decide([vr.rate_vs_threshold("s", 10, 10, 0.5)])[0]
+    assert t.p == pytest.approx(2 / 1024) and t.word() == vr.REPRODUCED
+    assert vr.decide([vr.rate_vs_threshold("s", 0, 10, 0.5)])[0].word() == vr.REVERSED
+    assert vr.decide([vr.rate_vs_threshold("s", 6, 6, 0.5)])[0].p == pytest.approx(2 / 64)
     assert vr.decide([vr.rate_vs_threshold("s", 2, 6, 0.5)])[0].word() == vr.NOT
     assert vr.rate_vs_threshold("s", 0, 0, 0.5).word() == vr.NOT_TESTED
 

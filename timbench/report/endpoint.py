@@ -62,3 +62,23 @@ def label(name: str, declared: str | None) -> str:
     how = ("pre-registered" if declared else "default; the grid declares none") if name == pre else \
         f"EXPLORATORY: the grid's endpoint is {pre}"
     return f"endpoint {name} ({ENDPOINTS[name]}; {how})"
+
+
+def with_endpoint(rows: list[dict], evals_by_id: dict[str, list[dict]], steps_by_id: dict[str, int | None],
+                  name: str) -> list[dict]:
+    """Copies of the summary rows with the endpoint's columns: `endpoint_t1` (the endpoint of the run's eval
+    curve), `gain_t1` (own gain: endpoint - the step-0 evaluation) and `endpoint_rel` (over the same seed's
+    reference cell's endpoint, as `relative_accuracy_t1` is over its final accuracy)."""
+    out = []
+    for r in rows:
+        evals = evals_by_id.get(r["id"]) or []
+        e = endpoint_value(evals, steps_by_id.get(r["id"]), name)
+        first = next((float(x["accuracy_t1"]) for x in evals if x.get("accuracy_t1") is not None
+                      and int(x["step"]) == 0), None)
+        out.append({**r, "endpoint_t1": e, "gain_t1": None if e is None or first is None else e - first})
+    by_id = {r["id"]: r for r in out}
+    for r in out:
+        ref = by_id.get(r["reference"]) if r.get("reference") else (r if r.get("kind") == "reference" else None)
+        e, re_ = r["endpoint_t1"], (ref or {}).get("endpoint_t1")
+        r["endpoint_rel"] = e / re_ if e is not None and re_ else None
+    return out

@@ -7,8 +7,7 @@ A sub-claim is decided by one or more `Test`s (timbench.report.stats computes th
 - `paired_no_difference(diffs, margin, ...)`: a claimed *absence* of difference; equivalence by TOST within
   +-margin (the stated margin: half the baseline's own learning range unless a page says otherwise).
 - `rate_vs_control(k, n, k0, n0)`: a rate (collapsed seeds, say) against its control's; Fisher's exact test.
-- `rate_vs_threshold(k, n, share)`: a rate claimed to exceed a share (">= 2/3 of seeds"); the exact binomial
-  test, one-sided.
+- `rate_vs_threshold(k, n, share)`: a rate claimed to exceed a share ("most seeds"); the exact binomial test.
 
 Every test of one named family (a paper figure, one claim of the claims page) gets Holm's adjusted p (`decide`),
 and the word follows from it, in this order:
@@ -93,7 +92,7 @@ class Test:
         from .leaderboard import fmt, fmt_interval
         parts = [f"{self.label}: {fmt_interval(self.interval)}"]
         if self.blocked:
-            return parts[0] + f"; not tested: {self.blocked}"
+            return parts[0] + f", not tested: {self.blocked}"
         if self.kind == "no-difference":
             parts.append(f"TOST margin +-{fmt(self.margin)} p {_p(self.p)} (Holm {_p(self.p_adj)}), difference p "
                          f"{_p(self.p_diff)}")
@@ -103,7 +102,7 @@ class Test:
             parts.append(f"smallest detectable {fmt(self.mde)} at {POWER:.0%} power, n {self.interval.n}"
                          + (f" vs learning range {fmt(self.learning_range)}" if self.learning_range is not None
                             else ""))
-        return "; ".join(parts) + (f"; {self.note}" if self.note else "")
+        return ", ".join(parts) + (f", {self.note}" if self.note else "")
 
 
 def _p(p: float | None) -> str:
@@ -146,11 +145,14 @@ def rate_vs_control(label: str, k: int, n: int, k0: int, n0: int) -> Test:
 
 
 def rate_vs_threshold(label: str, k: int, n: int, share: float) -> Test:
-    """Rate k/n claimed above `share` (one-sided exact binomial test of p <= share)."""
-    p = math.fsum(math.comb(n, i) * share ** i * (1 - share) ** (n - i) for i in range(k, n + 1)) if n else None
-    w = wilson(k, n)
-    t = Test("threshold", label, (k / n - share) if n else None, w, p, note=f"{k}/{n} {_wilson(k, n)} vs "
-             f"{share:.2g}, exact binomial")
+    """Rate k/n claimed above `share` (two-sided exact binomial test against p = share: twice the smaller tail,
+    capped at 1); detected below the share, the claim is reversed."""
+    p = None
+    if n:
+        pmf = [math.comb(n, i) * share ** i * (1 - share) ** (n - i) for i in range(n + 1)]
+        p = min(1.0, 2 * min(math.fsum(pmf[k:]), math.fsum(pmf[:k + 1])))
+    t = Test("threshold", label, (k / n - share) if n else None, wilson(k, n), p,
+             note=f"{k}/{n} vs {share:.2g}, exact binomial")
     t.blocked = None if n else "no seeds"
     return t
 
