@@ -22,7 +22,7 @@ from .collapse import rule_from_dict
 from .endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
 from .leaderboard import fmt, fmt_interval
 from .verdict_rules import CORRECTION
-from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
+from .paper_claims import (PaperData, Verdict, sub_json, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
                            rejection, rel, remedy_condition, seeds_used)
 from .results import load_results
 from .seeds import is_finished
@@ -259,13 +259,6 @@ def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: d
                 links=[("the grid's leaderboard", "leaderboard.html")])
 
 
-def _sub_json(s) -> dict:
-    return {"text": s.text, "verdict": s.verdict, "numbers": s.numbers, "central": s.central, "check": s.check,
-            "tests": [{"label": t.label, "kind": t.kind, "estimate": t.estimate, "lo": t.interval.lo,
-                       "hi": t.interval.hi, "n": t.interval.n, "p": t.p, "p_holm": t.p_adj, "margin": t.margin,
-                       "smallest_detectable": t.mde, "not_tested": t.blocked, "word": t.word()} for t in s.tests]}
-
-
 def check_paper_cells(d: PaperData, path) -> None:
     """Refuse (one-line ValueError) a grid without the cells F1 reads: the zero-mismatch reference and a real
     (not noise) mismatched condition finished with remedy none, in either mode. The full paper grid
@@ -305,7 +298,7 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
            "exploratory": d.endpoint != (d.declared or DEFAULT), "correction": CORRECTION,
            "learning_range": d.learning()[0],
            "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
-                       "subclaims": [_sub_json(s) for s in v.subs]} for v in vs],
+                       "subclaims": [sub_json(s) for s in v.subs]} for v in vs],
            "sensitivity": [dict(zip(["claim", "subclaim", *ENDPOINTS, "flips"], r)) for r in sens]}
     written["paper.json"] = out / "paper.json"
     atomic_write(written["paper.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")

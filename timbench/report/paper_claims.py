@@ -110,6 +110,14 @@ class Verdict:
             f"{head} ({done} of {len(claims)} sub-claims reproduced)"
 
 
+def sub_json(s: Sub) -> dict:
+    """A sub-claim for the pages' JSON: its words, numbers and each deciding test."""
+    return {"text": s.text, "verdict": s.verdict, "numbers": s.numbers, "central": s.central, "check": s.check,
+            "tests": [{"label": t.label, "kind": t.kind, "estimate": t.estimate, "lo": t.interval.lo,
+                       "hi": t.interval.hi, "n": t.interval.n, "p": t.p, "p_holm": t.p_adj, "margin": t.margin,
+                       "smallest_detectable": t.mde, "not_tested": t.blocked, "word": t.word()} for t in s.tests]}
+
+
 def _strength(word: str) -> int:
     order = (REVERSED, NOT, NOT_TESTED, CONSISTENT, INCONCLUSIVE, EQUIVALENT, REPRODUCED)
     return order.index(word) if word in order else 0
@@ -152,8 +160,10 @@ def diffs(a: list[dict], b: list[dict], key=rel) -> list[float]:
 
 
 def at_floor(*settings: list[dict]) -> bool:
-    """Every setting's mean endpoint accuracy at or below FLOOR (collapsed to ~0: no difference can show)."""
-    return all((over_seeds(rows, acc).mean or 0.0) <= FLOOR for rows in settings)
+    """Every setting's mean endpoint accuracy at or below FLOOR (collapsed to ~0: no difference can show); False
+    when a setting's accuracy is unknown."""
+    means = [over_seeds(rows, acc).mean for rows in settings]
+    return all(m is not None and m <= FLOOR for m in means)
 
 
 def paired(a: list[dict], b: list[dict], key=rel) -> Interval:
