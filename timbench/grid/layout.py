@@ -32,8 +32,11 @@ PENDING = "pending"
 
 
 def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
-    return {"grid": grid.name, "reference_condition": grid.reference, "collapse": dict(grid.collapse),
-            "cells": [c.to_dict() for c in cells]}
+    doc = {"grid": grid.name, "reference_condition": grid.reference, "collapse": dict(grid.collapse),
+           "cells": [c.to_dict() for c in cells]}
+    if grid.endpoint is not None:  # the pre-registered endpoint, only when declared (older grids keep their bytes)
+        doc["endpoint"] = grid.endpoint
+    return doc
 
 
 def _dumps(doc: dict) -> str:
@@ -70,7 +73,7 @@ def experiment_difference(a: dict, b: dict) -> str | None:
     """
     if a.get("grid") != b.get("grid"):
         return f"grid name {a.get('grid')!r} vs {b.get('grid')!r}"
-    for key in ("reference_condition", "collapse"):
+    for key in ("reference_condition", "collapse", "endpoint"):
         if a.get(key) != b.get(key):
             return f"{key} {a.get(key)!r} vs {b.get(key)!r}"
     ca, cb = ({c["id"]: c for c in d.get("cells", [])} for d in (a, b))

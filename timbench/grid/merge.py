@@ -79,8 +79,11 @@ def fingerprint(doc: dict, where: str = "grid") -> dict:
     for c in doc.get("cells", []):
         cond = c.get("condition") or {}
         conditions[cond.get("name")] = {k: cond.get(k) for k in ("kind", "engine", "trainer")}
-    return {"grid": doc.get("grid"), "reference_condition": doc.get("reference_condition"),
-            "collapse": doc.get("collapse") or {}, "config": shared_config(doc, where), "conditions": conditions}
+    fp = {"grid": doc.get("grid"), "reference_condition": doc.get("reference_condition"),
+          "collapse": doc.get("collapse") or {}, "config": shared_config(doc, where), "conditions": conditions}
+    if doc.get("endpoint") is not None:  # a declared endpoint only: grids without one keep their fingerprint
+        fp["endpoint"] = doc["endpoint"]
+    return fp
 
 
 def fingerprint_hash(fp: dict) -> str:
@@ -91,9 +94,9 @@ def fingerprint_hash(fp: dict) -> str:
 
 def fingerprint_difference(a: dict, b: dict) -> str | None:
     """How two fingerprints disagree, in words, or None when they merge."""
-    for key in ("grid", "reference_condition", "collapse"):
-        if a[key] != b[key]:
-            return f"{key} {a[key]!r} vs {b[key]!r}"
+    for key in ("grid", "reference_condition", "collapse", "endpoint"):
+        if a.get(key) != b.get(key):
+            return f"{key} {a.get(key)!r} vs {b.get(key)!r}"
     skip = {VARIES, *a["config"].get(VARIES, ()), *b["config"].get(VARIES, ())}  # per label: label_configs
     for key in sorted(set(a["config"]) | set(b["config"])):
         if key not in skip and a["config"].get(key) != b["config"].get(key):
@@ -160,6 +163,8 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
     first = docs[0][1]
     doc = {"grid": first["grid"], "reference_condition": first["reference_condition"],
            "collapse": first.get("collapse") or {}, "cells": list(cells.values())}
+    if first.get("endpoint") is not None:
+        doc["endpoint"] = first["endpoint"]
     label_configs(doc, "cannot merge: the merged cells")  # a remedy label with two configs across the sources
     return doc, chosen
 

@@ -93,6 +93,9 @@ class GridSpec:
     remedy_variants: dict = field(default_factory=dict)
     """Remedy-axis labels -> {remedy: NAME, remedy_args: {...}, other RunConfig keys}: a remedy with its own
     parameters and config (e.g. PPO clip eps) under one label; the label is what the axis, ids and reports show."""
+    endpoint: str | None = None
+    """The pre-registered primary endpoint (timbench.report.endpoint: final | last3 | last-half | auc); None: the
+    reports' default (last-half). Written to cells.json and the fingerprint only when declared."""
 
     def to_dict(self) -> dict:
         """The resolved spec: self-contained (conditions inline, no file), so it reloads to the same cells."""
@@ -103,6 +106,8 @@ class GridSpec:
              "reference": self.reference, "collapse": dict(self.collapse), "workers": self.workers}
         if self.remedy_variants:  # only when used, so grids without variants keep their fingerprint
             d["remedy_variants"] = {k: dict(v) for k, v in self.remedy_variants.items()}
+        if self.endpoint is not None:  # likewise: only when declared
+            d["endpoint"] = self.endpoint
         return d
 
 
@@ -239,9 +244,14 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"{source}: 'workers' must be an integer >= 1, got {workers!r}")
     variants = _remedy_variants(doc.get("remedy_variants") or {}, source)
+    endpoint = doc.get("endpoint")
+    if endpoint is not None:
+        from ..report.endpoint import check_endpoint
+        check_endpoint(endpoint, f"{source}: endpoint")
     return GridSpec(name=name, base=base, axes=axes, exclude=[dict(e) for e in exclude],
                     conditions_file=table_file, conditions=table, reference=reference,
-                    collapse=dict(doc.get("collapse") or {}), workers=workers, remedy_variants=variants)
+                    collapse=dict(doc.get("collapse") or {}), workers=workers, remedy_variants=variants,
+                    endpoint=endpoint)
 
 
 def load_grid(path: str | Path) -> GridSpec:

@@ -19,15 +19,16 @@ from ..atomic import atomic_write
 from .claims_data import Evidence, load_evidence
 from . import claims_rules  # noqa: F401  (registers every claim)
 from .claims_registry import CLAIMS, headline
+from .paper_claims import family, sub_json
 
 
 def run_claims(ev: Evidence) -> list[dict]:
     """Every registered claim decided on `ev`: {id, source, claim, verdict, rule, subclaims}."""
     out = []
     for c in CLAIMS:
-        subs = c.rule(ev)
+        subs = family(c.id, c.rule(ev)).subs  # Holm over the claim's tests, then each sub-claim's word
         out.append({"id": c.id, "source": c.source, "claim": c.text, "verdict": headline(subs),
-                    "rule": f"timbench.report.claims_rules.{c.rule.__name__}", "subclaims": [vars(s) for s in subs]})
+                    "rule": f"timbench.report.claims_rules.{c.rule.__name__}", "subclaims": [sub_json(s) for s in subs]})
     return out
 
 
@@ -39,8 +40,13 @@ def _markdown(claims: list[dict], ev: Evidence, command: str) -> str:
              f"regenerate: `{command}`", "",
              f"grids: {grids or 'none'}; alignment tables: {', '.join(tables) or 'none'}", "",
              "Verdicts are decided by the rules in `timbench/report/claims_rules.py` (each rule's docstring cites its "
-             "source). Intervals are 95% Student t over seeds, paired by seed where two settings are compared; "
-             "an alignment row is one seed (a demonstration). A claim's headline is its weakest central sub-claim.",
+             "source) and `timbench/report/verdict_rules.py`. Relative accuracy reads each grid's endpoint (default: "
+             "mean eval accuracy T=1 over the last half of the run, a grid that declares none); each claim is a "
+             "family whose tests are Holm-adjusted; intervals are 95% Student t over seeds, paired by seed where two "
+             "settings are compared; a claim of no difference needs equivalence (TOST within half that grid's "
+             "learning range); a grid whose baseline does not learn tests nothing (not tested). An alignment row is "
+             "one seed (a demonstration). A claim's headline is its weakest central sub-claim. How to read a "
+             "verdict: [docs/verdicts.md](../../docs/verdicts.md).",
              "", "| claim | source | verdict |", "|---|---|---|"]
     lines += [f"| [{c['id']}](#{_anchor(c['id'])}) | {c['source']} | {c['verdict']} |" for c in claims]
     lines.append("")
@@ -48,7 +54,7 @@ def _markdown(claims: list[dict], ev: Evidence, command: str) -> str:
         lines += [f"## {c['id']}", "", f"**{c['verdict']}**", "", f"Claim ({c['source']}): {c['claim']}", "",
                   f"Rule: `{c['rule']}`", ""]
         for s in c["subclaims"]:
-            parts = [p for p in re.split(r"; ", s["numbers"]) if p]
+            parts = [p for p in re.split(r"; | \| ", s["numbers"]) if p]
             extra = "" if s["central"] else " (context: does not set the headline)"
             lines.append(f"- **{s['verdict']}**: {s['text']}{extra}." + (f" {parts[0]}" if len(parts) == 1 else ""))
             lines += [f"  - {p}" for p in parts] if len(parts) > 1 else []

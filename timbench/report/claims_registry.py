@@ -19,13 +19,15 @@ from typing import Callable
 
 from .claims_data import Evidence
 from .leaderboard import fmt_interval as _ci
-from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, _power, _signed, collapses, mean_over_steps,
-                           over_seeds, paired, rel)
+from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds,
+                           paired, rel)
+from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, combine, paired_effect,
+                            paired_no_difference)
 
 NOT_TESTABLE = "not testable here"
 DEMO = "reproduced (demonstration, one seed)"
 """A deterministic alignment measurement (one seed, thousands of tokens) that shows the effect."""
-STRENGTH = (REVERSED, NOT, NOT_TESTABLE, CONSISTENT, DEMO, REPRODUCED)
+STRENGTH = (REVERSED, NOT, NOT_TESTABLE, NOT_TESTED, CONSISTENT, INCONCLUSIVE, EQUIVALENT, DEMO, REPRODUCED)
 """Weakest first: a claim's headline is its weakest central sub-claim."""
 CLAIMS_GRID = "bench/grids/claims.yaml"
 """The grid that runs the settings no committed grid has (fp16, MIS, IcePop, FP8 + TIS)."""
@@ -58,11 +60,11 @@ def claim(id: str, source: str, text: str):
 
 def headline(subs: list[Sub]) -> str:
     """The weakest central sub-claim's verdict, with how many sub-claims were reproduced when not all."""
-    central = [s.verdict for s in subs if s.central]
+    central = [REPRODUCED if s.verdict == EQUIVALENT else s.verdict for s in subs if s.central]
     if not central:
         return NOT_TESTABLE
-    head = min(central, key=STRENGTH.index)
-    done = sum(1 for s in subs if s.verdict in (REPRODUCED, DEMO))
+    head = min(central, key=STRENGTH.index)  # an equivalence is how a no-difference claim is reproduced
+    done = sum(1 for s in subs if s.verdict in (REPRODUCED, DEMO, EQUIVALENT))
     return head if done in (0, len(subs)) or head in (REPRODUCED, DEMO) else \
         f"{head} ({done} of {len(subs)} sub-claims reproduced)"
 
@@ -81,16 +83,37 @@ def untestable(what: str, would: str = CLAIMS_GRID) -> str:
 
 
 def _setting(rows: list[dict]) -> str:
-    k, n = collapses(rows)
-    return f"rel {_ci(over_seeds(rows, rel))}, {k}/{n} collapsed"
+    from .paper_claims import _setting_text
+    return _setting_text(rows)
 
 
-def no_difference(a: list[dict], b: list[dict], key=rel) -> tuple[str, str]:
-    """A claim of no difference: consistent when the paired interval contains 0, not reproduced when it does not."""
-    diff = paired(a, b, key)
-    if diff.lo is None:
-        return NOT_TESTABLE, f"paired over {diff.n} seed(s): too few for an interval"
-    return (CONSISTENT if diff.lo <= 0 <= diff.hi else NOT), f"paired difference {_ci(diff)} ({_power(diff)})"
+def no_difference(a: list[dict], b: list[dict], d, key=rel, label: str = "paired difference") -> Test:
+    """A claim of no difference in relative accuracy: equivalence (TOST) within half the grid's learning range
+    (verdict_rules); not tested where the grid's baseline does not learn or both sides sit at the floor."""
+    from .paper_claims import at_floor
+    lr, learns, _ = d.learning()
+    return paired_no_difference(label, diffs(a, b, key), lr / 2 if lr and lr > 0 else None, lr, at_floor(a, b),
+                                learns)
+
+
+def effect(label: str, a: list[dict], b: list[dict], d, key=None) -> Test:
+    """A claimed paired difference a - b > 0: of relative accuracy (key None; judged against the grid's learning
+    range and floor) or of a per-seed metric `key` (a mismatch measure: no learning range applies)."""
+    from .paper_claims import at_floor
+    if key is not None:
+        return paired_effect(label, diffs(a, b, key), None)
+    lr, learns, _ = d.learning()
+    return paired_effect(label, diffs(a, b), lr, at_floor(a, b), learns)
+
+
+def half(words: list[str]) -> str:
+    """Reproduced where at least half of the tested settings are (a setting not tested, at the floor or on a grid
+    whose baseline does not learn, does not count; Holm within the claim makes 'at some' fair)."""
+    tested = [w for w in words if w != NOT_TESTED]
+    if not tested:
+        return NOT_TESTED
+    up, down = tested.count(REPRODUCED), tested.count(REVERSED)
+    return REPRODUCED if up * 2 >= len(tested) else REVERSED if down > up else NOT
 
 
 def step_mean(key: str):
@@ -108,9 +131,10 @@ def same_runs(d, *settings) -> frozenset:
                                 sort_keys=True) for i, s in enumerate(settings) for c in d.cells.get(s, []))
 
 
-def remedy_gain(ev: Evidence, remedy: str) -> tuple[str, str]:
-    """`remedy` vs none on every (grid, condition, mode) where none lost ground: reproduced when the paired gain in
-    relative accuracy is detected at >= half of them, reversed when a loss is detected at more than a gain.
+def remedy_gain(ev: Evidence, remedy: str) -> tuple:
+    """`remedy` vs none on every (grid, condition, mode) where none lost ground: (rule, numbers, tests), one paired
+    test of the gain in relative accuracy per setting; reproduced when detected at >= half of them (`half`),
+    reversed when a loss is detected at more than a gain.
     Staleness conditions (kind async) are left out: they test policy lag, not training-inference mismatch.
     Runs committed in several grids are one piece of evidence: a setting whose runs are all among another
     grid's (the same runs, or a subset of its seeds) is counted there, once, with the most seeds."""
@@ -128,14 +152,12 @@ def remedy_gain(ev: Evidence, remedy: str) -> tuple[str, str]:
             kept.append(i)
         else:
             also.setdefault(home, []).append(cands[i][1])
-    out = []
+    texts, tests = [], []
     for j in sorted(kept):
         _, name, cond, mode, none, rows = cands[j]
         same = f" (these runs, or a subset of them, also in: {', '.join(also[j])})" if j in also else ""
-        out.append((_signed(paired(rows, none)), f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} "
-                    f"{_setting(rows)}, gain {_ci(paired(rows, none))}{same}"))
-    if not out:
-        return NOT_TESTABLE, untestable(f"{remedy} next to none on a mismatched condition that loses accuracy")
-    up, down = sum(v == REPRODUCED for v, _ in out), sum(v == REVERSED for v, _ in out)
-    verdict = REPRODUCED if up and up * 2 >= len(out) else REVERSED if down > up else NOT
-    return verdict, f"gain detected at {up}/{len(out)}, loss at {down}/{len(out)}; " + "; ".join(t for _, t in out)
+        texts.append(f"{name} {cond}/{mode}: none {_setting(none)}, {remedy} {_setting(rows)}{same}")
+        tests.append(effect(f"{name} {cond}/{mode} gain", rows, none, ev.grids[name]))
+    if not tests:
+        return NOT_TESTABLE, untestable(f"{remedy} next to none on a mismatched condition that loses accuracy"), []
+    return half, "; ".join(texts), tests

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from .claims_data import Evidence
 from .claims_registry import (DEMO, FAR_BELOW, ICEPOP_BAND, NOT_TESTABLE, THRESHOLD, _setting, claim,
-                              damaged, no_difference, remedy_gain, step_mean, untestable)
+                              damaged, effect, no_difference, remedy_gain, step_mean, untestable)
 from .leaderboard import fmt, fmt_interval as _ci
-from .paper_claims import (CONSISTENT, KL_LEAD, NOT, REPRODUCED, REVERSED, Sub, _by_seed, _power, _signed, collapses,
-                           dose_points, kl_alarm_step, over_seeds, paired)
+from .paper_claims import (KL_LEAD, NOT, REPRODUCED, REVERSED, Sub, _by_seed, collapses, dose_points, kl_alarm_step,
+                           over_seeds, paired)
+from .verdict_rules import EQUIVALENT, NOT_TESTED
 
 
 # ---------------------------------------------------------------- the claims
@@ -56,20 +57,19 @@ def fp16(ev: Evidence) -> list[Sub]:
     f, b, (name, d) = pair
     f16, b16 = d.rows[f], d.rows[b]
     k3 = lambda r: r.get("mean/rollout_corr/k3_kl")  # noqa: E731
-    cut = paired(b16, f16, k3)
     ratio = (over_seeds(b16, k3).mean or 0) / (over_seeds(f16, k3).mean or float("inf"))
     where = f"{name} ({ev.steps[name]} steps): {'/'.join(f[:2])} vs {'/'.join(b[:2])}"
+    far = lambda ws: REPRODUCED if ws == [REPRODUCED] and ratio >= FAR_BELOW else \
+        ws[0] if ws[0] in (REVERSED, NOT_TESTED) else NOT  # noqa: E731
     subs.append(Sub(f"RL runs: fp16's step-mean k3_kl is lower (bf16 - fp16 paired > 0) and at least {FAR_BELOW:g}x "
-                    "below bf16's", REVERSED if _signed(cut) == REVERSED else
-                    REPRODUCED if _signed(cut) == REPRODUCED and ratio >= FAR_BELOW else NOT,
-                    f"{where}; k3_kl {fmt(over_seeds(f16, k3).mean)} vs {fmt(over_seeds(b16, k3).mean)} ({ratio:.0f}x), "
-                    f"paired {_ci(cut)}"))
-    diff = paired(f16, b16)
-    v = REPRODUCED if diff.lo is not None and diff.lo > 0 else REVERSED if diff.hi is not None and diff.hi < 0 \
-        else CONSISTENT
-    subs.append(Sub("trains at least as well (fp16 - bf16 relative accuracy, paired; no difference detected counts "
-                    "as consistent)", v, f"{where}; fp16 {_setting(f16)}; bf16 {_setting(b16)}; {_ci(diff)} "
-                    f"({_power(diff)})"))
+                    "below bf16's", far, f"{where}; k3_kl {fmt(over_seeds(f16, k3).mean)} vs "
+                    f"{fmt(over_seeds(b16, k3).mean)} ({ratio:.0f}x)", tests=[effect("bf16 - fp16 k3_kl", b16, f16, d,
+                                                                                    k3)]))
+    as_well = lambda ws: REPRODUCED if REPRODUCED in ws or EQUIVALENT in ws else min(  # noqa: E731
+        ws, key=lambda w: (w != REVERSED, w != NOT, w != NOT_TESTED))
+    subs.append(Sub("trains at least as well (fp16 - bf16 relative accuracy, paired: a gain detected, or equivalent "
+                    "within half the learning range)", as_well, f"{where}; fp16 {_setting(f16)}; bf16 {_setting(b16)}",
+                    tests=[effect("fp16 - bf16 rel", f16, b16, d), no_difference(f16, b16, d)]))
     return subs
 
 
@@ -89,21 +89,20 @@ def routing_replay(ev: Evidence) -> list[Sub]:
     cond, name, d = hit
     none, r3, r2 = (d.setting(cond, r) for r in ("none", "routing_replay_r3", "routing_replay_r2"))
     delta, agree = step_mean("mismatch/mean_abs_delta")(d, cond), step_mean("mismatch/routing_agreement")(d, cond)
-    low, up, r2r3 = paired(none, r3, delta), paired(r3, none, agree), paired(r2, r3, delta)
     where = f"{name} {cond} ({ev.steps[name]} steps)"
-    subs = [Sub("R3 lowers mismatch (none - R3 step-mean |delta| > 0, paired)", _signed(low),
-                f"{where}: none {fmt(over_seeds(none, delta).mean)}, R3 {fmt(over_seeds(r3, delta).mean)}; "
-                f"{_ci(low)}"),
-            Sub("R3 raises routing agreement (R3 - none step-mean agreement > 0, paired)", _signed(up),
-                f"none {fmt(over_seeds(none, agree).mean)}, R3 {fmt(over_seeds(r3, agree).mean)}; {_ci(up)}")]
-    gain = paired(r3, none)
+    subs = [Sub("R3 lowers mismatch (none - R3 step-mean |delta| > 0, paired)", "",
+                f"{where}: none {fmt(over_seeds(none, delta).mean)}, R3 {fmt(over_seeds(r3, delta).mean)}",
+                tests=[effect("none - R3 |delta|", none, r3, d, delta)]),
+            Sub("R3 raises routing agreement (R3 - none step-mean agreement > 0, paired)", "",
+                f"none {fmt(over_seeds(none, agree).mean)}, R3 {fmt(over_seeds(r3, agree).mean)}",
+                tests=[effect("R3 - none agreement", r3, none, d, agree)])]
     subs.append(Sub("R3 stabilises MoE RL where none does not (none loses accuracy; R3 - none gain > 0)",
-                    _signed(gain) if damaged(none) else NOT_TESTABLE,
-                    f"none {_setting(none)}; R3 {_setting(r3)}; gain {_ci(gain)}"
-                    + ("" if damaged(none) else " - none does not lose accuracy here, so nothing to stabilise")))
-    subs.append(Sub("R3 removes more mismatch than R2 (R2 - R3 step-mean |delta| > 0, paired)", _signed(r2r3),
-                    f"R2 {fmt(over_seeds(r2, delta).mean)}, R3 {fmt(over_seeds(r3, delta).mean)}; {_ci(r2r3)}; "
-                    f"R2 {_setting(r2)}"))
+                    "" if damaged(none) else NOT_TESTABLE, f"none {_setting(none)}; R3 {_setting(r3)}"
+                    + ("" if damaged(none) else " - none does not lose accuracy here, so nothing to stabilise"),
+                    tests=[effect("R3 - none rel", r3, none, d)] if damaged(none) else []))
+    subs.append(Sub("R3 removes more mismatch than R2 (R2 - R3 step-mean |delta| > 0, paired)", "",
+                    f"R2 {fmt(over_seeds(r2, delta).mean)}, R3 {fmt(over_seeds(r3, delta).mean)}; R2 {_setting(r2)}",
+                    tests=[effect("R2 - R3 |delta|", r2, r3, d, delta)]))
     return subs
 
 
@@ -114,9 +113,10 @@ def tis_mis(ev: Evidence) -> list[Sub]:
     """TIS (Yao et al. 2025, 'Your efficient RL framework secretly brings you off-policy RL training'): w = min(rho,
     2). MIS (Liu, Li et al. 2025; TRL's vllm_importance_sampling_mode default sequence_mask): sequence-level
     masking was stable where token-level TIS/MIS collapsed."""
-    v, nums = remedy_gain(ev, "tis_token")
+    v, nums, gain_tests = remedy_gain(ev, "tis_token")
     subs = [Sub("token TIS rescues a mismatched run (tis_token - none relative accuracy > 0, paired, where none "
-                "loses accuracy, staleness conditions left out; detected at >= half of such settings)", v, nums)]
+                "loses accuracy, staleness conditions left out; detected at >= half of such settings)", v, nums,
+                tests=gain_tests)]
     hits = [(n, c, m) for n, d in ev.grids.items() for (c, r, m) in d.rows if r == "mis_seq"
             and any(damaged(d.setting(c, t, m)) for t in ("tis_token", "mis_token"))]
     if not hits:
@@ -140,8 +140,9 @@ def icepop(ev: Evidence) -> list[Sub]:
     mille of tokens. The masked share is read from icepop runs on a bf16 engine (rollout_rs_masked_fraction);
     without one it is bracketed from what every cell logs: mismatch/extreme_frac_5 (max(rho, 1/rho) > 5, inside
     IcePop's mask) <= masked <= mismatch/extreme_frac_2 (max(rho, 1/rho) > 2, outside it)."""
-    v, nums = remedy_gain(ev, "icepop")
-    subs = [Sub("IcePop stabilises (icepop - none relative accuracy > 0, paired, where none loses accuracy)", v, nums)]
+    v, nums, gain_tests = remedy_gain(ev, "icepop")
+    subs = [Sub("IcePop stabilises (icepop - none relative accuracy > 0, paired, where none loses accuracy)", v, nums,
+                tests=gain_tests)]
     text = (f"on a bf16 engine it masks [{ICEPOP_BAND[0] * 1e3:g}, {ICEPOP_BAND[1] * 1e3:g}] per mille of tokens "
             "(the claim's 1-2 within a factor 2)")
     measured = next(((c, *f) for c in BF16_ENGINES if (f := ev.find((c, "icepop", "recompute")))), None)
@@ -173,9 +174,9 @@ def fp8_rl(ev: Evidence) -> list[Sub]:
     subs = []
     found = ev.find(("fp8-rollout", "tis_token", "recompute"), ("bf16-engine", "none", "recompute"))
     if found:
-        v, nums = no_difference(found[1].setting("fp8-rollout", "tis_token"), found[1].setting("bf16-engine"))
-        subs.append(Sub("fp8 rollout + token TIS trains like the bf16 engine (relative accuracy, paired)", v,
-                        f"{found[0]}: {nums}"))
+        t = no_difference(found[1].setting("fp8-rollout", "tis_token"), found[1].setting("bf16-engine"), found[1])
+        subs.append(Sub("fp8 rollout + token TIS trains like the bf16 engine (relative accuracy, paired; equivalence "
+                        "within half the learning range)", "", f"{found[0]}", tests=[t]))
     else:
         subs.append(Sub("fp8 rollout + token TIS trains like the bf16 engine", NOT_TESTABLE,
                         untestable("fp8-rollout with tis_token")))
@@ -183,9 +184,9 @@ def fp8_rl(ev: Evidence) -> list[Sub]:
         found = ev.find(("fp8-rollout", "none", mode), ("bf16-engine", "none", mode))
         if found:
             fp8, b16 = found[1].setting("fp8-rollout", mode=mode), found[1].setting("bf16-engine", mode=mode)
-            v, nums = no_difference(fp8, b16)
-            subs.append(Sub(f"without TIS, {mode}: fp8 rollout trains like the bf16 engine", v,
-                            f"{found[0]}: fp8 {_setting(fp8)}; bf16 {_setting(b16)}; {nums}", central=False))
+            subs.append(Sub(f"without TIS, {mode}: fp8 rollout trains like the bf16 engine", "",
+                            f"{found[0]}: fp8 {_setting(fp8)}; bf16 {_setting(b16)}", central=False,
+                            tests=[no_difference(fp8, b16, found[1])]))
     fp8 = "weight_quant=fp8_block,act_quant=fp8_block"
     e2e, one = ev.align_pair("tiny-dense", (f"kernels=exact,dtype=bf16,{fp8}",) * 2,
                              (f"kernels=exact,dtype=fp32,{fp8}", "kernels=exact,dtype=fp32")) or (None, None)
@@ -267,8 +268,9 @@ def gpu_study(ev: Evidence) -> list[Sub]:
         text = f"bf16 engine: {remedy} indistinguishable from none (relative accuracy, paired)"
         if found:
             c, name, d = found
-            v, nums = no_difference(d.setting(c, remedy), d.setting(c))
-            subs.append(Sub(text, v, f"{name} {c} ({ev.steps[name]} steps): {nums}"))
+            subs.append(Sub(text + "; equivalence within half the learning range", "",
+                            f"{name} {c} ({ev.steps[name]} steps)", tests=[no_difference(d.setting(c, remedy),
+                                                                                         d.setting(c), d)]))
         else:
             subs.append(Sub(text, NOT_TESTABLE, untestable(f"{remedy} on bf16-engine")))
     byp = [(n, d.setting("bf16-engine", mode="bypass")) for n, d in ev.find_all(("bf16-engine", "none", "bypass"))]

@@ -1,7 +1,7 @@
 """The report commands: `timbench grid report DIR`, `timbench paper DIR` and `timbench compare BASELINE CANDIDATE`.
 
     timbench grid report results/NAME [--out build/NAME]
-    timbench paper results/paper [--out build/paper]
+    timbench paper results/paper [--out build/paper] [--endpoint final|last3|last-half|auc]
     timbench claims DIR... [--out build/claims]
     timbench early-warning DIR... [--out build/early_warning]
     timbench proxy-fidelity DIR... [--out build/proxy_fidelity] [--reference-model NAME]
@@ -74,7 +74,8 @@ def _cmd_paper(args) -> int:
     from .paper import write_paper
     d = args.dir.rstrip("/")
     out = args.out or default_out(d, "build/paper")
-    return _written("paper", out, lambda: write_paper(d, out=out))
+    command = f"timbench paper {d}" + (f" --endpoint {args.endpoint}" if args.endpoint else "")
+    return _written("paper", out, lambda: write_paper(d, command=command, out=out, endpoint=args.endpoint))
 
 
 def add_paper_parser(sub) -> None:
@@ -84,7 +85,18 @@ def add_paper_parser(sub) -> None:
     p.add_argument("dir", help="grid result directory (results/paper, from bench/grids/paper.yaml)")
     p.add_argument("--out", help="where paper.md/.json and figures/ go (default: results/X -> build/X, "
                                  "else DIR itself; give --out results/X to update the committed files)")
+    p.add_argument("--endpoint", type=_endpoint, help="read the verdicts at another endpoint than the grid's "
+                   "pre-registered one (final | last3 | last-half | auc); the page then says it is exploratory")
     p.set_defaults(func=_cmd_paper)
+
+
+def _endpoint(name: str) -> str:
+    """argparse type: an endpoint name (argparse prints the one-line error and exits 2)."""
+    import argparse
+    from .endpoint import ENDPOINTS
+    if name not in ENDPOINTS:
+        raise argparse.ArgumentTypeError(f"unknown endpoint {name!r}; valid: {', '.join(ENDPOINTS)}")
+    return name
 
 
 def _dirs_command(name: str, write, options: tuple[str, ...] = ()):

@@ -19,7 +19,10 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
-from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
+from .endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
+from .leaderboard import fmt, fmt_interval
+from .verdict_rules import CORRECTION
+from .paper_claims import (PaperData, Verdict, sub_json, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
                            rejection, rel, remedy_condition, seeds_used)
 from .results import load_results
 from .seeds import is_finished
@@ -42,10 +45,14 @@ CLAIMS = {
 """Claim id -> (figure file, the paper's claim as the figure tests it)."""
 
 
-def paper_data(path: str | Path) -> tuple[PaperData, list[dict]]:
+def paper_data(path: str | Path, endpoint: str | None = None) -> tuple[PaperData, list[dict]]:
+    """The grid's settings with every row's endpoint columns (timbench.report.endpoint.with_endpoint) for
+    `endpoint` (default: the one the grid declared, else the default)."""
     grid = load_results(path)
-    rows = summarize(grid)
     by_id = {c.id: c for c in grid.cells}
+    name = endpoint or grid.endpoint or DEFAULT
+    rows = with_endpoint(summarize(grid), {c.id: c.evals for c in grid.cells},
+                         {c.id: c.config.get("steps") for c in grid.cells}, name)
     cells, settings, kinds = {}, {}, {}
     for r in rows:
         kinds.setdefault(r["condition"], r["kind"])
@@ -54,7 +61,8 @@ def paper_data(path: str | Path) -> tuple[PaperData, list[dict]]:
             settings.setdefault(key, []).append(r)
             cells.setdefault(key, []).append(by_id[r["id"]])
     ref = (grid.reference_condition, "none", "recompute")
-    d = PaperData(cells, settings, kinds, ref, rule_from_dict(grid.collapse).smooth)
+    d = PaperData(cells, settings, kinds, ref, rule_from_dict(grid.collapse).smooth, endpoint=name,
+                  declared=grid.endpoint)
     return d, rows
 
 
@@ -142,7 +150,51 @@ def verdicts(d: PaperData) -> list[Verdict]:
     return [f1(d), f2(d), f3(d), f4(d), f5(d, remedy_variants(d)), dose(d)]
 
 
-def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path, seeds: str) -> str:
+DOCS = "docs/verdicts.md"
+"""How to read a verdict (endpoint, family, correction, margin, power): linked from every claims page."""
+
+
+def preamble(d: PaperData) -> list[str]:
+    """The lines every paper page states before its verdicts: endpoint, learning range, family and correction."""
+    lr, learns, g = d.learning()
+    return [f"Primary {label(d.endpoint, d.declared)}.",
+            f"Learning range: the zero-mismatch run's own gain {fmt_interval(g)} absolute, {fmt(lr)} of its endpoint "
+            f"(relative scale){'' if learns else ': it does NOT learn here, so every comparison is not tested'}; "
+            f"the equivalence margin of a no-difference claim is half of it ({fmt(lr / 2 if lr else None)}).",
+            f"Each claim (F1-F5, dose-response) is one family: its tests' p-values are adjusted by {CORRECTION}'s "
+            "method (the adjusted p is printed as Holm); paired t tests over seeds, TOST for equivalence, Fisher's "
+            "exact test for a rate against its control, the exact binomial test for a share; every rate has its "
+            f"Wilson interval. How to read a verdict: [{DOCS}](../../{DOCS}). Implementation checks (true by "
+            "construction when the code is right) are listed as checks, outside the claim counts."]
+
+
+def reendpoint(d: PaperData, name: str) -> PaperData:
+    """The same grid read at another endpoint (the rows' endpoint columns recomputed from the cells' evals)."""
+    cells = {c.id: c for cs in d.cells.values() for c in cs}
+    flat = [r for rows in d.rows.values() for r in rows]
+    new = {r["id"]: r for r in with_endpoint(flat, {i: c.evals for i, c in cells.items()},
+                                             {i: c.config.get("steps") for i, c in cells.items()}, name)}
+    rows = {k: [new[r["id"]] for r in rs] for k, rs in d.rows.items()}
+    return PaperData(d.cells, rows, d.kinds, d.reference, d.smooth, endpoint=name, declared=d.declared)
+
+
+def sensitivity(d: PaperData) -> list[list[str]]:
+    """One row per sub-claim: its word at each endpoint (ENDPOINTS order), and whether any differs from the
+    word at the page's endpoint."""
+    words = {name: [(v.claim, s.text, s.verdict) for v in verdicts(reendpoint(d, name)) for s in v.subs]
+             for name in ENDPOINTS}
+    rows = []
+    shorts = [text.split(" (")[0] for _, text, _ in words[d.endpoint]]
+    for i, (claim, text, _) in enumerate(words[d.endpoint]):
+        ws = [words[n][i][2] for n in ENDPOINTS]
+        short = shorts[i] if shorts.count(shorts[i]) == 1 else \
+            f"{shorts[i]} ({text.split(' (', 1)[-1].split(':')[0].rstrip(')')})"  # e.g. the clip's two modes
+        rows.append([claim, short, *ws, "flips" if len(set(ws)) > 1 else ""])
+    return rows
+
+
+def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path, seeds: str, d: PaperData,
+              sens: list[list[str]]) -> str:
     status = {}
     for r in rows:
         status[r["status"]] = status.get(r["status"], 0) + 1
@@ -150,40 +202,60 @@ def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path, see
              f"regenerate: `{command}`", "",
              "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}", "",
              f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}", "",
-             "Verdicts are decided by the rules in `timbench/report/paper_claims.py` from the committed cells; "
-             "intervals are 95% Student t over seeds (paired by seed where two settings are compared).", ""]
+             "Verdicts are decided by the rules in `timbench/report/paper_claims.py` and "
+             "`timbench/report/verdict_rules.py` from the committed cells; intervals are 95% Student t over seeds "
+             "(paired by seed where two settings are compared), Wilson for rates.", ""]
+    for line in preamble(d):
+        lines += [line, ""]
     for v in vs:
         fig, text = CLAIMS[v.claim]
-        lines += [f"## {v.claim}: {v.verdict}", "", f"Paper: {text}", "", f"![{v.claim}](figures/{fig})", ""]
-        for s in v.subs:  # one nested line per setting (the numbers join settings with " | " or "; ")
+        lines += [f"## {v.claim}: {v.verdict} ({d.endpoint}, {seeds_of(d)})", "", f"Paper: {text}", "",
+                  f"![{v.claim}](figures/{fig})", ""]
+        for s in sorted(v.subs, key=lambda s: s.check):  # claims first, implementation checks after
             parts = [p for p in re.split(r" \| |; ", s.numbers) if p]
-            lines += [f"- **{s.verdict}**: {s.text}." + (f" {parts[0]}" if len(parts) == 1 else "")]
+            tag = "implementation check, " if s.check else "" if s.central else "not central, "
+            lines += [f"- **{tag}{s.verdict}**: {s.text}." + (f" {parts[0]}" if len(parts) == 1 else "")]
             lines += [f"  - {p}" for p in parts] if len(parts) > 1 else []
         lines += [""]
-    return "\n".join(lines)
+    lines += ["## Sensitivity to the endpoint", "",
+              "Each sub-claim's word at every endpoint (" + "; ".join(f"{n}: {t}" for n, t in ENDPOINTS.items())
+              + f"). The page's verdicts read `{d.endpoint}`; a word that changes with the endpoint is marked.", "",
+              "| claim | sub-claim | " + " | ".join(ENDPOINTS) + " | |", "|" + "---|" * (len(ENDPOINTS) + 3)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in sens]
+    return "\n".join(lines) + "\n"
 
 
-def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str) -> str:
+def seeds_of(d: PaperData) -> str:
+    ns = sorted({len(rows) for rows in d.rows.values()})
+    return f"{ns[0]} seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} seeds"
+
+
+def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str,
+          d: PaperData, sens: list[list[str]]) -> str:
     """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
     from .html import figure_html, page, table_html
     from .leaderboard import Table
     body = []
     for v in vs:
         fig, text = CLAIMS[v.claim]
-        body += [f"<h2>{escape(v.claim)}: {escape(v.verdict)}</h2>", f"<p>Paper: {escape(text)}</p>"]
+        body += [f"<h2>{escape(v.claim)}: {escape(v.verdict)} ({escape(d.endpoint)}, {seeds_of(d)})</h2>",
+                 f"<p>Paper: {escape(text)}</p>"]
         if v.claim in pngs:
             body.append(figure_html(f"{v.claim} (figures/{fig})", pngs[v.claim]))
         body.append(table_html(Table(f"{v.claim}: sub-claims", ["verdict", "sub-claim", "numbers"],
-                                     [[s.verdict, s.text, s.numbers] for s in v.subs], "")))
+                                     [[("implementation check: " if s.check else "") + s.verdict, s.text, s.numbers]
+                                      for s in sorted(v.subs, key=lambda s: s.check)], "")))
+    body.append(table_html(Table("Sensitivity to the endpoint", ["claim", "sub-claim", *ENDPOINTS, ""], sens, "")))
     status = {}
     for r in rows:
         status[r["status"]] = status.get(r["status"], 0) + 1
-    preamble = [f"regenerate: `{command}`",
-                "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
-                f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}",
-                "Verdicts are decided by the rules in timbench/report/paper_claims.py from the committed cells; "
-                "intervals are 95% Student t over seeds (paired by seed where two settings are compared)."]
-    return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", preamble, body,
+    pre = [f"regenerate: `{command}`",
+           "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
+           f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}",
+           "Verdicts are decided by the rules in timbench/report/paper_claims.py and verdict_rules.py from the "
+           "committed cells; intervals are 95% Student t over seeds (paired by seed where two settings are "
+           "compared), Wilson for rates."] + preamble(d)
+    return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", pre, body,
                 links=[("the grid's leaderboard", "leaderboard.html")])
 
 
@@ -201,16 +273,17 @@ def check_paper_cells(d: PaperData, path) -> None:
                      "(run bench/grids/paper.yaml, see README 'Paper figures')")
 
 
-def write_paper(path: str | Path, command: str | None = None, out: str | Path | None = None) -> dict[str, Path]:
+def write_paper(path: str | Path, command: str | None = None, out: str | Path | None = None,
+                endpoint: str | None = None) -> dict[str, Path]:
     """Write paper.md, paper.html, paper.json and figures/paper_*.png for the grid dir `path` into `out` (default
     `path`); returns what was written. A grid without the paper's cells is refused (`check_paper_cells`)."""
     from .plots import png_bytes
     path = Path(path)
     out = Path(out) if out is not None else path
-    d, rows = paper_data(path)
+    d, rows = paper_data(path, endpoint)
     check_paper_cells(d, path)
     command = command or f"timbench paper {path}"
-    vs, seeds = verdicts(d), seeds_used(d)
+    vs, seeds, sens = verdicts(d), seeds_used(d), sensitivity(d)
     written, pngs = {}, {}
     for claim, build in _figures(d, remedy_variants(d)).items():
         p = out / "figures" / CLAIMS[claim][0]
@@ -218,11 +291,15 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
         atomic_write(p, pngs[claim])
         written[claim] = p
     written["paper.md"] = out / "paper.md"
-    atomic_write(written["paper.md"], _markdown(vs, rows, command, path, seeds))
+    atomic_write(written["paper.md"], _markdown(vs, rows, command, path, seeds, d, sens))
     written["paper.html"] = out / "paper.html"
-    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds))
-    doc = {"command": command, "seeds": seeds, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
-                                           "subclaims": [vars(s) for s in v.subs]} for v in vs]}
+    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds, d, sens))
+    doc = {"command": command, "seeds": seeds, "endpoint": d.endpoint, "declared_endpoint": d.declared,
+           "exploratory": d.endpoint != (d.declared or DEFAULT), "correction": CORRECTION,
+           "learning_range": d.learning()[0],
+           "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
+                       "subclaims": [sub_json(s) for s in v.subs]} for v in vs],
+           "sensitivity": [dict(zip(["claim", "subclaim", *ENDPOINTS, "flips"], r)) for r in sens]}
     written["paper.json"] = out / "paper.json"
     atomic_write(written["paper.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return written

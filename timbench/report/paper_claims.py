@@ -1,15 +1,17 @@
 """The seed paper's claims (arXiv 2605.14220) as tests over a grid's results: one verdict per claim.
 
-Each claim is split into sub-claims; each sub-claim is decided from the committed cells by a rule stated
-in its text and gets `reproduced` (the claimed effect is detected: its interval excludes no effect, in the
-claimed direction), `consistent, no difference detected` (for a claim of *no* difference, such as K1 ~ K3
-or "a tighter clip is not a fix": the interval contains 0, reported with the smallest effect the design
-could have detected), `not reproduced`, `reversed` (detected in the other direction) or `not tested` (the
-grid holds no, or too few, cells for it). A claim's headline is its weakest central sub-claim, in the order
-reversed < not reproduced < not tested < consistent < reproduced, with the count of sub-claims reproduced
-beside it; a sub-claim marked not central (a literature add-on to the paper's claim) is shown but does not
-set the headline. Comparisons between settings are paired by seed (the same seed shares the warm start,
-prompts and sampler keys) and use 95% Student t intervals over seeds (timbench.report.stats).
+Each claim is a *family* of sub-claims; each sub-claim is decided by one or more tests of
+timbench.report.verdict_rules (paired t tests over seeds, TOST with a stated margin for a claim of no
+difference, Fisher's exact test for a rate against its control, the exact binomial test for a share), Holm's
+correction over the family's tests, and that module's one rule from tests to words: reproduced, reversed,
+equivalent, not reproduced, inconclusive, not tested (fewer than 2 seeds, both arms at the floor, a baseline
+that does not learn, or a smallest detectable difference above the learning range). Every accuracy is the
+grid's endpoint (timbench.report.endpoint; default the mean eval accuracy T=1 over the last half of the run),
+relative to the same seed's zero-mismatch run; the learning range is the zero-mismatch run's own relative gain
+(endpoint - the step-0 eval, over the endpoint) and the equivalence margin half of it. Implementation checks
+(zero mismatch gives exactly 0.0) are listed apart and do not count as claims. A claim's headline is its weakest
+central sub-claim (verdict_rules.STRENGTH); a sub-claim marked not central (a literature add-on, or not the
+paper's claim) is shown but does not set it.
 
 Pure functions of `PaperData` (built by timbench.report.paper); nothing here reads files or draws.
 """
@@ -23,23 +25,23 @@ from itertools import groupby
 from .collapse import moving_average
 from .leaderboard import fmt, fmt_interval
 from .results import CellRun, column
-from .stats import Interval, mean_interval, t_quantile
+from .stats import Interval, detectable, mean_interval, POWER
+from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED, STRENGTH, Test, check,
+                            combine, decide, paired_effect, paired_no_difference, rate_vs_control, rate_vs_threshold)
 
-REPRODUCED, NOT, REVERSED = "reproduced", "not reproduced", "reversed"
-UNTESTED = "not tested"
-"""A sub-claim the grid holds no (or too few) cells for."""
+UNTESTED = NOT_TESTED
 CONSISTENT = "consistent, no difference detected"
-"""A claim of no difference whose paired interval contains 0: not a proof of equality (see `detectable`)."""
-STRENGTH = (REVERSED, NOT, UNTESTED, CONSISTENT, REPRODUCED)
-"""Weakest first: a claim's headline is the weakest of its central sub-claims."""
-POWER = 0.8
-"""The power at which `detectable` states the smallest effect the design could have found."""
+"""The claims page's older word for a no-difference claim whose interval contains 0 (not a proof of equality)."""
 SPIKE = 2.0
 """A seed's grad norm 'spikes' when its maximum exceeds SPIKE x the same seed's zero-mismatch maximum."""
 KL_RISE = 2.0
 """The KL 'warns' when its smoothed value first exceeds KL_RISE x its mean over the first 5 steps."""
 KL_LEAD = 5
 """A warning at least KL_LEAD steps before the collapse counts as an early warning."""
+FLOOR = 0.05
+"""Endpoint accuracy at or below which a setting sits at the floor (collapsed: nothing left to lose)."""
+SHARE = 0.5
+"""A share claim ("the seeds rise first") is tested as more than SHARE of the seeds (exact binomial test)."""
 
 
 @dataclass
@@ -55,6 +57,10 @@ class PaperData:
     smooth: int = 5
     ref_by_seed: dict = field(default_factory=dict)
     """seed -> the reference cell's summary row."""
+    endpoint: str = "last-half"
+    """The endpoint the rows' endpoint_* columns hold (timbench.report.endpoint)."""
+    declared: str | None = None
+    """The endpoint the grid declared before it ran (None: it declares none)."""
 
     def setting(self, condition: str, remedy: str = "none", mode: str = "recompute") -> list[dict]:
         return self.rows.get((condition, remedy, mode), [])
@@ -62,6 +68,15 @@ class PaperData:
     def real(self) -> list[str]:
         """Real mismatched conditions (not noise, not the reference), in grid order."""
         return [c for c, k in self.kinds.items() if k not in ("reference", "noise")]
+
+    def learning(self) -> tuple[float | None, bool, Interval]:
+        """(learning range on the relative scale, whether the baseline learns, its absolute own gain): the
+        zero-mismatch seeds' gain / endpoint, and whether the absolute gain's interval excludes 0."""
+        ref = self.rows.get(self.reference, [])
+        gains = mean_interval([r["gain_t1"] for r in ref if r.get("gain_t1") is not None])
+        rel_gain = mean_interval([r["gain_t1"] / r["endpoint_t1"] for r in ref
+                                  if r.get("gain_t1") is not None and r.get("endpoint_t1")])
+        return rel_gain.mean, gains.lo is not None and gains.lo > 0, gains
 
 
 @dataclass
@@ -71,6 +86,10 @@ class Sub:
     numbers: str
     central: bool = True
     """False for a literature add-on shown beside the paper's claim: it does not set the headline."""
+    tests: list = field(default_factory=list)
+    """The verdict_rules.Test objects that decide it (Holm-adjusted within the claim's family)."""
+    check: bool = False
+    """An implementation check (true by construction when the code is right): listed apart, not a claim."""
 
 
 @dataclass
@@ -81,36 +100,75 @@ class Verdict:
     @property
     def verdict(self) -> str:
         """The weakest central sub-claim's verdict, with how many sub-claims were reproduced when not all."""
-        central = [s.verdict for s in self.subs if s.central]
+        claims = [s for s in self.subs if not s.check]
+        central = [REPRODUCED if s.verdict == EQUIVALENT else s.verdict for s in claims if s.central]
         if not central:
             return UNTESTED
-        head = min(central, key=STRENGTH.index)
-        done = sum(1 for s in self.subs if s.verdict == REPRODUCED)
-        return head if done in (0, len(self.subs)) or head == REPRODUCED else \
-            f"{head} ({done} of {len(self.subs)} sub-claims reproduced)"
+        head = min(central, key=_strength)  # an equivalence is how a no-difference claim is reproduced
+        done = sum(1 for s in claims if s.verdict in (REPRODUCED, EQUIVALENT))
+        return head if done in (0, len(claims)) or head in (REPRODUCED, EQUIVALENT) else \
+            f"{head} ({done} of {len(claims)} sub-claims reproduced)"
 
 
-def detectable(diff: Interval) -> float | None:
-    """The smallest true paired difference this design would detect with probability POWER at the 95% level:
-    (t_0.975 + t_POWER) x sd / sqrt(n), with sd / sqrt(n) read off the interval's half-width."""
-    if diff.half_width is None or diff.n < 2:
-        return None
-    t_a = t_quantile(0.975, diff.n - 1)
-    return diff.half_width * (1.0 + t_quantile(POWER, diff.n - 1) / t_a)
+def sub_json(s: Sub) -> dict:
+    """A sub-claim for the pages' JSON: its words, numbers and each deciding test."""
+    return {"text": s.text, "verdict": s.verdict, "numbers": s.numbers, "central": s.central, "check": s.check,
+            "tests": [{"label": t.label, "kind": t.kind, "estimate": t.estimate, "lo": t.interval.lo,
+                       "hi": t.interval.hi, "n": t.interval.n, "p": t.p, "p_holm": t.p_adj, "margin": t.margin,
+                       "smallest_detectable": t.mde, "not_tested": t.blocked, "word": t.word()} for t in s.tests]}
+
+
+def _strength(word: str) -> int:
+    order = (REVERSED, NOT, NOT_TESTED, CONSISTENT, INCONCLUSIVE, EQUIVALENT, REPRODUCED)
+    return order.index(word) if word in order else 0
+
+
+def family(claim: str, subs: list[Sub]) -> Verdict:
+    """Holm's correction over every test of the claim's sub-claims, then each tested sub-claim's word: its
+    own rule (`decide_sub`), else `combine` over its tests ("at some condition"); test lines join its numbers."""
+    decide([t for s in subs for t in s.tests])
+    for s in subs:
+        if s.tests:
+            words = [t.word() for t in s.tests]
+            s.verdict = s.verdict(words) if callable(s.verdict) else combine(words)
+            s.numbers = (s.numbers + " | " if s.numbers else "") + " | ".join(t.text() for t in s.tests)
+    return Verdict(claim, subs)
 
 
 # ---------------------------------------------------------------- per-seed quantities
 
 def rel(r: dict) -> float | None:
-    return r.get("relative_accuracy_t1")
+    """The endpoint relative to the same seed's zero-mismatch run (endpoint_rel; the final eval's ratio,
+    relative_accuracy_t1, for rows without endpoint columns)."""
+    return r["endpoint_rel"] if "endpoint_rel" in r else r.get("relative_accuracy_t1")
+
+
+def gain(r: dict) -> float | None:
+    """Own gain: the endpoint minus the run's step-0 evaluation."""
+    return r.get("gain_t1")
+
+
+def acc(r: dict) -> float | None:
+    return r["endpoint_t1"] if "endpoint_t1" in r else r.get("final_accuracy_t1")
+
+
+def diffs(a: list[dict], b: list[dict], key=rel) -> list[float]:
+    """Per seed key(a_seed) - key(b_seed), on the seeds both have."""
+    bs = {r["seed"]: r for r in b}
+    return [key(r) - key(bs[r["seed"]]) for r in a if r["seed"] in bs and key(r) is not None
+            and key(bs[r["seed"]]) is not None]
+
+
+def at_floor(*settings: list[dict]) -> bool:
+    """Every setting's mean endpoint accuracy at or below FLOOR (collapsed to ~0: no difference can show); False
+    when a setting's accuracy is unknown."""
+    means = [over_seeds(rows, acc).mean for rows in settings]
+    return all(m is not None and m <= FLOOR for m in means)
 
 
 def paired(a: list[dict], b: list[dict], key=rel) -> Interval:
     """Interval over seeds of key(a_seed) - key(b_seed), on the seeds both have."""
-    bs = {r["seed"]: r for r in b}
-    diffs = [key(r) - key(bs[r["seed"]]) for r in a if r["seed"] in bs and key(r) is not None
-             and key(bs[r["seed"]]) is not None]
-    return mean_interval(diffs)
+    return mean_interval(diffs(a, b, key))
 
 
 def over_seeds(rows: list[dict], key) -> Interval:
@@ -180,16 +238,21 @@ def _by_seed(cells: list[CellRun]) -> dict:
 
 # ---------------------------------------------------------------- F1-F5 and the dose-response
 
+def _setting_text(rows: list[dict]) -> str:
+    """rel with its interval, own gain with its interval, and the collapse rate with its Wilson interval."""
+    from .stats import wilson
+    k, n = collapses(rows)
+    return (f"rel {_ci(over_seeds(rows, rel))}, own gain {_ci(over_seeds(rows, gain))}, {k}/{n} collapsed "
+            f"{_ci(wilson(k, n)) if n else '-'}")
+
+
 def f1(d: PaperData) -> Verdict:
-    ref_cells = _by_seed(d.cells.get(d.reference, []))
-    gains = [r["final_accuracy_t1"] - ref_cells[r["seed"]].evals[0]["accuracy_t1"]
-             for r in d.rows.get(d.reference, []) if ref_cells.get(r["seed"]) and ref_cells[r["seed"]].evals]
-    g = mean_interval(gains)
-    up = g.lo is not None and g.lo > 0
-    subs = [Sub("the zero-mismatch run keeps improving (final - initial eval accuracy T=1 > 0)",
-                REPRODUCED if up else (REVERSED if g.hi is not None and g.hi < 0 else NOT),
-                f"gain {_diff(g)} over {g.n} seeds")]
-    found, parts = [], []
+    lr, learns, g = d.learning()
+    ref = d.rows.get(d.reference, [])
+    subs = [Sub("the zero-mismatch run keeps improving (own gain: endpoint - step-0 eval accuracy T=1 > 0)", "",
+                f"gain {_ci(g)} over {g.n} seeds", tests=[paired_effect("gain", [gain(r) for r in ref], None)])]
+    k0, n0 = collapses(ref)
+    coll, rose_tests, parts = [], [], []
     for cond in d.real():
         for mode in ("recompute", "bypass"):
             rows = d.setting(cond, mode=mode)
@@ -198,29 +261,43 @@ def f1(d: PaperData) -> Verdict:
             k, n = collapses(rows)
             cells = _by_seed(d.cells[(cond, "none", mode)])
             rose = sum(rose_before_collapse(cells[r["seed"]], r, d.smooth) for r in rows if r.get("collapse/collapsed"))
-            parts.append(f"{cond}/{mode} {k}/{n} collapsed ({rose} after a rise), rel acc {_ci(over_seeds(rows, rel))}")
-            if n and k * 3 >= 2 * n:
-                found.append((cond, mode, rose, n))
-    subs.append(Sub("a mismatched real engine's run collapses (>= 2/3 of seeds, remedy none)",
-                    REPRODUCED if found else NOT, "; ".join(parts) or "no mismatched cells"))
-    subs.append(Sub("... after first rising (>= 2/3 of the seeds' smoothed reward rose 5% above its first window "
-                    "before the collapse)", UNTESTED if not found else
-                    REPRODUCED if any(r * 3 >= 2 * n for *_, r, n in found) else NOT,
-                    ", ".join(f"{c}/{m}: {r}/{n} seeds rose first" for c, m, r, n in found) or "no collapsed setting"))
-    return Verdict("F1", subs)
+            parts.append(f"{cond}/{mode} {_setting_text(rows)} ({rose} after a rise)")
+            coll.append(rate_vs_control(f"{cond}/{mode} collapses vs zero mismatch", k, n, k0, n0))
+            if k:
+                rose_tests.append(rate_vs_threshold(f"{cond}/{mode} rose first", rose, k, SHARE))
+    subs.append(Sub("a mismatched real engine's run collapses more often than the zero-mismatch run (Fisher's exact "
+                    "test per setting, remedy none)", "", "; ".join(parts) or "no mismatched cells", tests=coll))
+    subs.append(Sub(f"... after first rising (more than {SHARE:.0%} of a setting's collapsed seeds' smoothed reward "
+                    "rose 5% above its first window before the collapse; exact binomial test)", UNTESTED,
+                    "" if rose_tests else "no collapsed setting", tests=rose_tests))
+    return family("F1", subs)
 
 
-F2_SUBS = (f"recompute degrades with grad-norm spikes (>= 2/3 seeds with max grad norm > {SPIKE:g}x the same "
-           "seed's zero-mismatch max, and collapse or relative accuracy below 1)",
-           "bypass degrades silently (collapses without a grad-norm spike)",
-           "bypass ends below recompute (paired difference of relative accuracy < 0)")
+F2_SUBS = (f"recompute degrades (relative accuracy < 1, paired) with grad-norm spikes (the seed's max grad norm over "
+           "the same seed's zero-mismatch max > 1 on the log scale, paired)",
+           f"bypass degrades silently (collapses more often than zero mismatch, Fisher; and its max grad norm is "
+           f"within {SPIKE:g}x the same seed's zero-mismatch max, TOST on the log scale)",
+           "bypass ends below recompute (recompute - bypass relative accuracy > 0, paired; not the paper's claim)")
 """F2's sub-claims, in order."""
+
+
+def _both(words: list[str]) -> str:
+    """A condition passes a two-part rule only when both parts do (reproduced, or equivalent for a no-difference
+    part); the parts' weakest word otherwise."""
+    return REPRODUCED if all(w in (REPRODUCED, EQUIVALENT) for w in words) else min(words, key=_strength)
+
+
+def _pairs_rule(words: list[str]) -> str:
+    """Tests come in (part 1, part 2) pairs, one pair per condition: reproduced at some condition where both are."""
+    return combine([_both(words[i:i + 2]) for i in range(0, len(words), 2)])
 
 
 def f2(d: PaperData) -> Verdict:
     ref = _by_seed(d.cells.get(d.reference, []))
-    spike_re, silent_by, worse_by, parts = [], [], [], []
-    for cond in d.real() + [c for c, k in d.kinds.items() if k == "noise"]:
+    lr, learns, _ = d.learning()
+    k0, n0 = collapses(d.rows.get(d.reference, []))
+    spike, silent, worse, parts = [], [], [], []
+    for cond in d.real():
         rec, byp = d.setting(cond, mode="recompute"), d.setting(cond, mode="bypass")
         if not rec or not byp:
             continue
@@ -228,28 +305,28 @@ def f2(d: PaperData) -> Verdict:
         for mode, rows in (("recompute", rec), ("bypass", byp)):
             cells = _by_seed(d.cells[(cond, "none", mode)])
             ratios[mode] = [max_grad_ratio(cells[r["seed"]], ref.get(r["seed"])) for r in rows]
-        spikes = {m: sum(1 for x in v if x is not None and x > SPIKE) for m, v in ratios.items()}
-        (kr, nr), (kb, nb) = collapses(rec), collapses(byp)
-        diff = paired(byp, rec)
-        parts.append(f"{cond}: recompute rel {_ci(over_seeds(rec, rel))}, {kr}/{nr} collapsed, {spikes['recompute']}"
-                     f"/{nr} grad spikes (max {fmt(max([x for x in ratios['recompute'] if x] or [0]), 2)}x ref); bypass "
-                     f"rel {_ci(over_seeds(byp, rel))}, {kb}/{nb} collapsed, {spikes['bypass']}/{nb} spikes "
-                     f"(max {fmt(max([x for x in ratios['bypass'] if x] or [0]), 2)}x); bypass - recompute {_diff(diff)}")
-        if spikes["recompute"] * 3 >= 2 * nr and (kr or (over_seeds(rec, rel).hi or 2) < 1):
-            spike_re.append(cond)
-        if kb and spikes["bypass"] == 0:
-            silent_by.append(cond)
-        if diff.hi is not None and diff.hi < 0:
-            worse_by.append(cond)
+        logs = {m: [math.log(x) for x in v if x] for m, v in ratios.items()}
+        spike += [paired_effect(f"{cond} recompute: 1 - rel", [1 - x for x in (rel(r) for r in rec) if x is not None],
+                                lr, baseline_learns=learns),
+                  paired_effect(f"{cond} recompute: log max grad ratio", logs["recompute"], None)]
+        (kb, nb) = collapses(byp)
+        silent += [rate_vs_control(f"{cond} bypass collapses vs zero mismatch", kb, nb, k0, n0),
+                   paired_no_difference(f"{cond} bypass: log max grad ratio", logs["bypass"], math.log(SPIKE), None)]
+        worse.append(paired_effect(f"{cond}: recompute - bypass rel", diffs(rec, byp), lr, at_floor(rec, byp),
+                                   learns))
+        parts.append(f"{cond}: recompute {_setting_text(rec)}, max grad {_ratio_text(ratios['recompute'])}; bypass "
+                     f"{_setting_text(byp)}, max grad {_ratio_text(ratios['bypass'])}")
     if not parts:  # e.g. a recompute-only grid (bench/grids/rise_collapse.yaml): F2 compares the two modes
         return Verdict("F2", [Sub(text, UNTESTED, "no condition has cells in both recompute and bypass mode")
                               for text in F2_SUBS])
-    return Verdict("F2", [
-        Sub(F2_SUBS[0], REPRODUCED if spike_re else NOT, f"conditions: {', '.join(spike_re) or 'none'}"),
-        Sub(F2_SUBS[1], REPRODUCED if silent_by else NOT, f"conditions: {', '.join(silent_by) or 'none'}"),
-        Sub(F2_SUBS[2], REPRODUCED if worse_by else NOT,
-            f"separated at: {', '.join(worse_by) or 'none'}; " + " | ".join(parts)),
-    ])
+    return family("F2", [Sub(F2_SUBS[0], _pairs_rule, " | ".join(parts), tests=spike),
+                         Sub(F2_SUBS[1], _pairs_rule, "", tests=silent),
+                         Sub(F2_SUBS[2], "", "", central=False, tests=worse)])
+
+
+def _ratio_text(xs: list) -> str:
+    xs = [x for x in xs if x]
+    return f"{fmt(min(xs), 2)}-{fmt(max(xs), 2)}x the same seed's zero-mismatch max" if xs else "-"
 
 
 def _kl_ratio_end(cell: CellRun) -> float | None:
@@ -282,12 +359,15 @@ def f3(d: PaperData) -> Verdict:
                           f"{'never' if alarm is None else alarm}")
     late, early = counts["real"]
     n = late + early
-    verdict = UNTESTED if n < 3 else REPRODUCED if late > early else REVERSED if early > late else NOT
+    t1 = rate_vs_threshold("real collapsed seeds without an early KL warning", late, n, SHARE)
+    if n < 3:
+        t1.blocked = f"{n} real collapsed seed(s) with room for a warning (fewer than 3)"
     subs = [Sub(f"real conditions: K3 stays near its starting level until the reward falls (no rise above "
-                f"{KL_RISE:g}x its first 5 steps at least {KL_LEAD} steps before a collapse; decided on >= 3 seeds)",
-                verdict, f"{late}/{n} collapsed seeds without an early KL warning, {early}/{n} with one; noise "
+                f"{KL_RISE:g}x its first 5 steps at least {KL_LEAD} steps before a collapse, in more than "
+                f"{SHARE:.0%} of the collapsed seeds; exact binomial test, >= 3 seeds)",
+                UNTESTED, f"{late}/{n} collapsed seeds without an early KL warning, {early}/{n} with one; noise "
                 f"conditions (not counted): {counts['noise'][0]} without, {counts['noise'][1]} with; {too_soon} seeds "
-                f"collapsed before step {5 + KL_LEAD}, too early to tell; " + "; ".join(detail))]
+                f"collapsed before step {5 + KL_LEAD}, too early to tell; " + "; ".join(detail), tests=[t1])]
     flat, seen, parts = 0, 0, []
     for cond in d.real():
         rows = d.setting(cond)
@@ -300,19 +380,23 @@ def f3(d: PaperData) -> Verdict:
         flat += sum(1 for x in ratios if x is not None and x < KL_RISE)
         parts.append(f"{cond}: rel {_ci(r_iv)}, K3 last 10 / first 5 steps = "
                      + ", ".join("-" if x is None else f"{x:.2f}" for x in ratios))
+    t2 = rate_vs_threshold("seeds whose K3 stays flat", flat, seen, SHARE)
     subs.append(Sub(f"real conditions, recompute, accuracy lost (rel interval below 1): K3 ends within {KL_RISE:g}x "
-                    "its start in >= 2/3 of the seeds", UNTESTED if not seen else REPRODUCED if flat * 3 >= 2 * seen
-                    else REVERSED, f"{flat}/{seen} seeds flat; " + ("; ".join(parts) or "no such setting")))
-    return Verdict("F3", subs)
+                    f"its start in more than {SHARE:.0%} of the seeds (exact binomial test)", UNTESTED,
+                    f"{flat}/{seen} seeds flat; " + ("; ".join(parts) or "no such setting"), tests=[t2] if seen else []))
+    return family("F3", subs)
 
 
 def f4(d: PaperData) -> Verdict:
+    """Both 'coincide under zero mismatch' and 'separate under mismatch' hold by construction when the code is
+    right (C(r) of two identical old policies is identical): implementation checks, not findings. The skew by
+    the sign of A is the claim (two-sided paired test per condition, at >= half of the conditions)."""
     ref_max = max((abs(x) for c in d.cells.get(d.reference, []) for x in column(c.metrics, "drift/diff_abs_mean")),
                   default=None)
     subs = [Sub("zero mismatch: C(r_train) and C(r_rollout) coincide (max |difference| == 0.0 over every step)",
-                REPRODUCED if ref_max == 0.0 else NOT, f"max |diff| = {ref_max!r} over "
-                f"{len(d.cells.get(d.reference, []))} reference cells")]
-    sep, skew, parts = [], [], []
+                check(ref_max == 0.0), f"max |diff| = {ref_max!r} over {len(d.cells.get(d.reference, []))} "
+                "reference cells", check=True)]
+    sep, tests, parts = [], [], []
     for cond in d.real() + [c for c, k in d.kinds.items() if k == "noise"]:
         rows = d.setting(cond)
         if not rows:
@@ -322,17 +406,19 @@ def f4(d: PaperData) -> Verdict:
         neg = over_seeds(rows, lambda r: mean_over_steps(d, cond, r, "drift/diff_neg_adv_mean"))
         if absd.mean and absd.mean > 0:
             sep.append(cond)
-        gap = over_seeds(rows, lambda r: _gap(d, cond, r))
-        if gap.lo is not None and (gap.lo > 0 or gap.hi < 0):
-            skew.append(cond)
-        parts.append(f"{cond}: A>0 {_ci(pos)}, A<0 {_ci(neg)}, A>0 minus A<0 {_ci(gap)}")
+        t = paired_effect(f"{cond}: A>0 minus A<0", [_gap(d, cond, r) for r in rows], None)
+        t.estimate = abs(t.estimate) if t.estimate is not None else None  # either sign is a skew
+        tests.append(t)
+        parts.append(f"{cond}: A>0 {_ci(pos)}, A<0 {_ci(neg)}")
     subs.append(Sub("mismatch: they separate (cumulative |difference| > 0), recompute mode",
-                    UNTESTED if not parts else REPRODUCED if sep else NOT, f"{len(sep)} conditions: {', '.join(sep) or 'none'}"))
-    subs.append(Sub("... skewed by the sign of A (the seeds' A > 0 mean minus A < 0 mean has an interval excluding 0, "
-                    "at >= half of the conditions)",
-                    UNTESTED if not parts else REPRODUCED if skew and len(skew) * 2 >= len(parts) else NOT,
-                    f"skewed at {len(skew)}/{len(parts)}: " + "; ".join(parts)))
-    return Verdict("F4", subs)
+                    UNTESTED if not parts else check(bool(sep)), f"{len(sep)} conditions: {', '.join(sep) or 'none'}",
+                    check=True))
+    half = lambda ws: REPRODUCED if ws.count(REPRODUCED) * 2 >= len(ws) else combine(  # noqa: E731
+        [w for w in ws if w != REPRODUCED])
+    subs.append(Sub("... skewed by the sign of A (the seeds' A > 0 mean minus A < 0 mean differs from 0, two-sided "
+                    "paired t test, at >= half of the conditions)", half if tests else UNTESTED, "; ".join(parts),
+                    tests=tests))
+    return family("F4", subs)
 
 
 def _gap(d: PaperData, cond: str, row: dict) -> float | None:
@@ -353,54 +439,73 @@ def rejection(rows: list[dict]) -> float | None:
     return math.fsum(xs) / len(xs) if xs else None
 
 
+def _all(words: list[str]) -> str:
+    """A claim over every comparison ("closest": better than each other remedy): reproduced only if all are."""
+    return REPRODUCED if words and all(w == REPRODUCED for w in words) else \
+        min(words, key=_strength) if words else UNTESTED
+
+
 def f5(d: PaperData, variants: dict[str, dict]) -> Verdict:
     """`variants`: remedy label -> its config ({remedy, remedy_args, eps_low, ...}) at the remedy condition."""
     cond = remedy_condition(d)
     if cond is None:
         return Verdict("F5", [])
+    lr, learns, _ = d.learning()
+    margin = lr / 2 if lr and lr > 0 else None
     rec = {lab: d.setting(cond, lab) for lab in variants if d.setting(cond, lab)}
     args = lambda lab: variants[lab].get("remedy_args") or {}  # noqa: E731
     tis_rs = [l for l in rec if variants[l]["remedy"] == "tis_token+seq_rs" and args(l).get("ratio", "rho") == "rho"]
     ranked = sorted(rec, key=lambda l: abs(1 - (over_seeds(rec[l], rel).mean or 0)))
-    best = ranked[0] if ranked else None
+    best = next((l for l in ranked if l in tis_rs), None)
     order = ", ".join(f"{l} {_ci(over_seeds(rec[l], rel))}" for l in ranked)
-    subs = [Sub("token TIS + sequence rejection is closest to the zero-mismatch run (relative accuracy nearest 1)",
-                REPRODUCED if best in tis_rs else NOT, f"{cond}, recompute, by |1 - rel|: {order}")]
+    dist = lambda r: None if rel(r) is None else abs(1 - rel(r))  # noqa: E731
+    closest = [paired_effect(f"{o} - {best} |1 - rel|", diffs(rec[o], rec[best], dist), lr,
+                             baseline_learns=learns) for o in rec if best and o not in tis_rs]
+    subs = [Sub("token TIS + sequence rejection is closest to the zero-mismatch run (its |1 - rel| below every other "
+                "remedy's, paired, each)", _all if closest else UNTESTED, f"{cond}, recompute, by |1 - rel|: {order}",
+                tests=closest)]
     ppo = [l for l in rec if variants[l]["remedy"] == "tis_token+seq_rs" and args(l).get("ratio") == "ppo"]
     for p in ppo:
         twin = next((l for l in tis_rs if {**args(l), "ratio": "ppo"} == args(p)), None)
         if twin:
-            diff = paired(rec[twin], rec[p])
-            subs.append(Sub(f"rejection on rho beats rejection on the PPO ratio ({twin} - {p} > 0)", _signed(diff),
-                            f"paired difference {_diff(diff)}; rejected seqs: on rho {fmt(rejection(rec[twin]))}, "
-                            f"on PPO ratio {fmt(_ppo_rejection(d, cond, p))}"))
+            subs.append(Sub(f"rejection on rho beats rejection on the PPO ratio ({twin} - {p} > 0)", "",
+                            f"rejected seqs: on rho {fmt(rejection(rec[twin]))}, on PPO ratio "
+                            f"{fmt(_ppo_rejection(d, cond, p))}",
+                            tests=[paired_effect(f"{twin} - {p}", diffs(rec[twin], rec[p]), lr,
+                                                 at_floor(rec[twin], rec[p]), learns)]))
     k1s = [l for l in tis_rs if args(l).get("divergence") == "k1"]
     k3s = [l for l in tis_rs if args(l).get("divergence", "k3") == "k3"]
     for a in k1s:
         if not k3s:
             break
         b = min(k3s, key=lambda l: abs((rejection(rec[l]) or 0) - (rejection(rec[a]) or 0)))  # matched acceptance
-        diff = paired(rec[a], rec[b])
-        same = diff.lo is not None and diff.lo <= 0 <= diff.hi
-        subs.append(Sub(f"K1 and K3 work about equally as the sequence criterion ({a} vs {b}, matched rejection)",
-                        CONSISTENT if same else NOT,
-                        f"paired difference {_ci(diff)} (contains 0: {same}, {_power(diff)}); rejected seqs "
-                        f"{fmt(rejection(rec[a]))} vs {fmt(rejection(rec[b]))}"))
+        subs.append(Sub(f"K1 and K3 work about equally as the sequence criterion ({a} vs {b}, matched rejection; "
+                        "equivalence within half the learning range)", "",
+                        f"rejected seqs {fmt(rejection(rec[a]))} vs {fmt(rejection(rec[b]))}",
+                        tests=[paired_no_difference(f"{a} - {b}", diffs(rec[a], rec[b]), margin, lr,
+                                                    at_floor(rec[a], rec[b]), learns)]))
     clips = [l for l in variants if variants[l]["remedy"] == "none" and variants[l].get("eps_low") is not None]
     for lab in clips:
         for mode in ("recompute", "bypass"):
             mine, none = d.setting(cond, lab, mode), d.setting(cond, "none", mode)
             if not mine or not none:
                 continue
-            diff, r = paired(mine, none), over_seeds(mine, rel)
-            fixed = diff.lo is not None and diff.lo > 0 and r.hi is not None and r.hi >= 1 and not collapses(mine)[0]
-            # detected: worse than none, or short of the zero-mismatch run (its interval below 1)
-            short = (diff.hi is not None and diff.hi < 0) or (r.hi is not None and r.hi < 1)
-            subs.append(Sub(f"tightening the PPO clip is not a fix ({lab}, {mode}: no gain over none, or still "
-                            "short of the zero-mismatch run)", REVERSED if fixed else REPRODUCED if short
-                            else CONSISTENT, f"rel {_ci(r)}, {collapses(mine)[0]}/{len(mine)} collapsed; minus none "
-                            f"{_ci(diff)} ({_power(diff)})"))
-    return Verdict("F5", subs)
+            short = paired_effect(f"{lab} ({mode}): 1 - rel", [1 - x for x in (rel(r) for r in mine) if x is not None],
+                                  lr, at_floor(mine), learns)
+            fixed = paired_effect(f"{lab} ({mode}) - none rel", diffs(mine, none), lr, at_floor(mine, none), learns)
+            subs.append(Sub(f"tightening the PPO clip is not a fix ({lab}, {mode}: still short of the zero-mismatch "
+                            "run; reversed when it gains over none and is not short)", _clip_rule,
+                            f"{_setting_text(mine)}", tests=[short, fixed]))
+    return family("F5", subs)
+
+
+def _clip_rule(words: list[str]) -> str:
+    short, fixed = words
+    if short == REPRODUCED:
+        return REPRODUCED
+    if fixed == REPRODUCED and short in (NOT, REVERSED):
+        return REVERSED
+    return short
 
 
 def _ppo_rejection(d: PaperData, cond: str, lab: str) -> float | None:
@@ -454,25 +559,34 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 
 
 def dose(d: PaperData) -> Verdict:
+    """Per mode, the noise sweep's damage rising with its dose is tested per seed (rel at the smallest sigma minus
+    rel at the largest, paired; Spearman over the sweep's means is shown, not tested: 3-4 points)."""
     pts = dose_points(d)
+    lr, learns, _ = d.learning()
     subs, thresholds = [], {}
     for mode in ("recompute", "bypass"):
         noise = sorted((p for p in pts if p["mode"] == mode and p["kind"] == "noise" and p["y"].mean is not None),
                        key=lambda p: p["sigma"] or 0)
         rho = spearman([p["x"].mean for p in noise], [p["y"].mean for p in noise])
-        subs.append(Sub(f"{mode}: relative accuracy falls as the noise dose rises (Spearman over sigma < 0)",
-                        UNTESTED if rho is None else REPRODUCED if rho < 0 else REVERSED,
-                        f"rho = {fmt(rho, 2)}; " + ", ".join(f"sigma {p['sigma']:g}: |delta| {fmt(p['x'].mean)} rel "
-                                                          f"{_ci(p['y'])} ({p['collapses']}/{p['seeds']})" for p in noise)))
-        thresholds[mode] = next((p["sigma"] for p in noise if p["collapses"] * 3 >= 2 * p["seeds"]), None)
-    subs.append(_on_the_noise_curve(pts))
-    r, b = thresholds.get("recompute"), thresholds.get("bypass")
-    ok = b is not None and (r is None or b < r)
-    subs.append(Sub("bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3)",
-                    UNTESTED if not any(p["kind"] == "noise" for p in pts) else
-                    REPRODUCED if ok else (REVERSED if r is not None and (b is None or r < b) else NOT),
-                    f"smallest sigma with >= 2/3 seeds collapsed: bypass {b}, recompute {r}", central=False))
-    return Verdict("dose-response", subs)
+        tests = []
+        if len(noise) >= 2:
+            lo, hi = (d.setting(noise[i]["label"], mode=mode) for i in (0, -1))
+            tests = [paired_effect(f"sigma {noise[0]['sigma']:g} - sigma {noise[-1]['sigma']:g} rel", diffs(lo, hi),
+                                   lr, at_floor(lo, hi), learns)]
+        subs.append(Sub(f"{mode}: relative accuracy falls as the noise dose rises (smallest minus largest sigma > 0, "
+                        "paired)", UNTESTED, f"Spearman over sigma {fmt(rho, 2)} (not a test); "
+                        + ", ".join(f"sigma {p['sigma']:g}: |delta| {fmt(p['x'].mean)} rel {_ci(p['y'])} "
+                                    f"({p['collapses']}/{p['seeds']})" for p in noise), tests=tests))
+        thresholds[mode] = {p["sigma"]: p for p in noise}
+    subs.append(_on_the_noise_curve(d, pts, lr, learns))
+    common = sorted(set(thresholds.get("recompute", {})) & set(thresholds.get("bypass", {})))
+    tests = [rate_vs_control(f"sigma {s:g}: bypass vs recompute collapses", thresholds["bypass"][s]["collapses"],
+                             thresholds["bypass"][s]["seeds"], thresholds["recompute"][s]["collapses"],
+                             thresholds["recompute"][s]["seeds"]) for s in common]
+    subs.append(Sub("bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3; "
+                    "bypass collapses more often at some sigma, Fisher)", UNTESTED, "" if tests else
+                    "no noise sigma in both modes", central=False, tests=tests))
+    return family("dose-response", subs)
 
 
 def noise_curve(noise: list[dict], x: float) -> float:
@@ -488,8 +602,10 @@ def noise_curve(noise: list[dict], x: float) -> float:
     return pts[-1][1]
 
 
-def _on_the_noise_curve(pts: list[dict]) -> Sub:
-    hits, parts = 0, []
+def _on_the_noise_curve(d: PaperData, pts: list[dict], lr: float | None, learns: bool) -> Sub:
+    """Each real setting's seeds against the noise sweep's value at the same |delta|: equivalence within half the
+    learning range (TOST, one sample); the claim holds where >= 2/3 of the real settings are equivalent."""
+    tests, parts = [], []
     real = [p for p in pts if p["kind"] not in ("noise", "reference") and p["x"].mean and p["y"].mean is not None]
     for p in real:
         noise = [q for q in pts if q["mode"] == p["mode"] and q["kind"] == "noise" and q["x"].mean
@@ -497,11 +613,17 @@ def _on_the_noise_curve(pts: list[dict]) -> Sub:
         if len(noise) < 2:
             continue
         pred = noise_curve(noise, p["x"].mean)
-        inside = p["y"].lo is not None and p["y"].lo <= pred <= p["y"].hi
-        hits += inside
-        parts.append(f"{p['label']}/{p['mode']}: |delta| {fmt(p['x'].mean)}, rel {_ci(p['y'])} vs noise curve "
-                     f"{fmt(pred)}{'' if inside else ' (outside)'}")
-    return Sub("mean |delta| alone predicts the damage: each real condition's relative accuracy interval contains "
-               "the noise sweep's value at the same |delta| (>= 2/3 of real settings)",
-               UNTESTED if not parts else NOT if hits * 3 < 2 * len(parts) else REPRODUCED,
-               f"{hits}/{len(parts)} on the curve; " + "; ".join(parts))
+        rows = d.setting(p["label"], mode=p["mode"])
+        tests.append(paired_no_difference(f"{p['label']}/{p['mode']} rel - noise curve {fmt(pred)}",
+                                          [rel(r) - pred for r in rows if rel(r) is not None],
+                                          lr / 2 if lr and lr > 0 else None, lr, at_floor(rows) and pred <= FLOOR,
+                                          learns))
+        parts.append(f"{p['label']}/{p['mode']}: |delta| {fmt(p['x'].mean)}")
+
+    def rule(words):
+        if words.count(EQUIVALENT) * 3 >= 2 * len(words):
+            return EQUIVALENT
+        return NOT if words.count(NOT) * 3 > len(words) else combine([w for w in words if w != EQUIVALENT])
+    return Sub("mean |delta| alone predicts the damage: each real condition's relative accuracy is equivalent to "
+               "the noise sweep's value at the same |delta| (>= 2/3 of real settings; TOST within half the learning "
+               "range)", rule if tests else UNTESTED, "; ".join(parts), tests=tests)

@@ -61,6 +61,8 @@ class Grid:
     """CollapseRule overrides from the grid spec ({} for the defaults)."""
     cells: list[CellRun]
     """Cells in cells.json order."""
+    endpoint: str | None = None
+    """The endpoint the grid declared before it ran (cells.json `endpoint`), None when it declares none."""
 
 
 def column(rows: list[dict], key: str) -> list[float]:
@@ -152,4 +154,4 @@ def load_results(path: str | Path) -> Grid:
         load_cell_results(c, path)
     return Grid(name=str(meta.get("grid", path.name)), path=path,
                 reference_condition=str(meta.get("reference_condition", "baseline")),
-                collapse=meta.get("collapse") or {}, cells=cells)
+                collapse=meta.get("collapse") or {}, cells=cells, endpoint=meta.get("endpoint"))

@@ -7,6 +7,11 @@
 - `wilson(k, n)`: Wilson score interval of a proportion (eval accuracy with one seed, collapse rate).
 - `proportion_difference(k1, n1, k2, n2)`: Newcombe's hybrid score interval of p2 - p1 (compare).
 - `kaplan_meier(times, events)`: survival curve of time-to-collapse, censored at the step budget.
+- `t_test(xs)`: two-sided p of a one-sample t test of mean 0 (the paired difference's test).
+- `tost(xs, margin)`: equivalence p (two one-sided t tests) of |mean| < margin.
+- `fisher_exact(k1, n1, k2, n2)`: two-sided p of Fisher's exact test of two rates, from the hypergeometric pmf.
+- `holm(ps)`: Holm's step-down adjusted p-values (family-wise error control within a family of claims).
+- `detectable(diff)`: the smallest paired difference a design detects with probability POWER.
 
 Sums go through math.fsum (correctly rounded, so independent of order and machine).
 """
@@ -19,6 +24,10 @@ from statistics import NormalDist
 
 LEVEL = 0.95
 """Coverage of every interval the reports show."""
+ALPHA = 1.0 - LEVEL
+"""Level of every test (after Holm's correction within a family)."""
+POWER = 0.8
+"""The power at which `detectable` states the smallest effect the design could have found."""
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -234,3 +243,68 @@ def kaplan_meier(times: list[int], events: list[bool]) -> list[tuple[int, float]
 def median_survival(curve: list[tuple[int, float]]) -> int | None:
     """First time the survival curve is at or below 0.5, None if it never gets there."""
     return next((t for t, s in curve if s <= 0.5), None)
+
+
+def t_test(xs: list[float]) -> float | None:
+    """Two-sided p-value of the one-sample t test of mean 0 (None for fewer than 2 values; 1.0 or 0.0 when the
+    values do not vary: all zero, or all the same non-zero value)."""
+    xs = [float(x) for x in xs if x is not None]
+    if len(xs) < 2:
+        return None
+    m, sd = math.fsum(xs) / len(xs), sample_sd(xs)
+    if sd == 0.0:
+        return 1.0 if m == 0.0 else 0.0
+    t = m / (sd / math.sqrt(len(xs)))
+    return min(1.0, 2.0 * t_cdf(-abs(t), len(xs) - 1))
+
+
+def tost(xs: list[float], margin: float) -> float | None:
+    """Equivalence p-value of two one-sided t tests (Schuirmann) of -margin < mean < margin: the larger of the
+    two one-sided p-values; below ALPHA, the 90% t interval lies inside (-margin, margin)."""
+    xs = [float(x) for x in xs if x is not None]
+    if len(xs) < 2 or not margin > 0:
+        return None
+    m, sd = math.fsum(xs) / len(xs), sample_sd(xs)
+    if sd == 0.0:
+        return 0.0 if abs(m) < margin else 1.0
+    se = sd / math.sqrt(len(xs))
+    return max(1.0 - t_cdf((m + margin) / se, len(xs) - 1), t_cdf((m - margin) / se, len(xs) - 1))
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p-value of Fisher's exact test of k1/n1 vs k2/n2: the sum of the hypergeometric probabilities
+    (margins fixed) of every table no more likely than the observed one (R's and scipy's convention, with a
+    1e-7 relative tolerance for ties)."""
+    if not (0 <= k1 <= n1 and 0 <= k2 <= n2):
+        raise ValueError(f"fisher_exact needs 0 <= k <= n, got {k1}/{n1} and {k2}/{n2}")
+    total, ks = n1 + n2, k1 + k2
+    lo, hi = max(0, ks - n2), min(ks, n1)
+    logp = {x: _log_comb(n1, x) + _log_comb(n2, ks - x) - _log_comb(total, ks) for x in range(lo, hi + 1)}
+    cut = logp[k1] + math.log1p(1e-7)
+    return min(1.0, math.fsum(math.exp(v) for v in logp.values() if v <= cut))
+
+
+def holm(ps: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (same order; None stays None and is not counted): the i-th smallest of m
+    p-values times (m - i), made monotone and capped at 1. Rejecting where the adjusted p < ALPHA controls the
+    chance of any false 'detected' in the family at ALPHA."""
+    idx = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: ps[i])
+    out: list[float | None] = [None] * len(ps)
+    running, m = 0.0, len(idx)
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def detectable(diff: Interval) -> float | None:
+    """The smallest true paired difference this design would detect with probability POWER at the 95% level:
+    (t_0.975 + t_POWER) x sd / sqrt(n), with sd / sqrt(n) read off the interval's half-width."""
+    if diff.half_width is None or diff.n < 2:
+        return None
+    t_a = t_quantile(0.975, diff.n - 1)
+    return diff.half_width * (1.0 + t_quantile(POWER, diff.n - 1) / t_a)
