@@ -98,14 +98,15 @@ def test_run_writes_identity_and_check_compares(suite, tmp_path):
     assert check(base, base) == (0, [])
     worse = copy.deepcopy(base)
     worse["probes"][0]["passed"] = False
-    code, lines = check(base, worse)
-    assert code == 1 and "tiny-dense determinism passed in the baseline and fails now" in lines[0]
+    code, found = check(base, worse)
+    assert code == 1 and "tiny-dense determinism passed in the baseline and fails now" in found[0]["line"]
     drift = copy.deepcopy(base)
     next(r for r in drift["probes"] if r["probe"] == "alignment")["numbers"]["mean_abs_diff"] = 1e-9
     assert check(base, drift)[0] == 1
     other = copy.deepcopy(base)
     other["identity"]["suite_version"] = 4
-    assert check(base, other) == (2, ["incomparable: baseline is suite tiny v3, candidate is tiny v4"])
+    code, found = check(base, other)
+    assert (code, [f["line"] for f in found]) == (2, ["incomparable: baseline is suite tiny v3, candidate is tiny v4"])
 
 
 def test_cli_fails_naming_the_probe_and_bad_input_is_one_line(suite, tmp_path, capsys):
