@@ -61,9 +61,10 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
         return 2, [_finding("incomparable", None, None, "suite", was, now, "the same suite and suite version",
                             f"incomparable: baseline is suite {was}, candidate is {now}")]
     have = {(r["model"], r["probe"]) for r in cand["probes"]}
-    lack = [f"{r['model']} {r['probe']}" for r in base["probes"] if (r["model"], r["probe"]) not in have]
+    results = [r for r in base["probes"] if not r.get("error")]  # a probe that erred in the baseline has none
+    lack = [f"{r['model']} {r['probe']}" for r in results if (r["model"], r["probe"]) not in have]
     if lack:
-        n = len(base["probes"])
+        n = len(results)
         return 2, [_finding("incomparable", None, None, "probes", n, n - len(lack),
                             "the candidate has a result for every probe of the baseline",
                             f"incomparable: the candidate lacks {len(lack)} of the baseline's {n} probe results "

@@ -99,17 +99,20 @@ def changes(prev: dict, cur: dict) -> list[str]:
         if o is None:
             lines.append(f"{where}: new probe ({_verdict(r)})")
             continue
-        if o["passed"] != r["passed"]:
+        if _verdict(o) != _verdict(r):
             lines.append(f"{where}: {_verdict(o)} -> {_verdict(r)}")
+        if o.get("error") or r.get("error"):
+            continue  # an erred side has no numbers to move
         moved = {k: (o["numbers"].get(k), v) for k, v in r["numbers"].items() if o["numbers"].get(k) != v}
         if moved:
             lines.append(f"{where}: " + ", ".join(f"{k} {_num(x)} -> {_num(y)}" for k, (x, y) in moved.items()))
     code, found = check(a, b)
     regressions = sum(f["kind"] == "regression" for f in found)
     lines.append(f"`timbench gate check {prev['name']} {cur['name']}`: exit {code}"
-                 + (f" ({regressions} regression(s))" if code == 1 else "" if code == 0
-                    else " (incomparable)" if found[0]["kind"] == "incomparable"
-                    else f" ({len(found)} probe(s) erred, not compared)"))
+                 + ("" if code == 0 else " (incomparable)" if found[0]["kind"] == "incomparable" else
+                    " (" + "; ".join(f"{n} {what}" for n, what in
+                                     ((regressions, "regression(s)"), (len(found) - regressions, "erred, not compared"))
+                                     if n) + ")"))
     return lines
 
 
