@@ -48,8 +48,8 @@ def test_findings_are_readable_lines_and_json_has_their_fields(tmp_path, capsys)
     b, c = _write(tmp_path / "b", base), _write(tmp_path / "c", cand)
     assert main(["gate", "check", str(b), str(c)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out == ["regression: tiny-dense determinism passed in the baseline and fails now: completions_differ 0 -> 1, "
-                   "max_abs_diff 0 -> 2.5e-07",
+    assert out == ["regression: tiny-dense determinism passed in the baseline and fails now: "
+                   "completions_differ 0 -> 1, max_abs_diff 0 -> 2.5e-07",
                    "regression: tiny-dense alignment mean_abs_diff 0 -> 0.0134 (rule: mean_abs_diff <= 1.5x the "
                    "baseline's + 1e-12)"]
     assert not any("{" in line for line in out)  # no dict reprs
@@ -161,8 +161,9 @@ def test_the_sampling_probe_records_its_threshold_as_a_floor():
     from timbench.spec import parse_spec
 
     spec = parse_spec("kernels=exact", side="engine")
-    r = PROBES["sampling_semantics"](lambda w: make_engine(w.config, spec, weights=w), load_model("tiny-dense"),
-                                     {"prompts": 1, "samples": 200, "alpha": 1e-3}, SamplingParams(temperature=0.8, seed=0), spec)
+    make = lambda w: make_engine(w.config, spec, weights=w)  # noqa: E731
+    r = PROBES["sampling_semantics"](make, load_model("tiny-dense"), {"prompts": 1, "samples": 200, "alpha": 1e-3},
+                                     SamplingParams(temperature=0.8, seed=0), spec)
     assert r.passed and r.thresholds == {"min_p_value": 1e-3}
     rep = _report()
     rep["identity"] |= {"engine_package": "timbench", "engine_version": "0", "torch": "t", "machine": {"cpu": "c"},

