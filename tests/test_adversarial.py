@@ -285,9 +285,9 @@ def test_yaml_complex_keys_and_malformed_set_values_are_one_line_errors(ckpt, tm
 
 
 @pytest.mark.parametrize("doc,message", [
-    ([], "not a gate.json (a JSON list)"),
-    ({}, "no identity with suite and suite_version"),
-    ({"identity": {"suite": "tiny", "suite_version": 3}}, "no probes list"),
+    ([], "not a gate.json (a JSON list; "),
+    ({}, "not a gate.json (missing identity, probes)"),
+    ({"identity": {"suite": "tiny", "suite_version": 3}}, "not a gate.json (missing probes)"),
 ])
 def test_a_malformed_gate_json_is_a_one_line_error(tmp_path, capsys, doc, message):
     (tmp_path / "bad.json").write_text(json.dumps(doc))
@@ -301,8 +301,8 @@ def test_gate_check_refuses_an_empty_or_partial_candidate():
     probes = [{"model": "m", "probe": p, "passed": True, "numbers": {}} for p in ("determinism", "batch")]
     base = {"identity": ident, "probes": probes}
     assert check(base, {"identity": ident, "probes": []})[0] == 2
-    code, lines = check(base, {"identity": ident, "probes": probes[:1]})
-    assert code == 2 and "lacks 1 of the baseline's probes, e.g. m batch" in lines[0]
+    code, found = check(base, {"identity": ident, "probes": probes[:1]})
+    assert code == 2 and "lacks 1 of the baseline's 2 probe results (m batch)" in found[0]["line"]
     assert check(base, base) == (0, [])
 
 

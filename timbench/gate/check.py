@@ -1,10 +1,12 @@
 """`timbench gate check BASELINE CANDIDATE`: the regressions of a candidate's gate.json against a baseline's.
 
 Exit codes: 0 no regression, 1 regressions (each named with both sides' numbers and the rule), 2 the two
-are not comparable (another suite or suite version, a candidate with no probes or without some of the
-baseline's) or a file is not a gate.json. Exact probes compare verdicts; the alignment probe's
-mean |delta| also regresses when it grows past 1.5x the baseline's (plus 1e-12, so an exact 0.0 baseline
-flags any nonzero value).
+are not comparable (another suite or suite version, or a candidate without some of the baseline's probe
+results) or a probe erred in the candidate and nothing regressed. Exact probes compare verdicts; the alignment
+probe's mean |delta| also regresses when it grows past 1.5x the baseline's (plus 1e-12, so an exact 0.0
+baseline flags any nonzero value: a release that switches its rollouts to bf16 stays within the 0.1 bound of
+`gate run` and fails here). Each finding is a dict with the fields `--json` prints (kind, model, probe, metric,
+baseline, candidate, rule) and `line`, the sentence the command prints.
 """
 
 from __future__ import annotations
@@ -13,71 +15,99 @@ import json
 from pathlib import Path
 
 GROWTH = 1.5
+ALIGNMENT_RULE = f"mean_abs_diff <= {GROWTH}x the baseline's + 1e-12"
+VERDICT_RULE = "a probe that passes in the baseline passes in the candidate"
+ROW_KEYS = ("model", "probe", "passed", "numbers")
 
 
-def load_report(path) -> dict:
+def load_report(path, identity_keys=("suite", "suite_version")) -> dict:
+    """A gate.json (or its directory), checked to hold what `timbench gate run` writes: an identity with
+    `identity_keys` and at least one probe row; a one-line ValueError naming what is missing otherwise."""
     p = Path(path)
     p = p / "gate.json" if p.is_dir() else p
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no gate.json (run `timbench gate run ... --out DIR` first)")
     try:
         doc = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not a gate.json ({e.msg} at line {e.lineno})") from None
-    return doc
-
-
-def load_checkable(path) -> dict:
-    """load_report, then check_shape: what `gate check` compares."""
-    doc = load_report(path)
-    p = Path(path)
-    check_shape(doc, p / "gate.json" if p.is_dir() else p)
-    return doc
-
-
-def check_shape(doc, p: Path) -> None:
-    """A one-line ValueError naming the first thing `check` needs that `doc` lacks (never a bare KeyError)."""
-    shape = ('expected {"identity": {"suite", "suite_version", ...}, "probes": [{"model", "probe", "passed", '
-             '"numbers"}, ...]}')
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+        raise ValueError(f"{p}: not a gate.json ({where})") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{p}: not a gate.json (a JSON {type(doc).__name__}); {shape}")
+        raise ValueError(f"{p}: not a gate.json (a JSON {type(doc).__name__}; `timbench gate run` writes an object "
+                         "with identity and probes)")
     ident = doc.get("identity")
-    if not isinstance(ident, dict) or any(k not in ident for k in ("suite", "suite_version")):
-        raise ValueError(f"{p}: not a gate.json (no identity with suite and suite_version); {shape}")
-    probes = doc.get("probes")
-    if not isinstance(probes, list):
-        raise ValueError(f"{p}: not a gate.json (no probes list); {shape}")
-    for i, r in enumerate(probes):
-        if not isinstance(r, dict) or any(k not in r for k in ("model", "probe", "passed", "numbers")) \
-                or not isinstance(r["numbers"], dict):
-            raise ValueError(f"{p}: probes[{i}] lacks model, probe, passed or numbers; {shape}")
+    missing = [k for k in ("identity", "probes") if k not in doc]
+    if not missing:
+        missing = [k for k in identity_keys if k not in ident] if isinstance(ident, dict) else ["identity's fields"]
+    if missing:
+        raise ValueError(f"{p}: not a gate.json (missing {', '.join(missing)})")
+    rows = doc["probes"]
+    if not isinstance(rows, list):
+        raise ValueError(f"{p}: not a gate.json (probes is a {type(rows).__name__}, not a list of probe rows)")
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict) or any(k not in r for k in ROW_KEYS)), None)
+    if bad is not None:
+        raise ValueError(f"{p}: not a gate.json (probe row {bad} lacks one of {', '.join(ROW_KEYS)})")
+    if not rows:
+        raise ValueError(f"{p}: an empty gate run (no probe results); rerun `timbench gate run`")
+    return doc
 
 
-def check(base: dict, cand: dict) -> tuple[int, list[str]]:
-    """(exit code, one line per regression or the reason they are incomparable)."""
+def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
+    """(exit code, findings): one per regression, per probe that erred in the candidate, or the one reason the
+    two are incomparable."""
     bi, ci = base["identity"], cand["identity"]
     if (bi["suite"], bi["suite_version"]) != (ci["suite"], ci["suite_version"]):
-        return 2, [f"incomparable: baseline is suite {bi['suite']} v{bi['suite_version']}, candidate is "
-                   f"{ci['suite']} v{ci['suite_version']}"]
-    old = {(r["model"], r["probe"]): r for r in base["probes"]}
+        was, now = f"{bi['suite']} v{bi['suite_version']}", f"{ci['suite']} v{ci['suite_version']}"
+        return 2, [_finding("incomparable", None, None, "suite", was, now, "the same suite and suite version",
+                            f"incomparable: baseline is suite {was}, candidate is {now}")]
     have = {(r["model"], r["probe"]) for r in cand["probes"]}
-    if not have:
-        return 2, ["incomparable: the candidate ran no probes (an empty gate.json passes nothing)"]
-    lacking = sorted(set(old) - have)
-    if lacking:  # a partial candidate: what it skipped cannot pass by being absent
-        return 2, [f"incomparable: the candidate lacks {len(lacking)} of the baseline's probes, e.g. "
-                   f"{lacking[0][0]} {lacking[0][1]}; run the whole suite"]
-    lines = []
+    results = [r for r in base["probes"] if not r.get("error")]  # a probe that erred in the baseline has none
+    lack = [f"{r['model']} {r['probe']}" for r in results if (r["model"], r["probe"]) not in have]
+    if lack:
+        n = len(results)
+        return 2, [_finding("incomparable", None, None, "probes", n, n - len(lack),
+                            "the candidate has a result for every probe of the baseline",
+                            f"incomparable: the candidate lacks {len(lack)} of the baseline's {n} probe results "
+                            f"({', '.join(lack[:3])}{', ...' if len(lack) > 3 else ''}); a partial gate run is not "
+                            "checked")]
+    old = {(r["model"], r["probe"]): r for r in base["probes"]}
+    found = []
     for r in cand["probes"]:
         b = old.get((r["model"], r["probe"]))
         if b is None:
             continue
-        where = f"{r['model']} {r['probe']}"
-        if b["passed"] and not r["passed"]:
-            lines.append(f"regression: {where} passed in the baseline and fails now: {b['numbers']} -> {r['numbers']}")
-        elif r["probe"] == "alignment":
+        m, p, where = r["model"], r["probe"], f"{r['model']} {r['probe']}"
+        if r.get("error"):
+            found.append(_finding("not compared", m, p, "error", _verdict(b), r["error"],
+                                  "a probe that erred has no result to compare",
+                                  f"not compared: {where} erred in the candidate ({r['error']})"))
+        elif b["passed"] and not r["passed"]:
+            moved = ", ".join(f"{k} {_num(b['numbers'].get(k))} -> {_num(v)}" for k, v in r["numbers"].items()
+                              if b["numbers"].get(k) != v) or _numbers(r["numbers"]) or "no numbers"
+            found.append(_finding("regression", m, p, "passed", True, False, VERDICT_RULE,
+                                  f"regression: {where} passed in the baseline and fails now: {moved}"))
+        elif p == "alignment" and "mean_abs_diff" in b["numbers"] and "mean_abs_diff" in r["numbers"]:
             was, now = b["numbers"]["mean_abs_diff"], r["numbers"]["mean_abs_diff"]
             if now > GROWTH * was + 1e-12:
-                lines.append(f"regression: {where} mean_abs_diff {was:.3g} -> {now:.3g} (rule: <= {GROWTH}x "
-                             "baseline + 1e-12)")
-    return (1 if lines else 0), lines
+                found.append(_finding("regression", m, p, "mean_abs_diff", was, now, ALIGNMENT_RULE,
+                                      f"regression: {where} mean_abs_diff {was:.3g} -> {now:.3g} "
+                                      f"(rule: {ALIGNMENT_RULE})"))
+    kinds = {f["kind"] for f in found}
+    return (1 if "regression" in kinds else 2 if kinds else 0), found
+
+
+def _finding(kind, model, probe, metric, baseline, candidate, rule, line) -> dict:
+    return {"kind": kind, "model": model, "probe": probe, "metric": metric, "baseline": baseline,
+            "candidate": candidate, "rule": rule, "line": line}
+
+
+def _verdict(r) -> str:
+    return "error" if r.get("error") else "pass" if r["passed"] else "fail"
+
+
+def _num(x) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def _numbers(numbers: dict) -> str:
+    return ", ".join(f"{k}={_num(v)}" for k, v in numbers.items())

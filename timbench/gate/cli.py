@@ -10,11 +10,17 @@ def add_parser(sub) -> None:
     g = sub.add_parser("gate", help="regression-test an engine release: run a versioned probe suite, compare "
                                     "with a baseline")
     gs = g.add_subparsers(dest="gate_cmd", required=True)
-    r = gs.add_parser("run", help="run a gate suite on one engine spec; exit 1 when a probe fails")
+    r = gs.add_parser("run", help="run a gate suite on one engine spec and compare it with the suite's stored "
+                                  "baseline; exit 1 when a probe fails or regresses, 2 when one erred")
     r.add_argument("--engine", default="kernels=exact,dtype=fp32",
                    help="engine spec (timbench.spec), e.g. engine=vllm,dtype=bf16 or fault=batch_leak")
     r.add_argument("--suite", default="default", help="suite name (bench/gates/NAME.yaml) or path to a suite .yaml")
     r.add_argument("--out", default="build/gate", help="output directory for gate.json and gate.md")
+    b = r.add_mutually_exclusive_group()
+    b.add_argument("--baseline", metavar="DIR",
+                   help="gate run to compare with by `gate check`'s rules (default: the suite's stored baseline, "
+                        "results/gates/none for smoke)")
+    b.add_argument("--no-baseline", action="store_true", help="only the probes' own thresholds, no comparison")
     r.set_defaults(func=_run)
     f = gs.add_parser("faults", help="run the suite on the clean engine and under every fault of timbench.faults; "
                                      "write the detection matrix")
@@ -38,25 +44,52 @@ def add_parser(sub) -> None:
 
 
 def _run(args) -> int:
+    from .check import check, load_report
     from .run import run_gate
     from .suite import load_suite
 
     suite = load_suite(args.suite)
+    where = None if args.no_baseline else args.baseline or suite.baseline
+    base = where and _baseline(load_report(where), suite, where)  # read first: --out may be the baseline's dir
     report = run_gate(args.engine, suite, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    failed = [f"{r['model']} {r['probe']}" for r in report["probes"] if not r["passed"]]
-    print(f"gate {suite.name} v{suite.version}: {'PASS' if not failed else 'FAIL: ' + ', '.join(failed)} "
-          f"({report['seconds']:.0f}s; {args.out}/gate.md)")
-    return 0 if not failed else 1
+    rows = report["probes"]
+    failed = [f"{r['model']} {r['probe']}" for r in rows if not r["passed"] and not r.get("error")]
+    erred = {}  # model -> its rows that erred: one entry per model (an engine that cannot start errs them all)
+    for r in rows:
+        if r.get("error"):
+            erred.setdefault(r["model"], []).append(r)
+    regressed = [f["line"] for f in (check(base, report)[1] if base else []) if f["kind"] == "regression"]
+    notes = [f"{sum(r['passed'] for r in rows)} of {len(rows)} probes pass"] if erred else []
+    notes += [f"{m}: {len(e)} probe(s) erred, first {e[0]['probe']}: {e[0]['error']}" for m, e in erred.items()]
+    if base:
+        notes.append(f"{len(regressed) or 'no'} regression(s) against {where}")
+    else:
+        notes.append("no baseline compared" if args.no_baseline else
+                     f"suite {suite.name} has no stored baseline (--baseline DIR compares with one)")
+    head = "FAIL: " + ", ".join(failed) if failed else "ERROR" if erred else "FAIL" if regressed else "PASS"
+    print("\n".join(regressed + [f"gate {suite.name} v{suite.version}: {head}; {'; '.join(notes)} "
+                                  f"({report['seconds']:.0f}s; {args.out}/gate.md)"]))
+    return 2 if erred else 1 if failed or regressed else 0
+
+
+def _baseline(base: dict, suite, where) -> dict:
+    """The baseline, refused before any probe runs when it is of another suite or version."""
+    bi = base["identity"]
+    if (bi["suite"], bi["suite_version"]) != (suite.name, suite.version):
+        raise ValueError(f"baseline {where} is suite {bi['suite']} v{bi['suite_version']}, this run is "
+                         f"{suite.name} v{suite.version}: give --baseline DIR of the same suite and version, or "
+                         "--no-baseline")
+    return base
 
 
 def _check(args) -> int:
-    from .check import check, load_checkable
+    from .check import check, load_report
 
-    code, lines = check(load_checkable(args.baseline), load_checkable(args.candidate))
+    code, found = check(load_report(args.baseline), load_report(args.candidate))
     if args.json:
-        print(json.dumps({"exit": code, "findings": lines}))
+        print(json.dumps({"exit": code, "findings": found}))
     else:
-        print("\n".join(lines) if lines else "gate check: no regression")
+        print("\n".join(f["line"] for f in found) if found else "gate check: no regression")
     return code
 
 
@@ -80,7 +113,5 @@ def _matrix(args) -> int:
     from .matrix import write
 
     doc = write(args.dirs, args.out)
-    rows = ", ".join(f"{r['name']} " + ("ERROR" if r["error"] else "pass" if r["passed"] else "FAIL")
-                     for r in doc["releases"])
-    print(f"gate matrix: {rows} ({args.out}/matrix.md)")
+    print(f"gate matrix: {', '.join(r['name'] + ' ' + r['verdict'] for r in doc['releases'])} ({args.out}/matrix.md)")
     return 0

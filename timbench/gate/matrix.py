@@ -2,7 +2,10 @@
 
 Each DIR is one release's gate run (`timbench gate run --out DIR`: gate.json, and pip-freeze.txt when
 `make gate-matrix` made it) or, for a release that could not be installed, imported or gated, an error.txt
-holding that one-line error: that is the release's row, not a failure of the matrix; a raw_reload.json
+holding that one-line error: that is the release's row, not a failure of the matrix. A probe that erred in a
+gate run (an unsupported model) is an ERROR cell with its reason; the release's other probes stand. Package,
+torch and transformers versions come from pip-freeze.txt when there is one (an error row has them too),
+else from gate.json's identity. A raw_reload.json
 (bench/gates/vllm_raw_reload.py) adds whether the release's own reload still has the bugs timbench's adapter
 works around. Releases are compared in the order given, each with the one before it: verdicts and numbers that
 moved, the identity that moved (engine version, torch, transformers), the raw reload bugs that appeared or went,
@@ -26,7 +29,7 @@ def load_row(path) -> dict:
     holds neither a gate.json nor an error.txt, or a file is malformed. error.txt wins over a gate.json:
     bench/gates/matrix.sh removes it when it starts, so it means the latest attempt failed."""
     d = Path(path)
-    row = {"name": d.name, "report": None, "error": None, "transformers": None, "raw_reload": None}
+    row = {"name": d.name, "report": None, "error": None, "pins": {}, "raw_reload": None}
     if (d / "raw_reload.json").is_file():
         try:
             row["raw_reload"] = json.loads((d / "raw_reload.json").read_text())
@@ -34,23 +37,45 @@ def load_row(path) -> dict:
             raise ValueError(f"{d / 'raw_reload.json'}: not JSON ({e.msg} at line {e.lineno})") from None
     freeze = d / "pip-freeze.txt"
     if freeze.is_file():
-        pins = dict(ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)
-        row["transformers"] = pins.get("transformers")
+        row["pins"] = {name.strip().lower(): v.strip() for name, v in
+                       (ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)}
+    row["transformers"] = row["pins"].get("transformers")
     if (d / "error.txt").is_file():
         text = (d / "error.txt").read_text().strip()
         row["error"] = text.splitlines()[0] if text else "error.txt is empty"
     elif (d / "gate.json").is_file():
-        rep = load_report(d)
-        missing = [k for k in ("identity", "probes", "passed", "seconds") if k not in rep] if isinstance(rep, dict) \
-            else ["identity"]
-        bad = missing or [k for k in IDENTITY_KEYS if k not in rep["identity"]]
-        if bad:
-            raise ValueError(f"{d / 'gate.json'}: not a gate.json (missing {', '.join(bad)})")
+        rep = load_report(d, IDENTITY_KEYS)
+        missing = [k for k in ("passed", "seconds") if k not in rep]
+        if missing:
+            raise ValueError(f"{d / 'gate.json'}: not a gate.json (missing {', '.join(missing)})")
         row["report"] = rep
     else:
         raise ValueError(f"{d}: no gate.json or error.txt (a matrix row is a `timbench gate run --out DIR` or "
                          "a release's error.txt from bench/gates/matrix.sh)")
     return row
+
+
+def versions(row) -> tuple[str, str]:
+    """(engine package and version, torch) of a release: pip-freeze.txt's pins where it names them, else its
+    gate.json's identity; "-" where neither does (a release that could not even be installed)."""
+    ident = (row["report"] or {}).get("identity", {})
+    dist = next((k for k in row["pins"] if k == "vllm" or k.startswith("vllm-")), None)
+    package = f"{dist} {row['pins'][dist]}" if dist else \
+        f"{ident['engine_package']} {ident['engine_version']}" if ident else "-"
+    return package, row["pins"].get("torch") or ident.get("torch", "-")
+
+
+def verdict(row) -> str:
+    """A release's verdict: pass, FAIL, ERROR (no gate run), or the counts when some probes erred."""
+    if row["report"] is None:
+        return "ERROR"
+    probes = row["report"]["probes"]
+    erred = sum(bool(r.get("error")) for r in probes)
+    if not erred:
+        return "pass" if row["report"]["passed"] else "FAIL"
+    failed = sum(not r["passed"] for r in probes) - erred
+    counts = [(len(probes) - erred - failed, "pass"), (failed, "FAIL"), (erred, "ERROR")]
+    return ", ".join(f"{n} {word}" for n, word in counts if n)
 
 
 def changes(prev: dict, cur: dict) -> list[str]:
@@ -74,14 +99,20 @@ def changes(prev: dict, cur: dict) -> list[str]:
         if o is None:
             lines.append(f"{where}: new probe ({_verdict(r)})")
             continue
-        if o["passed"] != r["passed"]:
+        if _verdict(o) != _verdict(r):
             lines.append(f"{where}: {_verdict(o)} -> {_verdict(r)}")
+        if o.get("error") or r.get("error"):
+            continue  # an erred side has no numbers to move
         moved = {k: (o["numbers"].get(k), v) for k, v in r["numbers"].items() if o["numbers"].get(k) != v}
         if moved:
             lines.append(f"{where}: " + ", ".join(f"{k} {_num(x)} -> {_num(y)}" for k, (x, y) in moved.items()))
     code, found = check(a, b)
+    regressions = sum(f["kind"] == "regression" for f in found)
     lines.append(f"`timbench gate check {prev['name']} {cur['name']}`: exit {code}"
-                 + (f" ({len(found)} regression(s))" if code == 1 else " (incomparable)" if code == 2 else ""))
+                 + ("" if code == 0 else " (incomparable)" if found[0]["kind"] == "incomparable" else
+                    " (" + "; ".join(f"{n} {what}" for n, what in
+                                     ((regressions, "regression(s)"), (len(found) - regressions, "erred, not compared"))
+                                     if n) + ")"))
     return lines
 
 
@@ -94,12 +125,14 @@ def build(dirs) -> tuple[dict, str]:
     doc = {"releases": [], "changes": []}
     for row in rows:
         rep = row["report"]
+        package, torch = versions(row)
         doc["releases"].append({
-            "name": row["name"], "error": row["error"], "transformers": row["transformers"],
-            "raw_reload": row["raw_reload"],
+            "name": row["name"], "error": row["error"], "package": package, "torch": torch,
+            "transformers": row["transformers"], "raw_reload": row["raw_reload"], "verdict": verdict(row),
             "identity": rep and rep["identity"], "passed": rep and rep["passed"], "seconds": rep and rep["seconds"],
-            "probes": rep and {f"{r['model']} {r['probe']}": {k: r[k] for k in ("passed", "numbers", "thresholds",
-                                                                               "note")} for r in rep["probes"]}})
+            "probes": rep and {f"{r['model']} {r['probe']}": {k: r.get(k) for k in ("passed", "numbers", "thresholds",
+                                                                                   "note", "error")}
+                               for r in rep["probes"]}})
     for prev, cur in zip(rows, rows[1:]):
         doc["changes"].append({"from": prev["name"], "to": cur["name"], "lines": changes(prev, cur)})
     return doc, render(rows, keys, doc["changes"])
@@ -111,13 +144,15 @@ def render(rows, keys, moved) -> str:
              "probe's verdict and numbers, and what changed between consecutive releases.", "",
              "| release | package version | torch | transformers | suite | gate | wall s |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        package, torch = versions(r)
         if r["report"] is None:
-            lines.append(f"| {r['name']} | - | - | {r['transformers'] or '-'} | - | **ERROR**: {r['error']} | - |")
+            lines.append(f"| {r['name']} | {package} | {torch} | {r['transformers'] or '-'} | - | **ERROR**: "
+                         f"{r['error']} | - |")
             continue
-        i = r["report"]["identity"]
-        lines.append(f"| {r['name']} | {i['engine_package']} {i['engine_version']} | {i['torch']} | "
-                     f"{r['transformers'] or '-'} | {i['suite']} v{i['suite_version']} | "
-                     f"{'pass' if r['report']['passed'] else '**FAIL**'} | {r['report']['seconds']:.0f} |")
+        i, word = r["report"]["identity"], verdict(r)
+        lines.append(f"| {r['name']} | {package} | {torch} | {r['transformers'] or '-'} | {i['suite']} "
+                     f"v{i['suite_version']} | {word if word == 'pass' else '**' + word + '**'} | "
+                     f"{r['report']['seconds']:.0f} |")
     lines += ["", "| model | probe | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for model, probe in keys:
         cells = []
@@ -140,14 +175,16 @@ def render(rows, keys, moved) -> str:
 
 
 def _cell(r) -> str:
-    """A probe's verdict, numbers and note as one table cell (a `|` inside escaped)."""
+    """A probe's verdict, numbers and note (or its error) as one table cell (a `|` inside escaped)."""
+    if r.get("error"):
+        return f"**ERROR**: {r['error']}".replace("|", "\\|")
     text = _verdict(r) + (f": {format_numbers(r['numbers'])}" if r["numbers"] else "") + (f" ({r['note']})" if r["note"]
                                                                                           else "")
     return text.replace("|", "\\|")
 
 
 def _verdict(r) -> str:
-    return "pass" if r["passed"] else "**FAIL**"
+    return "**ERROR**" if r.get("error") else "pass" if r["passed"] else "**FAIL**"
 
 
 def _raw(row, bug, detail=False) -> str:

@@ -197,7 +197,7 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
     p_value = 0.0 if chi2 == math.inf else chi2_sf(chi2, dof)
     numbers = {"draws": n * p["prompts"], "chi2": chi2, "dof": dof, "p_value": p_value,
                "max_prob_mass": mass, "logprob_spread": spread}
-    return Probe(p_value >= p["alpha"], numbers, {"p_value": p["alpha"]})
+    return Probe(p_value >= p["alpha"], numbers, {"min_p_value": p["alpha"]})  # passes at p >= alpha
 
 
 from .outcome import rl_outcome  # noqa: E402 - it builds on Probe above

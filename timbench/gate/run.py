@@ -54,29 +54,20 @@ def _vllm_distribution() -> str:
 
 
 def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
-    """Run every probe of `suite` on every model; write gate.json and gate.md to `out`; return the report."""
+    """Run every probe of `suite` on every model; write gate.json and gate.md to `out`; return the report.
+
+    A probe that raises is an error row of its own (`error`: the exception in one line), and a model whose
+    engine cannot be built errs every probe of that model without retrying it; the other rows stand, so one
+    unsupported model of a release does not hide what the release passed."""
     from ..atomic import atomic_write
-    from ..engine import SamplingParams, make_engine
     from ..spec import parse_spec
-    from .shapes import load_model
 
     spec = parse_spec(engine_spec, "engine spec", side="engine")
-    params = SamplingParams(temperature=suite.temperature, seed=suite.seed)
     rows, t0 = [], time.perf_counter()
     for name in suite.models:
-        model = load_model(name)
-        make = lambda weights: make_engine(weights.config, spec, max_num_seqs=64, weights=weights)  # noqa: E731
-        for probe, p in suite.probes.items():
-            if name not in p.get("models", suite.models):  # a probe may run on some of the suite's models only
-                continue
-            t = time.perf_counter()
-            r: Probe = PROBES[probe](make, model, {**p, "model": name}, params, spec)
-            rows.append({"model": name, "probe": probe, **dataclasses.asdict(r), "seconds": time.perf_counter() - t})
-            if progress:
-                progress(f"[gate {suite.name} v{suite.version}] {name} {probe}: {'pass' if r.passed else 'FAIL'} "
-                         f"{r.numbers}")
+        rows += _model_rows(name, spec, suite, progress)
     report = {"identity": identity(spec, suite), "passed": all(r["passed"] for r in rows), "probes": rows,
-              "seconds": time.perf_counter() - t0}
+              "errors": sum(r["error"] is not None for r in rows), "seconds": time.perf_counter() - t0}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
@@ -84,20 +75,84 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
     return report
 
 
+def _model_rows(name: str, spec, suite: Suite, progress) -> list[dict]:
+    """One model's probe rows, an error row for each probe that raised."""
+    from ..engine import SamplingParams, make_engine
+    from .shapes import load_model
+
+    params = SamplingParams(temperature=suite.temperature, seed=suite.seed)
+    broken = {}  # why this model's engine could not be built, once it could not
+
+    def make(weights):
+        if broken:
+            raise _EngineUnavailable(f"not run: its engine failed to start in {broken['probe']}: {broken['why']}")
+        try:
+            return make_engine(weights.config, spec, max_num_seqs=64, weights=weights)
+        except Exception as e:  # noqa: BLE001 - any engine's start-up failure is this model's row, not the gate's
+            broken.update(probe=probe, why=one_line(e))  # `probe`: the loop's probe below, the one running now
+            raise
+
+    try:
+        model, loaded = load_model(name), None
+    except Exception as e:  # noqa: BLE001
+        model, loaded = None, f"model {name} could not be loaded: {one_line(e)}"
+    rows = []
+    for probe, p in suite.probes.items():
+        if name not in p.get("models", suite.models):  # a probe may run on some of the suite's models only
+            continue
+        t, error, r = time.perf_counter(), loaded, Probe(False, {})
+        if model is not None:
+            try:
+                r = PROBES[probe](make, model, {**p, "model": name}, params, spec)
+            except _EngineUnavailable as e:
+                error = str(e)
+            except Exception as e:  # noqa: BLE001 - the probe's error is its row; the other probes still run
+                error = one_line(e)
+        rows.append({"model": name, "probe": probe, **dataclasses.asdict(r), "error": error,
+                     "passed": r.passed and error is None, "seconds": time.perf_counter() - t})
+        if progress:
+            verdict = f"ERROR {error}" if error else f"{'pass' if r.passed else 'FAIL'} {r.numbers}"
+            progress(f"[gate {suite.name} v{suite.version}] {name} {probe}: {verdict}")
+    return rows
+
+
+class _EngineUnavailable(RuntimeError):
+    """A model's engine already failed to start in an earlier probe: the later ones are not retried."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
 def render(report: dict) -> str:
     ident = report["identity"]
     lines = [f"Gate suite `{ident['suite']}` v{ident['suite_version']} on engine `{ident['engine_spec']}` "
              f"({ident['engine_package']} {ident['engine_version']}; torch {ident['torch']}; "
-             f"{ident['machine']['cpu']}); fingerprint {ident['fingerprint']}: "
-             f"**{'PASS' if report['passed'] else 'FAIL'}**", "",
-             "| model | probe | verdict | numbers | thresholds |", "|---|---|---|---|---|"]
+             f"{ident['machine']['cpu']}); fingerprint {ident['fingerprint']}: **{verdict(report)}**", "",
+             "| model | probe | verdict | numbers | passes when |", "|---|---|---|---|---|"]
     for r in report["probes"]:
         nums = format_numbers(r["numbers"])
-        thr = ", ".join(f"{k[4:]} >= {v:g}" if k.startswith("min_") else f"{k} <= {v:g}"
-                        for k, v in r["thresholds"].items())
-        verdict = ("pass" if r["passed"] else "**FAIL**") + (f" ({r['note']})" if r["note"] else "")
-        lines.append(f"| {r['model']} | {r['probe']} | {verdict} | {nums} | {thr} |")
+        if r.get("error"):
+            lines.append(f"| {r['model']} | {r['probe']} | **ERROR**: {r['error']} | - | - |".replace("\n", " "))
+            continue
+        verdict_ = ("pass" if r["passed"] else "**FAIL**") + (f" ({r['note']})" if r["note"] else "")
+        lines.append(f"| {r['model']} | {r['probe']} | {verdict_} | {nums} | {pass_condition(r['thresholds'])} |")
     return "\n".join(lines) + "\n"
+
+
+def verdict(report: dict) -> str:
+    """PASS, FAIL (a probe failed) or ERROR (a probe could not run; the others' verdicts stand)."""
+    failed = any(not r["passed"] and not r.get("error") for r in report["probes"])
+    erred = sum(bool(r.get("error")) for r in report["probes"])
+    word = "FAIL" if failed else "ERROR" if erred else "PASS"
+    return word + (f" ({erred} of {len(report['probes'])} probes erred)" if erred else "")
+
+
+def pass_condition(thresholds: dict) -> str:
+    """A probe's thresholds as the condition it passes under: `min_X` is a floor (X >= v), any other key a ceiling."""
+    return ", ".join(f"{k[4:]} >= {v:g}" if k.startswith("min_") else f"{k} <= {v:g}" for k, v in thresholds.items())
 
 
 def format_numbers(numbers: dict) -> str:

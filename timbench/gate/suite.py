@@ -7,7 +7,8 @@ from pathlib import Path
 
 from .probes import PROBES
 
-SUITES_DIR = Path(__file__).resolve().parents[2] / "bench" / "gates"
+ROOT = Path(__file__).resolve().parents[2]
+SUITES_DIR = ROOT / "bench" / "gates"
 """Where `--suite NAME` looks (a checkout or editable install); a path to a .yaml file works anywhere."""
 
 
@@ -20,6 +21,9 @@ class Suite:
     temperature: float
     probes: dict
     """probe name -> its parameters, in run order."""
+    baseline: Path | None = None
+    """The stored gate run `timbench gate run` compares with by default (the suite's `baseline:`, a path from the
+    repository root), or None when the suite has none."""
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -45,5 +49,8 @@ def load_suite(name_or_path: str) -> Suite:
     unknown = sorted(set(doc["probes"]) - set(PROBES))
     if unknown:
         raise ValueError(f"gate suite {path}: unknown probe(s) {unknown}; valid: {', '.join(PROBES)}")
+    baseline = doc.get("baseline")
+    if baseline is not None and not isinstance(baseline, str):
+        raise ValueError(f"gate suite {path}: baseline must be a path (a gate run's directory), got {baseline!r}")
     return Suite(doc["name"], int(doc["version"]), tuple(doc["models"]), int(doc.get("seed", 0)),
-                 float(doc.get("temperature", 1.0)), dict(doc["probes"]))
+                 float(doc.get("temperature", 1.0)), dict(doc["probes"]), baseline and ROOT / baseline)
