@@ -20,7 +20,7 @@ from timbench.report.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED,
                                           rose_before_collapse, spearman)
 from timbench.report.results import CellRun
 
-STEPS = 40
+STEPS = 80
 CONDS = {"baseline": {"kind": "reference", "engine": "kernels=exact", "trainer": "kernels=exact"},
          "q4": {"kind": "quant", "engine": "kernels=exact,weight_quant=nvfp4", "trainer": "kernels=exact"},
          "noise-g1": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:1", "trainer": "kernels=exact"},
@@ -262,6 +262,20 @@ def test_a_grid_without_a_real_condition_is_refused_in_one_line(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a paper grid" in err[0] and "real (not noise)" in err[0], err
     assert "noise-g1/bypass" in err[0] and not (tmp_path / "p").exists()
+
+def test_a_grid_shorter_than_the_paper_budget_is_refused_in_one_line(tmp_path, capsys):
+    """results/quick (24 steps, the reference and bf16-engine with remedy none) used to get verdicts and exit 0."""
+    import yaml
+    from timbench.report.paper import PAPER_STEPS
+    spec = yaml.safe_load((COMMITTED.parents[1] / "bench" / "grids" / "paper.yaml").read_text())
+    assert PAPER_STEPS == spec["base"]["steps"]
+    quick = COMMITTED.parent / "quick"
+    assert main(["paper", str(quick), "--out", str(tmp_path / "q")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a paper grid" in err[0] and "runs are 24 steps" in err[0], err
+    assert f">= {PAPER_STEPS} steps" in err[0] and "bench/grids/paper.yaml" in err[0]
+    assert not (tmp_path / "q").exists()
+
 
 COMMITTED = __import__("pathlib").Path(__file__).resolve().parents[1] / "results" / "paper"
 REPLAYED = ("nvfp4-rollout.none.bypass.grpo.s1", "noise-g2.none.recompute.grpo.s0",

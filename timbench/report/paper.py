@@ -187,11 +187,23 @@ def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: d
                 links=[("the grid's leaderboard", "leaderboard.html")])
 
 
+PAPER_STEPS = 80
+"""The paper grid's step budget (bench/grids/paper.yaml; rise_collapse.yaml runs 160, paper_vllm.yaml 80): its
+claims (a run rises, then collapses; the KL warns >= KL_LEAD steps after a 5-step window) are decided on runs
+this long, so a shorter grid (results/quick, 24 steps) would get verdicts the design cannot support."""
+
+
 def check_paper_cells(d: PaperData, path) -> None:
-    """Refuse (one-line ValueError) a grid without the cells F1 reads: the zero-mismatch reference and a real
-    (not noise) mismatched condition finished with remedy none, in either mode. The full paper grid
-    (bench/grids/paper.yaml) has every claim's cells; a narrower grid, e.g. bench/grids/rise_collapse.yaml
-    (recompute only, 160 steps), answers what its cells can and says "not tested" for the rest."""
+    """Refuse (one-line ValueError) a grid without the paper grid's settings: runs of >= PAPER_STEPS steps, and
+    the cells F1 reads: the zero-mismatch reference and a real (not noise) mismatched condition finished with
+    remedy none, in either mode. The full paper grid (bench/grids/paper.yaml) has every claim's cells; a
+    narrower grid, e.g. bench/grids/rise_collapse.yaml (recompute only, 160 steps), answers what its cells can
+    and says "not tested" for the rest."""
+    steps = sorted({c.config.get("steps") for cells in d.cells.values() for c in cells}, key=lambda s: s or 0)
+    if steps and (steps[0] or 0) < PAPER_STEPS:
+        raise ValueError(f"{path} is not a paper grid: its runs are {'/'.join(map(str, steps))} steps, the "
+                         f"paper's claims are decided on runs of >= {PAPER_STEPS} steps (bench/grids/paper.yaml, "
+                         "paper_vllm.yaml: 80, rise_collapse.yaml: 160; see README 'Paper figures')")
     real = [c for c in d.real() if d.setting(c, "none", "recompute") or d.setting(c, "none", "bypass")]
     if d.setting(*d.reference) and real:
         return
