@@ -224,6 +224,20 @@ def test_cli_writes_every_figure_and_the_same_bytes_twice(grid, tmp_path):
     assert '<a href="leaderboard.html">' in (grid / "paper.html").read_text()
 
 
+def test_paper_html_links_a_leaderboard_that_exists(grid, tmp_path):
+    """`timbench paper results/paper` writes build/paper/paper.html, which linked a leaderboard.html not beside it."""
+    import re
+    fresh = paper_grid(tmp_path / "fresh")  # no leaderboard anywhere: no link
+    write_paper(fresh, out=tmp_path / "out1")
+    assert "leaderboard.html" not in (tmp_path / "out1" / "paper.html").read_text()
+    if not (grid / "leaderboard.html").is_file():
+        assert main(["grid", "report", str(grid)]) == 0
+    out = tmp_path / "build" / "paper"
+    write_paper(grid, out=out)
+    hrefs = re.findall(r'href="([^"]*leaderboard\.html)"', (out / "paper.html").read_text())
+    assert hrefs and all((out / h).resolve() == (grid / "leaderboard.html").resolve() for h in hrefs), hrefs
+
+
 def test_half_run_grid_and_bad_input(tmp_path, capsys):
     root = paper_grid(tmp_path / "half")
     for cid in [p.name for p in (root / "runs").iterdir() if ".q4." in p.name and ".s2" in p.name]:

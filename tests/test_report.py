@@ -43,6 +43,18 @@ def test_html_is_self_contained(reported):
     assert f"timbench grid report {reported}" in html
 
 
+def test_html_puts_the_figures_before_the_long_tables_and_links_every_section(reported):
+    """results/paper's figures started ~9,000 px down, after a 144-row per-cell table."""
+    import re
+    html = (reported / "leaderboard.html").read_text()
+    first_figure = html.index("<figure")
+    assert html.index(">Remedies ranked by score</h2>") < first_figure < html.index(">Every cell</h2>")
+    assert first_figure < html.index(">Conditions over seeds (mean [95% CI])</h2>")
+    targets = re.findall(r'<a href="#([^"]+)">', html)
+    assert len(targets) == 4 and all(f'id="{t}"' in html for t in targets), targets
+    assert html.index('href="#figures"') < html.index(">Remedies ranked by score</h2>")
+
+
 def test_summary_csv_matches_the_written_cells(reported):
     rows = {r["id"]: r for r in read_csv(reported / "summary.csv")}
     assert len(rows) == 10

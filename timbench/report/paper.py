@@ -13,6 +13,7 @@ cells are left out and counted.
 from __future__ import annotations
 
 import json
+import os
 import re
 from html import escape
 from pathlib import Path
@@ -163,7 +164,20 @@ def _markdown(vs: list[Verdict], rows: list[dict], command: str, path: Path, see
     return "\n".join(lines)
 
 
-def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str) -> str:
+def leaderboard_href(path: Path, out: Path) -> str | None:
+    """The grid's leaderboard page as seen from `out`: beside paper.html when it is there, or will be (`out` is
+    the grid dir, where `timbench grid report` writes it; make paper runs it after this), else the grid dir's
+    own, by a relative path; None when there is none (`timbench paper results/paper` writes build/paper, where
+    no leaderboard.html is unless `timbench grid report results/paper` also ran)."""
+    if (out / "leaderboard.html").is_file() or out.resolve() == path.resolve():
+        return "leaderboard.html"
+    if (path / "leaderboard.html").is_file():
+        return Path(os.path.relpath(path.resolve() / "leaderboard.html", out.resolve())).as_posix()
+    return None
+
+
+def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str,
+          leaderboard: str | None = None) -> str:
     """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
     from .html import figure_html, page, table_html
     from .leaderboard import Table
@@ -184,7 +198,7 @@ def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: d
                 "Verdicts are decided by the rules in timbench/report/paper_claims.py from the committed cells; "
                 "intervals are 95% Student t over seeds (paired by seed where two settings are compared)."]
     return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", preamble, body,
-                links=[("the grid's leaderboard", "leaderboard.html")])
+                links=[("the grid's leaderboard", leaderboard)] if leaderboard else [])
 
 
 PAPER_STEPS = 80
@@ -232,7 +246,7 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
     written["paper.md"] = out / "paper.md"
     atomic_write(written["paper.md"], _markdown(vs, rows, command, path, seeds))
     written["paper.html"] = out / "paper.html"
-    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds))
+    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds, leaderboard_href(path, out)))
     doc = {"command": command, "seeds": seeds, "claims": [{"claim": v.claim, "verdict": v.verdict, "figure": CLAIMS[v.claim][0],
                                            "subclaims": [vars(s) for s in v.subs]} for v in vs]}
     written["paper.json"] = out / "paper.json"
