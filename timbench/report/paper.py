@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from .collapse import rule_from_dict
-from .paper_claims import (PaperData, Verdict, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
-                           rejection, rel, remedy_condition, seeds_used)
+from .paper_claims import (KL_RISE, PaperData, Verdict, collapses, dose, dose_points, f1, f2, f3, f4, f5,
+                           mean_over_steps, over_seeds, rejection, rel, remedy_condition, seeds_used)
 from .results import load_results
 from .seeds import is_finished
 from .summary import summarize
@@ -65,8 +65,15 @@ def _palette(names: list[str]) -> dict:
     return {n: cmap(i % 10) for i, n in enumerate(names)}
 
 
-def _figures(d: PaperData, variants: dict) -> dict:
+def _figures(d: PaperData, variants: dict, verdict: dict[str, str] | None = None) -> dict:
+    """Claim -> a function drawing its figure; `verdict`: claim -> the headline verdict paper.md prints for it,
+    written under each figure's title (the same Verdict objects, so a figure never disagrees with its page)."""
     from . import plots_paper as pp
+    from . import plots_paper_bars as ppb
+    verdict = verdict or {}
+
+    def title(claim: str, text: str) -> str:
+        return f"{text}\nverdict: {verdict[claim]}" if claim in verdict else text
     colors = _palette([c for c in d.kinds if d.kinds[c] != "reference"])
     ref = pp.Setting(f"{d.reference[0]} (zero mismatch)", d.cells.get(d.reference, []), "black",
                      summary=d.rows.get(d.reference, []))
@@ -90,8 +97,8 @@ def _figures(d: PaperData, variants: dict) -> dict:
                   key=lambda kr: (d.kinds.get(kr[0][0]) == "noise", over_seeds(kr[1], rel).mean or 0, kr[0]))
     collapsed = hurt[:4]
     drift_conds = [c for c in d.kinds if d.kinds[c] not in ("reference",) and d.rows.get((c, "none", "recompute"))]
-    bars4 = [(c, over_seeds(d.setting(c), lambda r, c=c: mean_over_steps(d, c, r, "drift/diff_pos_adv_mean")),
-              over_seeds(d.setting(c), lambda r, c=c: mean_over_steps(d, c, r, "drift/diff_neg_adv_mean")))
+    bars4 = [(c, d.kinds[c], *(over_seeds(d.setting(c), lambda r, c=c, k=k: mean_over_steps(d, c, r, k))
+                               for k in ("drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")))
              for c in drift_conds]
     cond5 = remedy_condition(d)
     bars5, bands5 = [], [ref]
@@ -100,9 +107,9 @@ def _figures(d: PaperData, variants: dict) -> dict:
             for lab in variants:
                 rows = d.setting(cond5, lab, mode)
                 if rows:
-                    rj = rejection(rows)
+                    rj, (k, n) = rejection(rows), collapses(rows)
                     bars5.append((f"{lab} ({mode})", over_seeds(rows, rel),
-                                  f"{len(rows)} seeds" + (f", rejects {rj:.0%} of seqs" if rj else "")))
+                                  f"{k}/{n} collapsed" + (f", rejects {rj:.0%} of seqs" if rj else "")))
                     if mode == "recompute" and len(bands5) < 7:
                         bands5.append(setting(cond5, lab, mode, f"{lab}", None))
         cmap = _palette([s.label for s in bands5[1:]])
@@ -113,20 +120,28 @@ def _figures(d: PaperData, variants: dict) -> dict:
         # F1's verdict also reads the bypass cells (a silent collapse), so they are drawn too (dashed)
         "F1": lambda: pp.curves_figure([ref] + [setting(c, mode=m) for c in d.real() for m in ("recompute", "bypass")
                                                 if d.cells.get((c, "none", m))],
-                                       "F1: zero mismatch vs mismatched rollout engines (remedy none; solid "
-                                       "recompute, dashed bypass)", sm),
+                                       title("F1", "F1: zero mismatch vs mismatched rollout engines (remedy none; "
+                                                   "solid recompute, dashed bypass)"), sm),
         "F2": lambda: pp.modes_figure([ref] + [setting(c, mode=m) for c in strongest for m in ("recompute", "bypass")],
-                                      "F2: recompute (solid) vs bypass (dashed), remedy none", sm),
+                                      title("F2", "F2: recompute (solid) vs bypass (dashed), remedy none"), sm),
         "F3": lambda: pp.kl_warning_figure([setting(k[0], k[1], k[2]) for k, _ in collapsed],
-                                           "F3: reward vs KL (relative to its first 5 steps) where a real condition lost accuracy",
-                                           sm),
-        "F4": lambda: pp.drift_figure([ref] + [setting(c) for c in real], bars4,
-                                      "F4: effective-objective drift C(r_train) - C(r_rollout) by the sign of A "
-                                      "(recompute mode)", sm),
-        "F5": lambda: pp.remedy_figure(bands5, bars5, f"F5: remedies on {cond5} (eval accuracy: recompute mode)"),
-        "dose-response": lambda: pp.dose_figure(dose_points(d), "Dose-response: relative final accuracy vs realised "
-                                                                "mean |delta|, remedy none"),
+                                           title("F3", "F3: reward vs KL (relative to its first 5 steps) where a real "
+                                                       "condition lost accuracy"), sm, KL_RISE),
+        "F4": lambda: ppb.drift_figure([ref] + [setting(c) for c in real], bars4,
+                                       title("F4", "F4: effective-objective drift C(r_train) - C(r_rollout) by the "
+                                                   "sign of A (recompute mode)"), sm),
+        "F5": lambda: ppb.remedy_figure(bands5, bars5, title("F5", _f5_title(cond5, bars5))),
+        "dose-response": lambda: pp.dose_figure(dose_points(d), title("dose-response", "Dose-response: relative "
+                                                "final accuracy vs realised mean |delta|, remedy none")),
     }
+
+
+def _f5_title(cond: str | None, bars: list[tuple]) -> str:
+    """F5's title, naming the modes its bars hold (the remedy ablation ran recompute; the clip and none also
+    bypass) and the mode of its curves (recompute)."""
+    modes = [m for m in ("recompute", "bypass") if any(b[0].endswith(f"({m})") for b in bars)]
+    return (f"F5: remedies on {cond}: final accuracy in {' and '.join(modes) or 'no'} mode"
+            f"{'s' if len(modes) > 1 else ''} (bars), eval accuracy in recompute mode (curves)")
 
 
 def remedy_variants(d: PaperData) -> dict[str, dict]:
@@ -238,7 +253,7 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
     command = command or f"timbench paper {path}"
     vs, seeds = verdicts(d), seeds_used(d)
     written, pngs = {}, {}
-    for claim, build in _figures(d, remedy_variants(d)).items():
+    for claim, build in _figures(d, remedy_variants(d), {v.claim: v.verdict for v in vs}).items():
         p = out / "figures" / CLAIMS[claim][0]
         pngs[claim] = png_bytes(build())
         atomic_write(p, pngs[claim])
