@@ -7,7 +7,8 @@ The grid is test_paper's fabricated one (its curves pin every verdict); F3's min
 from __future__ import annotations
 
 import pytest
-from test_paper import curve, paper_grid
+from gridfab import write_cells_json
+from test_paper import curve, paper_grid, write
 
 from timbench.report.collapse import moving_average
 from timbench.report.paper import _figures, paper_data, remedy_variants, verdicts
@@ -32,6 +33,21 @@ def test_every_figure_carries_the_verdict_its_page_prints(drawn):
     assert set(drawn) == {"F1", "F2", "F3", "F4", "F5", "dose-response"}
     for claim, (fig, head) in drawn.items():
         assert fig.get_suptitle().splitlines()[-1] == f"verdict: {head}", claim
+
+
+def test_a_figure_with_nothing_to_draw_still_carries_its_verdict(tmp_path):
+    """A recompute-only grid (results/rise_collapse, results/paper_vllm) has no remedies: F5 was a bare canvas."""
+    decls = []
+    for s in range(3):
+        write(tmp_path, "baseline", "none", "recompute", s, curve(s), 0.60 + 0.01 * s, decls)
+        write(tmp_path, "q4", "none", "recompute", s, curve(s, collapse_at=26, k3=0.02, delta=0.11), 0.1, decls)
+    write_cells_json(tmp_path, decls, name="rise_collapse")
+    d, _ = paper_data(tmp_path)
+    heads = {v.claim: v.verdict for v in verdicts(d)}
+    fig = _figures(d, remedy_variants(d), heads)["F5"]()
+    assert fig.get_suptitle().splitlines()[-1] == f"verdict: {heads['F5']}" and heads["F5"] == "not tested"
+    assert any("no finished remedy cells" in t.get_text() for t in fig.texts)
+    plt.close(fig)
 
 
 def test_f5_notes_sit_in_black_beside_their_bars_with_collapse_counts(drawn):

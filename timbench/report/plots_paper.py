@@ -91,11 +91,17 @@ def draw_band(ax, s: Setting, key: str, rows: str = "metrics", smooth: int = 1, 
         ax.set_yscale("log")
 
 
+def empty(fig, title: str, what: str):
+    """A figure with nothing to draw still carries its title (and the verdict line under it)."""
+    fig.suptitle(title)
+    return _no_data(fig, what)
+
+
 def _panels(settings: list[Setting], panels: list[tuple], title: str, width: float = 4.6):
     """One row of panels; each panel (ylabel, key, rows, smooth, log, transform)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.6), squeeze=False)
     if not any(s.cells for s in settings):
-        return _no_data(fig, "finished cells for this figure")
+        return empty(fig, title, "finished cells for this figure")
     for i, (ax, (ylabel, key, rows, smooth, log, transform)) in enumerate(zip(axes[0], panels)):
         for s in settings:
             draw_band(ax, s, key, rows, smooth, log, transform, label=i == 0)
@@ -153,7 +159,7 @@ def kl_warning_figure(settings: list[Setting], title: str, smooth: int, threshol
     n = max(1, len(settings))
     fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 3.9), squeeze=False)
     if not settings:
-        return _no_data(fig, "collapsed or degraded settings")
+        return empty(fig, title, "collapsed or degraded settings")
     twins = []
     k3_rel = lambda v: _relative_to_start(v, smooth)  # noqa: E731
     for ax, s in zip(axes[0], settings):
@@ -206,7 +212,7 @@ def dose_figure(points: list[dict], title: str):
     modes = sorted({p["mode"] for p in points}) or ["recompute"]
     fig, axes = plt.subplots(1, len(modes), figsize=(6.6 * len(modes), 4.8), squeeze=False)
     if not points:
-        return _no_data(fig, "finished mismatched cells")
+        return empty(fig, title, "finished mismatched cells")
     for ax, mode in zip(axes[0], modes):
         mine = [p for p in points if p["mode"] == mode and p["x"].mean is not None and p["y"].mean is not None]
         noise = sorted((p for p in mine if p["kind"] == "noise"), key=lambda p: p["x"].mean)

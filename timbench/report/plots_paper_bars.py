@@ -8,8 +8,8 @@ white in-bar text. Curves and bands come from timbench.report.plots_paper; both 
 
 from __future__ import annotations
 
-from .plots import _no_data, plt
-from .plots_paper import Setting, _figure_legend, draw_band
+from .plots import plt
+from .plots_paper import Setting, _figure_legend, draw_band, empty
 from .stats import Interval
 from .style import legend
 
@@ -47,7 +47,7 @@ def drift_figure(settings: list[Setting], bars: list[tuple[str, str, Interval, I
     panels = 2 + bool(real) + bool(noise)
     fig, axes = plt.subplots(1, panels, figsize=(4.0 * panels, 3.9), squeeze=False)
     if not any(s.cells for s in settings):
-        return _no_data(fig, "finished cells for this figure")
+        return empty(fig, title, "finished cells for this figure")
     for ax, key, sign in ((axes[0][0], "drift/diff_pos_adv_mean", "A > 0"),
                           (axes[0][1], "drift/diff_neg_adv_mean", "A < 0")):
         for s in settings:
@@ -83,7 +83,7 @@ def remedy_figure(settings: list[Setting], bars: list[tuple[str, Interval, str]]
     eval-accuracy bands. A note sits right of its bar's end and of its error bar, in black."""
     fig, axes = plt.subplots(1, 2, figsize=(13.0, 0.9 + 0.42 * max(4, len(bars))), squeeze=False)
     if not bars:
-        return _no_data(fig, "finished remedy cells")
+        return empty(fig, title, "finished remedy cells")
     ax = axes[0][0]
     ends = []
     for i, (label, iv, note) in enumerate(bars):
