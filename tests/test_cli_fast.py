@@ -84,15 +84,19 @@ def test_regenerations_default_under_build(source, out):
 
 
 def test_paper_on_a_narrower_grid_writes_only_where_told(tmp_path):
-    """results/quick is no paper grid, but it has the reference and a real condition (bf16-engine): `timbench
-    paper` answers what its cells can (the refusal of a grid with none: tests/test_paper.py)."""
-    before = sorted(p.name for p in (REPO / "results/quick").iterdir())
-    r = subprocess.run(TIMBENCH + ["paper", "results/quick", "--out", str(tmp_path / "p")], capture_output=True,
-                       text=True, cwd=REPO)
+    """results/rise_collapse (recompute only, 160 steps) is a narrower paper grid: `timbench paper` answers what
+    its cells can; results/quick (24 steps) is none and is refused, writing nothing (tests/test_paper.py)."""
+    before = sorted(p.name for p in (REPO / "results/rise_collapse").iterdir())
+    r = subprocess.run(TIMBENCH + ["paper", "results/rise_collapse", "--out", str(tmp_path / "p")],
+                       capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "p" / "paper.md").read_text()
-    assert "## F1:" in text and "## F2:" in text  # quick has noise-g1 in both modes
-    assert sorted(p.name for p in (REPO / "results/quick").iterdir()) == before
+    assert "## F1:" in text and "## F2: not tested" in text  # recompute only: F2 compares the two modes
+    assert sorted(p.name for p in (REPO / "results/rise_collapse").iterdir()) == before
+    r = subprocess.run(TIMBENCH + ["paper", "results/quick", "--out", str(tmp_path / "q")], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "runs are 24 steps" in r.stderr, r.stderr
+    assert not (tmp_path / "q").exists()
 
 
 def test_grid_progress_counts_running_cells_steps(tmp_path):

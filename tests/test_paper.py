@@ -21,7 +21,8 @@ from timbench.report.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED,
 from timbench.report.verdict_rules import CHECK_PASS, EQUIVALENT
 from timbench.report.results import CellRun
 
-STEPS = 40
+STEPS = 80
+"""The paper grid's step budget (timbench.report.paper.PAPER_STEPS): a shorter grid is refused."""
 SEEDS = 8
 """Enough seeds for the verdict rules to detect the fabricated effects after Holm (Fisher's 8/8 vs 0/8, say)."""
 CONDS = {"baseline": {"kind": "reference", "engine": "kernels=exact", "trainer": "kernels=exact"},
@@ -233,6 +234,20 @@ def test_cli_writes_every_figure_and_the_same_bytes_twice(grid, tmp_path):
     assert '<a href="leaderboard.html">' in (grid / "paper.html").read_text()
 
 
+def test_paper_html_links_a_leaderboard_that_exists(grid, tmp_path):
+    """`timbench paper results/paper` writes build/paper/paper.html, which linked a leaderboard.html not beside it."""
+    import re
+    fresh = paper_grid(tmp_path / "fresh")  # no leaderboard anywhere: no link
+    write_paper(fresh, out=tmp_path / "out1")
+    assert "leaderboard.html" not in (tmp_path / "out1" / "paper.html").read_text()
+    if not (grid / "leaderboard.html").is_file():
+        assert main(["grid", "report", str(grid)]) == 0
+    out = tmp_path / "build" / "paper"
+    write_paper(grid, out=out)
+    hrefs = re.findall(r'href="([^"]*leaderboard\.html)"', (out / "paper.html").read_text())
+    assert hrefs and all((out / h).resolve() == (grid / "leaderboard.html").resolve() for h in hrefs), hrefs
+
+
 def test_half_run_grid_and_bad_input(tmp_path, capsys):
     root = paper_grid(tmp_path / "half")
     for cid in [p.name for p in (root / "runs").iterdir() if ".q4." in p.name and ".s2" in p.name]:
@@ -277,6 +292,20 @@ def test_a_grid_without_a_real_condition_is_refused_in_one_line(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a paper grid" in err[0] and "real (not noise)" in err[0], err
     assert "noise-g1/bypass" in err[0] and not (tmp_path / "p").exists()
+
+def test_a_grid_shorter_than_the_paper_budget_is_refused_in_one_line(tmp_path, capsys):
+    """results/quick (24 steps, the reference and bf16-engine with remedy none) used to get verdicts and exit 0."""
+    import yaml
+    from timbench.report.paper import PAPER_STEPS
+    spec = yaml.safe_load((COMMITTED.parents[1] / "bench" / "grids" / "paper.yaml").read_text())
+    assert PAPER_STEPS == spec["base"]["steps"]
+    quick = COMMITTED.parent / "quick"
+    assert main(["paper", str(quick), "--out", str(tmp_path / "q")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a paper grid" in err[0] and "runs are 24 steps" in err[0], err
+    assert f">= {PAPER_STEPS} steps" in err[0] and "bench/grids/paper.yaml" in err[0]
+    assert not (tmp_path / "q").exists()
+
 
 COMMITTED = __import__("pathlib").Path(__file__).resolve().parents[1] / "results" / "paper"
 REPLAYED = ("nvfp4-rollout.none.bypass.grpo.s1", "noise-g2.none.recompute.grpo.s0",

@@ -43,6 +43,18 @@ def test_html_is_self_contained(reported):
     assert f"timbench grid report {reported}" in html
 
 
+def test_html_puts_the_figures_before_the_long_tables_and_links_every_section(reported):
+    """results/paper's figures started ~9,000 px down, after a 144-row per-cell table."""
+    import re
+    html = (reported / "leaderboard.html").read_text()
+    first_figure = html.index("<figure")
+    assert html.index(">Remedies ranked by score</h2>") < first_figure < html.index(">Every cell</h2>")
+    assert first_figure < html.index(">Conditions over seeds (mean [95% CI])</h2>")
+    targets = re.findall(r'<a href="#([^"]+)">', html)
+    assert len(targets) == 4 and all(f'id="{t}"' in html for t in targets), targets
+    assert html.index('href="#figures"') < html.index(">Remedies ranked by score</h2>")
+
+
 def test_summary_csv_matches_the_written_cells(reported):
     rows = {r["id"]: r for r in read_csv(reported / "summary.csv")}
     assert len(rows) == 10
@@ -87,6 +99,28 @@ def test_ranking_follows_the_documented_score(reported):
     assert md.count("add-4d-v1 (version 1)") >= 3  # preamble and every table
     assert md.count(f"timbench grid report {reported}") >= 3
     assert "collapsed@18 (reward_drop)" in md and "collapsed@12 (non_finite)" in md
+
+
+def test_a_remedy_with_failed_cells_ranks_after_every_complete_one():
+    """The committed quick track ranked trm_avg first: its 3 nothing-trained noise cells kept the warm start
+    (capped at 0.5) and its other cells scored high, above every remedy whose cells all trained."""
+    from timbench.report.seeds import NOTHING_TRAINED
+
+    def row(remedy, cond, seed, rel, status="done", error=None):
+        return {"id": f"{cond}.{remedy}.s{seed}", "remedy": remedy, "condition": cond, "seed": seed,
+                "kind": "reference" if cond == "baseline" else "noise", "status": status, "error": error,
+                "task": "add-4d-v1", "model": "tiny-dense", "algorithm": "grpo", "mode": "recompute",
+                "reference": f"baseline.none.s{seed}", "relative_accuracy_t1": rel, "final_accuracy_t1": rel,
+                "collapse/collapsed": False, "mean/mismatch/mean_abs_delta": 0.4, "mean/rollout_corr/k3_kl": 0.3,
+                "noise_sigma": None if cond == "baseline" else 2.0, "eval_n": 256}
+    rows = [row("none", "baseline", s, 1.0) for s in range(3)]
+    for s in range(3):
+        rows += [row("none", "noise-g2", s, 0.70 + 0.01 * s), row("none", "production", s, 0.70)]
+        rows += [row("trm_avg", "noise-g2", s, 0.9, "failed", NOTHING_TRAINED), row("trm_avg", "production", s, 1.1)]
+        rows += [row("slow", "noise-g2", s, 0.95), row("slow", "production", s, 0.95 if s else None, "done" if s else "running")]
+    rank = remedy_ranking(rows)
+    assert rank[0]["score"] < rank[1]["score"]  # trm_avg: (0.5 + 1.1) / 2 = 0.8 beats none's 0.71
+    assert [(e["remedy"], e["failed"]) for e in rank] == [("none", 0), ("slow", 1), ("trm_avg", 3)]
 
 
 def test_collapse_override_from_cells_json_changes_the_rule(reported, tmp_path):

@@ -1,6 +1,8 @@
 """One self-contained HTML leaderboard: inline CSS, figures as base64 PNG data URIs, no external links.
 
-It opens offline from a single file (mail it, attach it to a CI run). Every text value is escaped.
+It opens offline from a single file (mail it, attach it to a CI run). Every text value is escaped. A leaderboard
+page puts its figures right after the ranking, before the long per-condition and per-cell tables, and opens with
+a contents line linking every section (headings carry ids).
 Tables are any objects with `title`, `headers`, `rows` (lists of strings) and `note`. Numeric cells never
 wrap (`0.417 [0.271, 0.563]` stays on one line); a table wider than the page scrolls inside its own box
 instead of overflowing the viewport; rows of failed / nothing-trained cells are greyed and marked.
@@ -37,6 +39,11 @@ def _is_num(text: str) -> bool:
     return bool(_NUM.match(text))
 
 
+def anchor(title: str) -> str:
+    """The id of a section heading: its title in lower case, runs of other characters as one '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
 def table_html(t) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in t.headers)
     body = []
@@ -49,7 +56,7 @@ def table_html(t) -> str:
                       f"<td>{escape(str(v))}</td>" for v in row)
         body.append(f"<tr{cls}>{tds}</tr>")
     note = f'<p class="note">{escape(t.note)}</p>' if t.note else ""
-    return (f"<h2>{escape(t.title)}</h2>\n{note}\n<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>\n"
+    return (f"<h2 id=\"{anchor(t.title)}\">{escape(t.title)}</h2>\n{note}\n<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>\n"
             "<tbody>\n" + "\n".join(body) + "\n</tbody></table></div>")
 
 
@@ -74,9 +81,18 @@ def page(title: str, preamble: list[str], body: list[str], links: list[tuple[str
 
 def render_html(title: str, preamble: list[str], tables: list, figures: list[tuple[str, bytes]],
                 links: list[tuple[str, str]] = ()) -> str:
-    """The leaderboard page: title, preamble lines (task versions, the regenerating command), tables, figures."""
-    body = [table_html(t) for t in tables]
+    """The leaderboard page: title, preamble lines (task versions, the regenerating command), a contents line,
+    the first table (the ranking, one row per remedy), the figures, then the other tables: a grid's per-cell
+    table has a row per cell (144 in results/paper), and figures after it started ~9,000 px down the page."""
+    sections = [(t.title, anchor(t.title), len(t.rows)) for t in tables]
     if figures:
-        body.append("<h2>Figures</h2>")
+        sections.insert(1, ("Figures", "figures", len(figures)))
+    contents = ('<p class="nav">On this page: ' + ", ".join(
+        f'<a href="#{a}">{escape(name)}</a> ({n} {"figures" if a == "figures" else "rows"})'
+        for name, a, n in sections) + "</p>")
+    body = [contents] + [table_html(t) for t in tables[:1]]
+    if figures:
+        body.append('<h2 id="figures">Figures</h2>')
         body += [figure_html(caption, png) for caption, png in figures]
+    body += [table_html(t) for t in tables[1:]]
     return page(title, preamble, body, links)

@@ -11,7 +11,9 @@ the mean of the per-seed scores with a 95% Student t interval over seeds; with o
 propagates each cell's eval-set binomial error (SE = sqrt(p(1-p)/eval_n) / reference accuracy).
 Ranks whose intervals overlap are listed as tied. A cell counts once it is done, or failed with a
 collapse (a non-finite loss is the remedy's failure) or with nothing trained; cells still running, pending, failed for other
-reasons, or whose reference has no accuracy yet are listed but not scored.
+reasons, or whose reference has no accuracy yet are listed but not scored. A remedy with any cell that failed,
+trained on nothing or has not finished ranks after every complete remedy, whatever its score: the quick track's
+trm_avg, whose 3 nothing-trained cells kept the warm start, ranked first before this rule.
 
 TIM tolerance of a remedy: the largest synthetic-noise sigma (engine spec `noise=KIND:SIGMA`) such
 that none of the remedy's finished noise cells (any seed) at that sigma or any smaller one collapsed;
@@ -134,7 +136,9 @@ def score_interval(scored: list[dict], by_id: dict[str, dict]) -> Interval:
 
 
 def remedy_ranking(rows: list[dict]) -> list[dict]:
-    """One entry per remedy, best score first (unscored remedies last, then by name).
+    """One entry per remedy, best score first; a remedy with failed or unfinished cells (`failed` > 0) after every
+    complete one, whatever its score (its capped or missing cells make the score incomparable), then unscored
+    remedies, then by name.
 
     `tied_with` lists the ranks (1-based) of the other entries whose score intervals overlap this one's.
     """
@@ -157,7 +161,7 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                     "tolerance": tim_tolerance(mine),
                     # failed runs and remedies that trained on nothing, marked apart from their (capped) score
                     "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r))})
-    out.sort(key=lambda e: (e["score"] is None, -(e["score"] or 0.0), e["remedy"]))
+    out.sort(key=lambda e: (e["score"] is None, e["failed"] > 0, -(e["score"] or 0.0), e["remedy"]))
     for i, e in enumerate(out):
         e["tied_with"] = [j + 1 for j, o in enumerate(out) if j != i and e["score"] is not None
                           and o["score"] is not None and e["interval"].overlaps(o["interval"])]
@@ -204,7 +208,8 @@ def _ranking_table(rows: list[dict], stamp: str) -> Table:
         f"{stamp}. Score: per seed, the mean over finished mismatched cells of final accuracy / the same seed's "
         f"reference, a collapsed cell (or one whose remedy trained on nothing) capped at {SCORE_CAP}; then the "
         f"mean over seeds with a 95% Student t interval (one seed: the eval-set binomial error, propagated). "
-        f"Ranks whose intervals overlap are tied. failed: the remedy's cells that failed or trained on nothing. "
+        f"Ranks whose intervals overlap are tied. failed: the remedy's cells that failed, trained on nothing or "
+        f"have not finished; such a remedy ranks after every complete one, whatever its score. "
         f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.")
 
 

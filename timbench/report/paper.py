@@ -13,6 +13,7 @@ cells are left out and counted.
 from __future__ import annotations
 
 import json
+import os
 import re
 from html import escape
 from pathlib import Path
@@ -22,8 +23,8 @@ from .collapse import rule_from_dict
 from .endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
 from .leaderboard import fmt, fmt_interval
 from .verdict_rules import CORRECTION
-from .paper_claims import (PaperData, Verdict, sub_json, dose, dose_points, f1, f2, f3, f4, f5, mean_over_steps, over_seeds,
-                           rejection, rel, remedy_condition, seeds_used)
+from .paper_claims import (KL_RISE, PaperData, Verdict, collapses, dose, dose_points, f1, f2, f3, f4, f5,
+                           mean_over_steps, over_seeds, rejection, rel, remedy_condition, seeds_used, sub_json)
 from .results import load_results
 from .seeds import is_finished
 from .summary import summarize
@@ -72,8 +73,15 @@ def _palette(names: list[str]) -> dict:
     return {n: cmap(i % 10) for i, n in enumerate(names)}
 
 
-def _figures(d: PaperData, variants: dict) -> dict:
+def _figures(d: PaperData, variants: dict, verdict: dict[str, str] | None = None) -> dict:
+    """Claim -> a function drawing its figure; `verdict`: claim -> the headline verdict paper.md prints for it,
+    written under each figure's title (the same Verdict objects, so a figure never disagrees with its page)."""
     from . import plots_paper as pp
+    from . import plots_paper_bars as ppb
+    verdict = verdict or {}
+
+    def title(claim: str, text: str) -> str:
+        return f"{text}\nverdict: {verdict[claim]}" if claim in verdict else text
     colors = _palette([c for c in d.kinds if d.kinds[c] != "reference"])
     ref = pp.Setting(f"{d.reference[0]} (zero mismatch)", d.cells.get(d.reference, []), "black",
                      summary=d.rows.get(d.reference, []))
@@ -97,8 +105,8 @@ def _figures(d: PaperData, variants: dict) -> dict:
                   key=lambda kr: (d.kinds.get(kr[0][0]) == "noise", over_seeds(kr[1], rel).mean or 0, kr[0]))
     collapsed = hurt[:4]
     drift_conds = [c for c in d.kinds if d.kinds[c] not in ("reference",) and d.rows.get((c, "none", "recompute"))]
-    bars4 = [(c, over_seeds(d.setting(c), lambda r, c=c: mean_over_steps(d, c, r, "drift/diff_pos_adv_mean")),
-              over_seeds(d.setting(c), lambda r, c=c: mean_over_steps(d, c, r, "drift/diff_neg_adv_mean")))
+    bars4 = [(c, d.kinds[c], *(over_seeds(d.setting(c), lambda r, c=c, k=k: mean_over_steps(d, c, r, k))
+                               for k in ("drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")))
              for c in drift_conds]
     cond5 = remedy_condition(d)
     bars5, bands5 = [], [ref]
@@ -107,9 +115,9 @@ def _figures(d: PaperData, variants: dict) -> dict:
             for lab in variants:
                 rows = d.setting(cond5, lab, mode)
                 if rows:
-                    rj = rejection(rows)
+                    rj, (k, n) = rejection(rows), collapses(rows)
                     bars5.append((f"{lab} ({mode})", over_seeds(rows, rel),
-                                  f"{len(rows)} seeds" + (f", rejects {rj:.0%} of seqs" if rj else "")))
+                                  f"{k}/{n} collapsed" + (f", rejects {rj:.0%} of seqs" if rj else "")))
                     if mode == "recompute" and len(bands5) < 7:
                         bands5.append(setting(cond5, lab, mode, f"{lab}", None))
         cmap = _palette([s.label for s in bands5[1:]])
@@ -120,20 +128,28 @@ def _figures(d: PaperData, variants: dict) -> dict:
         # F1's verdict also reads the bypass cells (a silent collapse), so they are drawn too (dashed)
         "F1": lambda: pp.curves_figure([ref] + [setting(c, mode=m) for c in d.real() for m in ("recompute", "bypass")
                                                 if d.cells.get((c, "none", m))],
-                                       "F1: zero mismatch vs mismatched rollout engines (remedy none; solid "
-                                       "recompute, dashed bypass)", sm),
+                                       title("F1", "F1: zero mismatch vs mismatched rollout engines (remedy none; "
+                                                   "solid recompute, dashed bypass)"), sm),
         "F2": lambda: pp.modes_figure([ref] + [setting(c, mode=m) for c in strongest for m in ("recompute", "bypass")],
-                                      "F2: recompute (solid) vs bypass (dashed), remedy none", sm),
+                                      title("F2", "F2: recompute (solid) vs bypass (dashed), remedy none"), sm),
         "F3": lambda: pp.kl_warning_figure([setting(k[0], k[1], k[2]) for k, _ in collapsed],
-                                           "F3: reward vs KL (relative to its first 5 steps) where a real condition lost accuracy",
-                                           sm),
-        "F4": lambda: pp.drift_figure([ref] + [setting(c) for c in real], bars4,
-                                      "F4: effective-objective drift C(r_train) - C(r_rollout) by the sign of A "
-                                      "(recompute mode)", sm),
-        "F5": lambda: pp.remedy_figure(bands5, bars5, f"F5: remedies on {cond5} (eval accuracy: recompute mode)"),
-        "dose-response": lambda: pp.dose_figure(dose_points(d), "Dose-response: relative final accuracy vs realised "
-                                                                "mean |delta|, remedy none"),
+                                           title("F3", "F3: reward vs KL (relative to its first 5 steps) where a real "
+                                                       "condition lost accuracy"), sm, KL_RISE),
+        "F4": lambda: ppb.drift_figure([ref] + [setting(c) for c in real], bars4,
+                                       title("F4", "F4: effective-objective drift C(r_train) - C(r_rollout) by the "
+                                                   "sign of A (recompute mode)"), sm),
+        "F5": lambda: ppb.remedy_figure(bands5, bars5, title("F5", _f5_title(cond5, bars5))),
+        "dose-response": lambda: pp.dose_figure(dose_points(d), title("dose-response", "Dose-response: relative "
+                                                "final accuracy vs realised mean |delta|, remedy none")),
     }
+
+
+def _f5_title(cond: str | None, bars: list[tuple]) -> str:
+    """F5's title, naming the modes its bars hold (the remedy ablation ran recompute; the clip and none also
+    bypass) and the mode of its curves (recompute)."""
+    modes = [m for m in ("recompute", "bypass") if any(b[0].endswith(f"({m})") for b in bars)]
+    return (f"F5: remedies on {cond}: final accuracy in {' and '.join(modes) or 'no'} mode"
+            f"{'s' if len(modes) > 1 else ''} (bars), eval accuracy in recompute mode (curves)")
 
 
 def remedy_variants(d: PaperData) -> dict[str, dict]:
@@ -230,8 +246,20 @@ def seeds_of(d: PaperData) -> str:
     return f"{ns[0]} seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} seeds"
 
 
+def leaderboard_href(path: Path, out: Path) -> str | None:
+    """The grid's leaderboard page as seen from `out`: beside paper.html when it is there, or will be (`out` is
+    the grid dir, where `timbench grid report` writes it; make paper runs it after this), else the grid dir's
+    own, by a relative path; None when there is none (`timbench paper results/paper` writes build/paper, where
+    no leaderboard.html is unless `timbench grid report results/paper` also ran)."""
+    if (out / "leaderboard.html").is_file() or out.resolve() == path.resolve():
+        return "leaderboard.html"
+    if (path / "leaderboard.html").is_file():
+        return Path(os.path.relpath(path.resolve() / "leaderboard.html", out.resolve())).as_posix()
+    return None
+
+
 def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str,
-          d: PaperData, sens: list[list[str]]) -> str:
+          d: PaperData, sens: list[list[str]], leaderboard: str | None = None) -> str:
     """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
     from .html import figure_html, page, table_html
     from .leaderboard import Table
@@ -256,14 +284,26 @@ def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: d
            "committed cells; intervals are 95% Student t over seeds (paired by seed where two settings are "
            "compared), Wilson for rates."] + preamble(d)
     return page(f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}", pre, body,
-                links=[("the grid's leaderboard", "leaderboard.html")])
+                links=[("the grid's leaderboard", leaderboard)] if leaderboard else [])
+
+
+PAPER_STEPS = 80
+"""The paper grid's step budget (bench/grids/paper.yaml; rise_collapse.yaml runs 160, paper_vllm.yaml 80): its
+claims (a run rises, then collapses; the KL warns >= KL_LEAD steps after a 5-step window) are decided on runs
+this long, so a shorter grid (results/quick, 24 steps) would get verdicts the design cannot support."""
 
 
 def check_paper_cells(d: PaperData, path) -> None:
-    """Refuse (one-line ValueError) a grid without the cells F1 reads: the zero-mismatch reference and a real
-    (not noise) mismatched condition finished with remedy none, in either mode. The full paper grid
-    (bench/grids/paper.yaml) has every claim's cells; a narrower grid, e.g. bench/grids/rise_collapse.yaml
-    (recompute only, 160 steps), answers what its cells can and says "not tested" for the rest."""
+    """Refuse (one-line ValueError) a grid without the paper grid's settings: runs of >= PAPER_STEPS steps, and
+    the cells F1 reads: the zero-mismatch reference and a real (not noise) mismatched condition finished with
+    remedy none, in either mode. The full paper grid (bench/grids/paper.yaml) has every claim's cells; a
+    narrower grid, e.g. bench/grids/rise_collapse.yaml (recompute only, 160 steps), answers what its cells can
+    and says "not tested" for the rest."""
+    steps = sorted({c.config.get("steps") for cells in d.cells.values() for c in cells}, key=lambda s: s or 0)
+    if steps and (steps[0] or 0) < PAPER_STEPS:
+        raise ValueError(f"{path} is not a paper grid: its runs are {'/'.join(map(str, steps))} steps, the "
+                         f"paper's claims are decided on runs of >= {PAPER_STEPS} steps (bench/grids/paper.yaml, "
+                         "paper_vllm.yaml: 80, rise_collapse.yaml: 160; see README 'Paper figures')")
     real = [c for c in d.real() if d.setting(c, "none", "recompute") or d.setting(c, "none", "bypass")]
     if d.setting(*d.reference) and real:
         return
@@ -285,7 +325,7 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
     command = command or f"timbench paper {path}"
     vs, seeds, sens = verdicts(d), seeds_used(d), sensitivity(d)
     written, pngs = {}, {}
-    for claim, build in _figures(d, remedy_variants(d)).items():
+    for claim, build in _figures(d, remedy_variants(d), {v.claim: v.verdict for v in vs}).items():
         p = out / "figures" / CLAIMS[claim][0]
         pngs[claim] = png_bytes(build())
         atomic_write(p, pngs[claim])
@@ -293,7 +333,8 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
     written["paper.md"] = out / "paper.md"
     atomic_write(written["paper.md"], _markdown(vs, rows, command, path, seeds, d, sens))
     written["paper.html"] = out / "paper.html"
-    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds, d, sens))
+    atomic_write(written["paper.html"], _html(vs, rows, command, path, pngs, seeds, d, sens,
+                                                  leaderboard_href(path, out)))
     doc = {"command": command, "seeds": seeds, "endpoint": d.endpoint, "declared_endpoint": d.declared,
            "exploratory": d.endpoint != (d.declared or DEFAULT), "correction": CORRECTION,
            "learning_range": d.learning()[0],

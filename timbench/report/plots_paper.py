@@ -7,7 +7,8 @@ seed reached. Training reward is smoothed per seed first with the collapse rule'
 mean over seeds and its interval) and an exact 0 is drawn at LOG_FLOOR, the bottom; on linear axes a band
 is clipped to the quantity's domain (`DOMAINS`: a rate stays in [0, 1], a norm >= 0). Sizes, fonts and
 legend placement come from timbench.report.style. The figure functions take `Setting`s built by
-timbench.report.paper and return matplotlib Figures.
+timbench.report.paper and return matplotlib Figures; F4 and F5, whose bar panels need more care, are in
+timbench.report.plots_paper_bars.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .collapse import moving_average
 from .plots import _no_data, plt
 from .results import CellRun
 from .stats import Interval, mean_interval
-from .style import BAND_ALPHA, clip_band, legend, place_labels
+from .style import BAND_ALPHA, clip_band, place_labels
 
 REWARD = "critic/rewards/mean"
 DOMAINS = {REWARD: (0.0, 1.0), "accuracy_t1": (0.0, 1.0), "actor/grad_norm": (0.0, None),
@@ -90,11 +91,17 @@ def draw_band(ax, s: Setting, key: str, rows: str = "metrics", smooth: int = 1, 
         ax.set_yscale("log")
 
 
+def empty(fig, title: str, what: str):
+    """A figure with nothing to draw still carries its title (and the verdict line under it)."""
+    fig.suptitle(title)
+    return _no_data(fig, what)
+
+
 def _panels(settings: list[Setting], panels: list[tuple], title: str, width: float = 4.6):
     """One row of panels; each panel (ylabel, key, rows, smooth, log, transform)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.6), squeeze=False)
     if not any(s.cells for s in settings):
-        return _no_data(fig, "finished cells for this figure")
+        return empty(fig, title, "finished cells for this figure")
     for i, (ax, (ylabel, key, rows, smooth, log, transform)) in enumerate(zip(axes[0], panels)):
         for s in settings:
             draw_band(ax, s, key, rows, smooth, log, transform, label=i == 0)
@@ -133,102 +140,66 @@ def modes_figure(settings: list[Setting], title: str, smooth: int):
                               ("actor/pg_loss", "actor/pg_loss", "metrics", 1, False, None)], title)
 
 
-def _relative_to_start(vals: list[float], first: int = 5) -> list[float]:
+def _relative_to_start(vals: list[float], smooth: int = 1, first: int = 5) -> list[float]:
+    """The trailing moving average over `smooth` steps of `vals`, divided by the mean of its first `first` raw
+    values: the quantity the F3 rule (timbench.report.paper_claims.kl_alarm_step) compares with KL_RISE."""
     base = math.fsum(vals[:first]) / max(1, len(vals[:first]))
-    return [v / base if base > 0 else float("nan") for v in vals]
+    return [v / base if base > 0 else float("nan") for v in moving_average(vals, smooth)]
 
 
-def kl_warning_figure(settings: list[Setting], title: str, smooth: int):
-    """F3: per setting, smoothed reward (left) and K1 / K3 relative to their first 5 steps (right, log)."""
+def _seed_curve(cell: CellRun, key: str, transform) -> tuple[list[int], list[float]]:
+    pts = [(r["step"], float(r[key])) for r in cell.metrics if r.get(key) is not None]
+    return [p[0] for p in pts], transform([p[1] for p in pts]) if pts else []
+
+
+def kl_warning_figure(settings: list[Setting], title: str, smooth: int, threshold: float | None = None):
+    """F3: per setting, smoothed reward (left) and K1 / K3 relative to their first 5 steps (right, log), with the
+    warning level `threshold` (the rule's KL_RISE) as a dotted line. When some but not all seeds collapsed, each
+    collapsed seed's own reward and K3 are drawn too (thin): the mean over seeds would average its fall away."""
     n = max(1, len(settings))
-    fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 3.9), squeeze=False)
     if not settings:
-        return _no_data(fig, "collapsed or degraded settings")
+        return empty(fig, title, "collapsed or degraded settings")
     twins = []
+    k3_rel = lambda v: _relative_to_start(v, smooth)  # noqa: E731
     for ax, s in zip(axes[0], settings):
-        draw_band(ax, Setting("reward", s.cells, "black"), REWARD, smooth=smooth)
+        draw_band(ax, Setting("reward (mean over seeds)", s.cells, "black"), REWARD, smooth=smooth)
         ax.set_ylabel(f"training reward (moving avg {smooth})")
         ax.set_xlabel("step")
         right = ax.twinx()
         draw_band(right, Setting("k3_kl / first 5 steps", s.cells, "tab:red"), "rollout_corr/k3_kl",
-                  smooth=smooth, log=True, transform=_relative_to_start)
+                  log=True, transform=k3_rel)
         draw_band(right, Setting("|kl| / first 5 steps", s.cells, "tab:blue", "--"), "rollout_corr/kl",
-                  smooth=smooth, log=True, transform=lambda v: _relative_to_start([abs(x) for x in v]))
+                  log=True, transform=lambda v: _relative_to_start([abs(x) for x in v], smooth))
+        if threshold is not None:
+            right.axhline(threshold, color="tab:red", linestyle=":", linewidth=1.2,
+                          label=f"KL warning level ({threshold:g}x its first 5 steps)")
         right.set_ylabel("KL relative to its first 5 steps (log)")
         right.grid(False)
-        for r in s.summary:
-            if r.get("collapse/collapsed") and r.get("collapse/step") is not None:
-                ax.axvline(r["collapse/step"], color="gray", linestyle=":", linewidth=1)
-        ax.set_title(f"{s.label}\n(dotted: collapse step of a seed)")
+        fell = [r for r in s.summary if r.get("collapse/collapsed") and r.get("collapse/step") is not None]
+        by_seed = {c.axes.get("seed"): c for c in s.cells}
+        for r in fell:
+            ax.axvline(r["collapse/step"], color="gray", linestyle=":", linewidth=1)
+            if len(fell) < len(s.summary) and by_seed.get(r["seed"]):  # a minority: the mean hides it
+                cell = by_seed[r["seed"]]
+                ax.plot(*_seed_curve(cell, REWARD, lambda v: moving_average(v, smooth)), color="black",
+                        linewidth=0.8, alpha=0.7, linestyle=(0, (4, 1.5)),
+                        label=f"seed {r['seed']} reward (collapsed at step {r['collapse/step']})")
+                right.plot(*_seed_curve(cell, "rollout_corr/k3_kl", k3_rel), color="tab:red", linewidth=0.8,
+                           alpha=0.7, linestyle=(0, (4, 1.5)), label=f"seed {r['seed']} k3_kl / first 5 steps")
+        ax.set_title(f"{s.label}: {len(fell)}/{len(s.summary)} seeds collapsed\n(dotted: a seed's collapse step)")
         twins.append(right)
-    # the same three curves in every panel: one legend below them all (seed counts differ per panel: dropped)
+    # the same curves in every panel: one legend below them all (seed counts differ per panel: dropped)
     handles, labels = [], []
-    for a in (axes[0][0], twins[0]):
-        h, lab = a.get_legend_handles_labels()
-        handles, labels = handles + h, labels + lab
+    for a in [x for pair in zip(axes[0], twins) for x in pair]:
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            lab = lab.split(" (n=")[0]
+            if lab not in labels:
+                handles, labels = handles + [h], labels + [lab]
     fig.suptitle(title)
     fig.tight_layout()
-    fig.subplots_adjust(bottom=0.2)
-    fig.legend(handles, [lab.split(" (n=")[0] for lab in labels], loc="lower center", ncol=3, frameon=False)
-    return fig
-
-
-def drift_figure(settings: list[Setting], bars: list[tuple[str, Interval, Interval]], title: str, smooth: int):
-    """F4: C(r_train) - C(r_rollout) over steps for A > 0 and A < 0 tokens (linear: the drift is signed and
-    small, a symlog axis showed decades of noise), and per-setting means."""
-    fig, axes = plt.subplots(1, 3, figsize=(14.5, 3.8), squeeze=False)
-    if not any(s.cells for s in settings):
-        return _no_data(fig, "finished cells for this figure")
-    for ax, key, sign in ((axes[0][0], "drift/diff_pos_adv_mean", "A > 0"),
-                          (axes[0][1], "drift/diff_neg_adv_mean", "A < 0")):
-        for s in settings:
-            draw_band(ax, s, key, smooth=smooth, label=ax is axes[0][0])
-        ax.axhline(0.0, color="gray", linewidth=0.6)
-        ax.set_title(f"C(r_train) - C(r_rollout), tokens with {sign}\n(moving avg {smooth}, 95% band over seeds)")
-        ax.set_xlabel("step")
-        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    ax = axes[0][2]
-    for i, (label, pos, neg) in enumerate(bars):
-        for off, iv, color in ((-0.18, pos, "tab:green"), (0.18, neg, "tab:purple")):
-            if iv.mean is None:
-                continue
-            err = None if iv.lo is None else [[iv.mean - iv.lo], [iv.hi - iv.mean]]
-            ax.bar(i + off, iv.mean, 0.34, color=color, yerr=err, capsize=2,
-                   label=("A > 0" if off < 0 else "A < 0") if i == 0 else None)
-    ax.set_xticks(range(len(bars)))
-    ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right")
-    ax.axhline(0.0, color="gray", linewidth=0.6)
-    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    ax.set_title("mean over steps, 95% interval over seeds")
-    legend(ax)
-    return _figure_legend(fig, axes[0][0], title)
-
-
-def remedy_figure(settings: list[Setting], bars: list[tuple[str, Interval, str]], title: str):
-    """F5: relative final accuracy per remedy (95% interval over seeds) and eval-accuracy bands."""
-    fig, axes = plt.subplots(1, 2, figsize=(13.0, 0.9 + 0.42 * max(4, len(bars))), squeeze=False)
-    if not bars:
-        return _no_data(fig, "finished remedy cells")
-    ax = axes[0][0]
-    for i, (label, iv, note) in enumerate(bars):
-        if iv.mean is None:
-            continue
-        err = None if iv.lo is None else [[iv.mean - iv.lo], [iv.hi - iv.mean]]
-        ax.barh(i, iv.mean, color="tab:gray" if "none" in label.split(" ")[0] else "tab:blue", xerr=err, capsize=3)
-        ax.text(0.01, i, f" {note}", va="center", fontsize=7, color="white")
-    ax.axvline(1.0, color="black", linewidth=1.2, linestyle="--")
-    ax.set_yticks(range(len(bars)))
-    ax.set_yticklabels([b[0] for b in bars])
-    ax.invert_yaxis()
-    ax.set_xlabel("final eval accuracy T=1 / zero-mismatch reference (same seed)")
-    ax = axes[0][1]
-    for s in settings:
-        draw_band(ax, s, "accuracy_t1", rows="evals")
-    ax.set_xlabel("step")
-    ax.set_ylabel("eval accuracy T=1")
-    legend(ax)
-    fig.suptitle(title)
-    fig.tight_layout()
+    fig.subplots_adjust(bottom=0.16 + 0.05 * -(-len(handles) // 3))
+    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
     return fig
 
 
@@ -241,7 +212,7 @@ def dose_figure(points: list[dict], title: str):
     modes = sorted({p["mode"] for p in points}) or ["recompute"]
     fig, axes = plt.subplots(1, len(modes), figsize=(6.6 * len(modes), 4.8), squeeze=False)
     if not points:
-        return _no_data(fig, "finished mismatched cells")
+        return empty(fig, title, "finished mismatched cells")
     for ax, mode in zip(axes[0], modes):
         mine = [p for p in points if p["mode"] == mode and p["x"].mean is not None and p["y"].mean is not None]
         noise = sorted((p for p in mine if p["kind"] == "noise"), key=lambda p: p["x"].mean)
