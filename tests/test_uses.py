@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from plugin_text import readme_plugin
 from timbench.cli import main
 from timbench.remedies import ENTRY_POINT_GROUP, RemedyBatch, resolve
 
@@ -158,14 +159,6 @@ def test_a_plugin_that_raises_stops_in_the_preflight_before_any_cell(repo, tmp_p
     assert not out.exists()
 
 
-def _readme_plugin(name: str) -> str:
-    """The README's ```python block that starts with `# NAME`."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    found = [b for b in blocks if b.startswith(f"# {name}")]
-    assert len(found) == 1, f"README.md has {len(found)} python blocks starting with '# {name}'"
-    return found[0]
-
-
 def test_the_readme_masking_plugin_matches_the_code():
     # The documented RemedyBatch fields are its real ones, in its order; finish's keywords are its real ones
     import dataclasses
@@ -182,7 +175,7 @@ def test_the_readme_masking_plugin_matches_the_code():
     assert f"`finish(batch, {', '.join(k + '=' for k in kw)})`" in doc, doc
     # ... and its masking example runs as written: keep= drops the tokens past the bound, weights stay 1
     ns = {}
-    exec(compile(_readme_plugin("mask_remedy.py"), "README.md:mask_remedy.py", "exec"), ns)
+    exec(compile(readme_plugin("mask_remedy.py"), "README.md:mask_remedy.py", "exec"), ns)
     remedy = ns["MaskRemedy"](bound=0.5)
     old = torch.zeros(2, 3, dtype=torch.float32)
     rollout = torch.tensor([[0.0, -0.4, -0.9], [0.7, 0.0, 0.0]])
