@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-journeys test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -111,11 +111,17 @@ align: setup
 	cat $(ALIGN_OUT)/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser
+	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser and not journey" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser; journeys: make test-journeys
 
-# The tests marked `slow` (emulated CPUs, golden fingerprints, cell timeouts, Ray token, two submissions; ~8 min): CI's own stage.
+# The tests marked `slow` (emulated CPUs, golden fingerprints, cell timeouts, Ray token, two submissions, two steps of
+# every committed grid replayed; ~10 min): CI's own stage.
 test-slow: setup
-	$(PY) -m pytest -q --durations=5 -m "slow and not ray_cluster and not browser" --ignore=tests/test_vllm.py
+	$(PY) -m pytest -q --durations=5 -m "slow and not ray_cluster and not browser and not journey" --ignore=tests/test_vllm.py
+
+# A user's command sequences as the README runs them (tests/test_journeys.py: submit on the mini track, the paper
+# page of results/paper byte for byte, gate run + check, the README's <!-- journey --> blocks; a few minutes).
+test-journeys: setup
+	$(PY) -m pytest -q --durations=10 -m journey tests/test_journeys.py
 
 # A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
 test-ray: setup

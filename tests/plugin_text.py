@@ -13,3 +13,13 @@ class Halve(Remedy):
         return finish(batch, weights=torch.full_like(log_rho(batch), 0.5), extra={"halve/scale": 0.5})
 '''
 """Every token's weight 0.5, and a metric of its own (`halve/scale`)."""
+
+
+def readme_plugin(name: str) -> str:
+    """The README's ```python block that starts with `# NAME` (a documented plug-in, run as written)."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    found = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith(f"# {name}")]
+    assert len(found) == 1, f"README.md has {len(found)} python blocks starting with '# {name}'"
+    return found[0]

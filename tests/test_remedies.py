@@ -212,7 +212,7 @@ def test_list_describes_every_builtin(capsys):
 
 
 @pytest.mark.parametrize("spec, args, err, message", [
-    ("tis", {}, ValueError, "unknown remedy 'tis'; registered: none, tis_token"),
+    ("tis", {}, ValueError, r"unknown remedy 'tis'; did you mean tis_seq\? registered: none, tis_token"),
     ("tis_token", {"cap": 2}, ValueError, r"unknown parameter\(s\) \['cap'\]; valid: C"),
     ("tis_token", {"C": -1}, ValueError, "C must be > 0"),
     ("tis_token", {"C": "big"}, ValueError, "parameter C='big' is not a valid float"),

@@ -20,7 +20,11 @@ from ..readfile import read_json
 
 def _cpu_independent(cell: dict) -> bool:
     """Exact kernels on both sides and timbench's own engine on the CPU: the same bits on any x86-64 CPU."""
-    eng, tr = cell["config"]["engine"], cell["config"]["trainer"]
+    return _config_cpu_independent(cell["config"])
+
+
+def _config_cpu_independent(cfg: dict) -> bool:
+    eng, tr = cfg.get("engine") or {}, cfg.get("trainer") or {}
     return (eng.get("kernels", "exact") == "exact" and tr.get("kernels", "exact") == "exact"
             and eng.get("engine", "timbench") == "timbench" and eng.get("device", "cpu") == "cpu"
             and tr.get("device", "cpu") == "cpu")
@@ -64,15 +68,33 @@ def _rows(path: Path, steps: int) -> list[dict]:
 def replay(results: str | Path, cell: dict, steps: int = 1) -> list[str]:
     """Run the first `steps` steps of `cell` now and compare with the committed `results/runs/<id>/metrics.jsonl`;
     returns the differences (empty: the committed result reproduces at this code)."""
+    from .layout import run_dir
+    return _replay_config(cell["config"], run_dir(results, cell["id"]) / "metrics.jsonl", steps, f"cell {cell['id']}")
+
+
+def replay_run(run: str | Path, steps: int = 1) -> list[str]:
+    """The same for one run directory (`timbench train --out DIR`: its config.yaml and metrics.jsonl); a run whose
+    arithmetic depends on the CPU (fast kernels, another engine) cannot be compared bit for bit: ValueError."""
+    from ..readfile import read_yaml
+    run = Path(run)
+    cfg = read_yaml(run / "config.yaml", "run config")
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{run / 'config.yaml'}: a run config is a mapping of keys to values")
+    if not _config_cpu_independent(cfg):
+        raise ValueError(f"{run}: not exact kernels on timbench's CPU engine on both sides, so its values depend "
+                         "on the CPU and a replay cannot be compared bit for bit")
+    return _replay_config(cfg, run / "metrics.jsonl", steps, f"run {run}")
+
+
+def _replay_config(config: dict, metrics: Path, steps: int, what: str) -> list[str]:
     from ..rl.config import from_dict
     from ..rl.loop import run
-    from .layout import run_dir
-    committed = _rows(run_dir(results, cell["id"]) / "metrics.jsonl", steps)
+    committed = _rows(metrics, steps)
     if not committed:
-        return [f"cell {cell['id']} has no committed metrics to replay"]
-    cfg = dict(cell["config"], steps=len(committed))
+        return [f"{what} has no committed metrics to replay"]
+    cfg = dict(config, steps=len(committed))
     with tempfile.TemporaryDirectory(prefix="timbench-replay-") as tmp:
-        run(from_dict(cfg, f"replay of {cell['id']}"), Path(tmp) / "run", progress=False)
+        run(from_dict(cfg, f"replay of {what}"), Path(tmp) / "run", progress=False)
         now = _rows(Path(tmp) / "run" / "metrics.jsonl", len(committed))
     return compare_rows(committed, now)
 
@@ -90,4 +112,4 @@ def replay_grid(results: str | Path, steps: int = 1) -> tuple[str | None, list[s
     return (None, []) if cell is None else (cell["id"], replay(results, cell, steps))
 
 
-__all__ = ["compare_rows", "replay", "replay_cell", "replay_grid", "summarize"]
+__all__ = ["compare_rows", "replay", "replay_cell", "replay_grid", "replay_run", "summarize"]

@@ -103,7 +103,9 @@ def resolve(spec: str) -> type[Remedy]:
     if spec.startswith(VOCAB_PREFIXES):
         prefix = spec.partition(":")[0] + ":"
         names = [n.removeprefix(prefix) for n in VOCABULARY if n.startswith(prefix)]
-        raise ValueError(f"unknown {prefix[:-1]} remedy {spec!r}; valid: {prefix}{{{', '.join(names)}}}")
+        close = difflib.get_close_matches(spec.removeprefix(prefix), names, n=1)
+        hint = f"did you mean {prefix}{close[0]}? " if close else ""
+        raise ValueError(f"unknown {prefix[:-1]} remedy {spec!r}; {hint}valid: {prefix}{{{', '.join(names)}}}")
     if ":" in spec:
         obj = _class_from(spec)
     else:
