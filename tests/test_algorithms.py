@@ -109,6 +109,99 @@ def test_ppo_log_ratio_clamped_at_20():
     close(m["actor/ratio_max"], math.exp(20), tol=1e-3)
 
 
+# ---------------------------------------------------------------- dual-clip (verl clip_ratio_c)
+
+def _dual_case():
+    # row 0: A = -1, ratios 10 (dual-clipped: max(10, 1.2) = 10 > 3 -> 3), 1.5 (kept), 0.5 (low clip: 0.8)
+    # row 1: A = +1, ratios 10 (high clip: -1.2), 1.0, 0.5 (-0.5); row 2: A = -2, ratio 10 -> -A c = 6, 2.0 -> 4
+    ratios = t([[10.0, 1.5, 0.5], [10.0, 1.0, 0.5], [10.0, 2.0, 1.0]])
+    return ratios.log().requires_grad_(), torch.zeros(3, 3, dtype=D), t([-1.0, 1.0, -2.0]), \
+        torch.ones(3, 3, dtype=torch.bool)
+
+
+def test_dual_clip_bounds_negative_advantage_at_minus_a_c():
+    logp, old, adv, mask = _dual_case()
+    loss, m = ppo_clip_loss(logp, old, adv, mask, clip_ratio_c=3.0)
+    per_token = [3.0, 1.5, 0.8, -1.2, -1.0, -0.5, 6.0, 4.0, 2.0]
+    close(loss, sum(per_token) / 9)
+    close(m["actor/pg_clipfrac_lower"], 2 / 9)  # the two ratio-10 tokens of A < 0 rows
+    close(m["actor/pg_clipfrac"], 2 / 9)  # PPO's own clip count is unchanged: the 0.5 of row 0, the 10 of row 1
+    loss.backward()
+    # a bounded token's loss is the constant -A c: no gradient; d(-A r)/d log r = -A r elsewhere (unclipped), / 9
+    close(logp.grad, t([[0, 1.5, 0], [0, -1.0, -0.5], [0, 4.0, 2.0]]) / 9)
+    # without dual-clip the ratio-10 tokens cost -A r = 10 and 20, with gradient -A r
+    logp2 = logp.detach().clone().requires_grad_()
+    off, m_off = ppo_clip_loss(logp2, old, adv, mask)
+    close(off, (10 + 1.5 + 0.8 - 1.2 - 1.0 - 0.5 + 20 + 4 + 2) / 9)
+    assert "actor/pg_clipfrac_lower" not in m_off  # logged only when dual-clip is on
+    off.backward()
+    close(logp2.grad[:, 0], t([10.0, 0, 20.0]) / 9)
+
+
+def test_dual_clip_leaves_positive_advantages_and_small_ratios_bitwise_unchanged():
+    g = torch.Generator().manual_seed(5)
+    logp = (2 * torch.randn(6, 7, generator=g, dtype=D)).requires_grad_()  # ratios from ~e^-6 to ~e^6
+    old, mask = torch.zeros(6, 7, dtype=D), torch.rand(6, 7, generator=g) < 0.8
+    for adv in (t([1.0, 0.5, 2.0, 0.0, 3.0, 0.1]), t([-1.0, -0.5, -2.0, 0.0, -3.0, -0.1])):
+        lp = logp if adv.min() >= 0 else (logp.detach().clamp(max=math.log(2.9))).requires_grad_()  # r < c
+        grads = []
+        for c in (None, 3.0):
+            lp.grad = None
+            loss, m = ppo_clip_loss(lp, old, adv, mask, clip_ratio_c=c, agg="seq-mean-token-mean")
+            loss.backward()
+            grads.append((loss.detach(), lp.grad.clone(), {k: m[k] for k in m if k != "actor/pg_clipfrac_lower"}))
+        assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+        assert grads[0][2] == grads[1][2]
+
+
+def test_dual_clip_off_is_the_old_loss_bitwise():
+    # the loss before dual-clip existed, op for op: max(-A r, -A clip(r)) * w, token-mean
+    g = torch.Generator().manual_seed(7)
+    logp = (-3 * torch.rand(5, 6, generator=g, dtype=D)).requires_grad_()
+    old = -3 * torch.rand(5, 6, generator=g, dtype=D)
+    adv, w = torch.randn(5, generator=g, dtype=D), 1 + torch.rand(5, 6, generator=g, dtype=D)
+    mask = torch.rand(5, 6, generator=g) < 0.7
+    loss, _ = ppo_clip_loss(logp, old, adv, mask, weights=w)
+    loss_none, _ = ppo_clip_loss(logp, old, adv, mask, weights=w, clip_ratio_c=None)
+    r, a = torch.where(mask, logp - old, torch.zeros_like(logp)).exp(), adv[:, None]
+    want = agg_loss(torch.maximum(-a * r, -a * r.clamp(0.8, 1.2)) * torch.where(mask, w, torch.zeros_like(w)), mask)
+    assert torch.equal(loss, want) and torch.equal(loss_none, want)
+
+
+def test_dual_clip_matches_verl_compute_policy_loss_vanilla():
+    # verl core_algos.compute_policy_loss_vanilla's dual-clip lines, transcribed
+    g = torch.Generator().manual_seed(11)
+    logp, old = 3 * torch.randn(8, 5, generator=g, dtype=D), torch.zeros(8, 5, dtype=D)
+    advantages = torch.randn(8, 1, generator=g, dtype=D).expand(8, 5)
+    mask = torch.ones(8, 5, dtype=torch.bool)
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - 0.2, 1 + 0.28)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * 3.0
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    lower = (torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0).to(D)).mean()  # verl: .float()
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    loss, m = ppo_clip_loss(logp, old, advantages, mask, eps_high=0.28, clip_ratio_c=3.0)
+    close(loss, pg_losses.mean(), tol=1e-12)
+    close(m["actor/pg_clipfrac_lower"], lower)
+    assert 0 < m["actor/pg_clipfrac_lower"] < 1  # the case exercises the bound
+
+
+@pytest.mark.parametrize("c", [1.0, 0.5, 0.0, -3.0, math.inf, math.nan])
+def test_dual_clip_out_of_range_is_a_one_line_error(c):
+    logp, old, adv, mask = _dual_case()
+    with pytest.raises(ValueError, match=r"clip_ratio_c: .* is out of range; valid: None \(dual-clip off\) or a "
+                                         r"finite number > 1") as e:
+        ppo_clip_loss(logp, old, adv, mask, clip_ratio_c=c)
+    assert "\n" not in str(e.value)
+
+
+def test_dual_clip_is_offered_by_the_ppo_clip_algorithms_only():
+    assert all(a.dual_clip == (a.loss is ppo_clip_loss) for a in ALGORITHMS.values())
+    assert get_algorithm("grpo").dual_clip and not get_algorithm("gspo").dual_clip
+
+
 # aggregation case: ratio 1 so the per-token loss is -A; A = [[1, 2, 3, 9], [4, 9, 9, 9]],
 # mask [[1, 1, 1, 0], [1, 0, 0, 0]] (the 9s are masked out), T = 4
 AGG_EXPECTED = {

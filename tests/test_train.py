@@ -211,6 +211,9 @@ def test_non_finite_training_is_a_clear_failure_that_keeps_metrics(ckpt, tmp_pat
     ("betas=[0.9]", "'betas'"),
     ("betas=[0.9, 1.5]", "'betas'"),
     ("eval_n=1000000000", "'eval_n': 1000000000 is out of range; valid: 1..4096"),
+    ("clip_ratio_c=1", r"'clip_ratio_c': 1.0 is out of range; valid: None \(dual-clip off\) or a finite number > 1"),
+    ("clip_ratio_c=0.5", "'clip_ratio_c': 0.5 is out of range"),
+    ("clip_ratio_c=.inf", "'clip_ratio_c': inf is not a valid float"),  # c = inf would be dual-clip off
 ])
 def test_bad_config_is_a_one_line_error(override, message):
     with pytest.raises((ValueError, KeyError), match=message) as e:
@@ -300,3 +303,13 @@ def test_a_truncated_checkpoint_and_a_raising_plugin_are_one_line_errors(ckpt, t
     assert len(err) == 1 and "RuntimeError: plug-in bug" in err[0] and "traceback in" in err[0]
     assert "Traceback" in (out / "error.txt").read_text()
     assert read_status(out)["status"] == "failed"
+
+
+def test_dual_clip_key_written_only_when_set_and_refused_where_the_loss_has_none():
+    off = load_config("bench/runs/baseline.yaml")
+    assert "clip_ratio_c" not in off.to_dict()  # configs (and grid fingerprints) of runs without it are unchanged
+    assert load_config("bench/runs/baseline.yaml", ["clip_ratio_c=3"]).to_dict()["clip_ratio_c"] == 3.0
+    with pytest.raises(ValueError, match="'clip_ratio_c': algorithm gspo has no dual-clip .*; valid with: grpo, "
+                                         "dapo") as e:
+        load_config("bench/runs/baseline.yaml", ["algorithm=gspo", "clip_ratio_c=3"])
+    assert "\n" not in str(e.value)

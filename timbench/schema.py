@@ -45,6 +45,7 @@ STEP_KEYS: dict[str, str] = {
     "actor/loss": "total actor loss", "actor/pg_loss": "policy-gradient loss", "actor/ppo_kl": "PPO approx KL",
     "actor/pg_clipfrac": "fraction of tokens clipped", "actor/pg_clipfrac_high": "clipped above 1 + eps",
     "actor/pg_clipfrac_low": "clipped below 1 - eps", "actor/kl_loss": "KL-to-reference loss",
+    "actor/pg_clipfrac_lower": "A < 0 tokens bounded at -A c by dual-clip (only with clip_ratio_c)",
     "actor/ppo_rs_seq_masked_fraction": "sequences masked by the algorithm's own rejection",
     "actor/ratio_mean": "PPO ratio mean", "actor/ratio_min": "PPO ratio min", "actor/ratio_max": "PPO ratio max",
     "batch/kept_frac": "fraction of the batch's tokens in the loss",

@@ -13,6 +13,7 @@ metric is fixed-order (timbench.kernels.reduce), so gradients and logged values 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -141,11 +142,30 @@ def _per_token(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return adv[:, None] if adv.dim() == 1 else adv
 
 
-def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, log_r):
-    """max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), times remedy weights, aggregated; plus metrics."""
+def check_clip_ratio_c(clip_ratio_c: float | None) -> None:
+    """None (dual-clip off) or a finite number > 1 (verl asserts clip_ratio_c > 1.0); else a one-line ValueError."""
+    if clip_ratio_c is not None and not 1 < clip_ratio_c < math.inf:
+        raise ValueError(f"clip_ratio_c: {clip_ratio_c!r} is out of range; valid: None (dual-clip off) or a finite "
+                         "number > 1 (verl's default 3.0)")
+
+
+def _dual_clip(loss_mat, adv, clip_ratio_c):
+    """verl's dual-clip (arXiv 1912.09729): for A < 0, min(-A c, L), so a ratio >> 1 costs at most -A c (no gradient
+    past it); A >= 0 tokens keep L. Returns the loss and the mask of the tokens it bounded (pg_clipfrac_lower)."""
+    loss3 = -adv * clip_ratio_c
+    neg = adv < 0
+    return torch.where(neg, torch.minimum(loss3, loss_mat), loss_mat), (loss_mat > loss3) & neg
+
+
+def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, log_r, clip_ratio_c=None):
+    """max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), dual-clipped when clip_ratio_c is set, times remedy
+    weights, aggregated; plus metrics."""
     loss1 = -adv * ratio
     loss2 = -adv * ratio.clamp(1 - eps_low, 1 + eps_high)
     loss_mat = torch.maximum(loss1, loss2)
+    lower = None
+    if clip_ratio_c is not None:  # off: the exact ops (and bits) of the loss before dual-clip existed
+        loss_mat, lower = _dual_clip(loss_mat, adv, clip_ratio_c)
     if weights is not None:
         loss_mat = loss_mat * select(weights.detach().to(loss_mat.dtype), mask.bool())
     loss = agg_loss(loss_mat, mask, agg, norm_const)
@@ -163,25 +183,31 @@ def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, lo
             "actor/ratio_max": float(r.max()) if r.numel() else 1.0,
             "actor/ratio_min": float(r.min()) if r.numel() else 1.0,
         }
+        if lower is not None:  # logged only when dual-clip is on, so runs without it log what they always did
+            metrics["actor/pg_clipfrac_lower"] = float(masked_mean(lower.to(ratio.dtype), m))
     return loss, metrics
 
 
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
                   eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token-mean",
-                  weights: torch.Tensor | None = None,
-                  norm_const: float | None = None) -> tuple[torch.Tensor, Metrics]:
-    """PPO clipped surrogate (verl compute_policy_loss_vanilla, without dual-clip).
+                  weights: torch.Tensor | None = None, norm_const: float | None = None,
+                  clip_ratio_c: float | None = None) -> tuple[torch.Tensor, Metrics]:
+    """PPO clipped surrogate (verl compute_policy_loss_vanilla; its dual-clip only when clip_ratio_c is set).
 
     r_t = exp(log_ratio(logprobs, old_logprobs)) (clamped at +-20);
-    L_t = w_t * max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)); loss = agg(L, mask).
-    Defaults eps 0.2 / 0.2, token-mean; DAPO clip-higher uses eps_high 0.28. `weights` [N, T] are
+    L_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)); with dual-clip c (verl clip_ratio_c, > 1)
+    L_t = min(-A c, L_t) where A < 0 (verl pg_losses3 / clip_pg_losses2); then L_t *= w_t; loss = agg(L, mask).
+    Defaults eps 0.2 / 0.2, token-mean, no dual-clip (verl's default is c = 3.0; timbench's is off, so every run
+    without it computes what it always did); DAPO clip-higher uses eps_high 0.28. `weights` [N, T] are
     detached remedy multipliers (verl multiplies pg_losses by rollout_is_weights the same way).
     Metrics: actor/pg_clipfrac (+ _high / _low by side), actor/ppo_kl = mean(old_logprobs - logprobs),
-    actor/ratio_{mean,max,min}, actor/pg_loss; all over the (remedy-zeroed) mask.
+    actor/ratio_{mean,max,min}, actor/pg_loss; with dual-clip also actor/pg_clipfrac_lower (verl: tokens with
+    A < 0 whose clipped loss exceeds -A c); all over the (remedy-zeroed) mask.
     """
+    check_clip_ratio_c(clip_ratio_c)
     log_r = select(log_ratio(logprobs, old_logprobs), mask.bool())  # padding (even NaN) never reaches a gradient
     return _surrogate(fexp(log_r), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
-                      norm_const, log_r.detach())
+                      norm_const, log_r.detach(), clip_ratio_c)
 
 
 def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
@@ -248,6 +274,11 @@ class Algorithm:
     agg: str = "token-mean"
     dynamic_sampling: bool = False  # drop groups with all-equal rewards (dynamic_sampling_mask)
     doc: str = ""
+
+    @property
+    def dual_clip(self) -> bool:
+        """Whether the loss takes verl's dual-clip (RunConfig.clip_ratio_c): the PPO-clip losses do, GSPO not."""
+        return self.loss is ppo_clip_loss
 
     @property
     def loss_kwargs(self) -> dict:

@@ -81,6 +81,10 @@ class RunConfig:
     """PPO lower clip (>= 0); None = the algorithm's default."""
     eps_high: float | None = None
     """PPO upper clip (>= 0); None = the algorithm's default."""
+    clip_ratio_c: float | None = None
+    """Dual-clip bound c (verl actor clip_ratio_c, arXiv 1912.09729): a finite number > 1 bounds each A < 0 token's
+    PPO loss at -A c, so a ratio >> 1 cannot grow it further; None = off (timbench's default; verl's is 3.0).
+    PPO-clip algorithms only (not gspo, as verl)."""
     kl_coef: float = 0.0
     """Weight (>= 0) of a KL(pi_theta || pi_ref) penalty to the warm start (0 = off, the GRPO/DAPO default here)."""
     kl_kind: str = "low_var_kl"
@@ -118,7 +122,7 @@ class RunConfig:
         return d
 
 
-_WRITTEN_OFF_DEFAULT = ("replica",)
+_WRITTEN_OFF_DEFAULT = ("replica", "clip_ratio_c")
 """Keys newer than committed results: in config.yaml only when set, so a run without them writes the same
 config (and grid fingerprint) as before they existed, and older run directories still resume and merge."""
 
@@ -131,6 +135,8 @@ _FLOAT_RANGES = {
     "grad_clip": (lambda x: x > 0, "a number > 0 (inf = no clipping)"),
     "eps_low": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
     "eps_high": (lambda x: x is None or 0 <= x < math.inf, "None or a finite number >= 0"),
+    # c <= 1 would cap A < 0 tokens below their unclipped loss at r = 1 (verl asserts clip_ratio_c > 1.0).
+    "clip_ratio_c": (lambda x: x is None or 1 < x < math.inf, "None (dual-clip off) or a finite number > 1, e.g. 3.0"),
     "kl_coef": (lambda x: 0 <= x < math.inf, "a finite number >= 0"),
     # T = 0 (greedy) would give every response of a group the same tokens: GRPO advantages all 0, nothing trains.
     "temperature": (lambda x: 0 < x < math.inf, "a finite number > 0 (greedy rollouts train nothing)"),
@@ -221,9 +227,13 @@ def load(cfg: RunConfig | Loaded) -> Loaded:
         return cfg
     from ..remedies import load_remedy
     from ..tasks import get_task
-    from .algorithms import get_algorithm
+    from .algorithms import ALGORITHMS, get_algorithm
     task = get_task(cfg.task)
     algorithm = get_algorithm(cfg.algorithm)
+    if cfg.clip_ratio_c is not None and not algorithm.dual_clip:
+        valid = ", ".join(n for n, a in ALGORITHMS.items() if a.dual_clip)
+        raise ValueError(f"config key 'clip_ratio_c': algorithm {cfg.algorithm} has no dual-clip (verl's "
+                         f"{cfg.algorithm} loss has none); valid with: {valid}")
     remedy = load_remedy(cfg.remedy, cfg.remedy_args)
     if remedy.mode is not None and remedy.mode != cfg.mode:  # e.g. a verl bypass_mode preset (remedies/verl.py)
         raise ValueError(f"remedy {cfg.remedy!r} implies mode={remedy.mode} (verl bypass_mode="

@@ -217,8 +217,8 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     cfg, algo, exp = run.config, run.algo, batch.exp
     adv, mask, weights, old_logprobs = batch.advantages, batch.mask, batch.weights, batch.old_logprobs
     old = old_logprobs if cfg.mode == "recompute" else exp.rollout_logprobs
-    loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high))
-                                  if v is not None}
+    loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high),
+                                                    ("clip_ratio_c", cfg.clip_ratio_c)) if v is not None}
     # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute.
     replay = {"engine": exp.routing, "old": batch.trainer_routing}.get(lane.remedy.replay)
     n, mb = len(exp.seqs), batch.mini_batch
