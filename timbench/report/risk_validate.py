@@ -221,7 +221,13 @@ def verdict(ranked: list[dict]) -> str:
             f"the data cannot tell it apart from mean |delta| on the same {best['rows']} rows (AUC "
             f"{best['auc']:.3f} vs {best['dose_auc']:.3f}, difference 95% CI "
             + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}])" if ci else "not estimable)"))
-    return f"{best['statistic']} ranks first (LOCO AUC {best['auc']:.3f}); {tail}"
+    head = f"{best['statistic']} ranks first (LOCO AUC {best['auc']:.3f}); {tail}"
+    above = [d for d in stats if d["auc_minus_dose_ci"] and d["auc_minus_dose_ci"][0] > 0]
+    if not above:
+        return head + "; no statistic's AUC difference from mean |delta| has its interval above 0"
+    return head + "; AUC above mean |delta|'s with the interval above 0: " + ", ".join(
+        f"{d['statistic']} ({d['auc_minus_dose']:+.3f} [{d['auc_minus_dose_ci'][0]:+.3f}, "
+        f"{d['auc_minus_dose_ci'][1]:+.3f}])" for d in above)
 
 
 def distinct(rows: list[RiskRow]) -> list[RiskRow]:
