@@ -100,14 +100,14 @@ def _cmd_risk(args) -> int:
 
 
 def add_risk_parser(sub) -> None:
-    """Register `timbench risk`."""
-    from .risk_data import STATS
+    """Register `timbench risk` (importing nothing heavy: the parser must answer --help at once)."""
     p = sub.add_parser("risk", help="what a measured mismatch did in the committed grids: nearest settings, their "
                                     "outcomes with intervals, remedies that helped, the map's validity limits")
     p.add_argument("--mean-abs-delta", dest="mean_abs_delta", metavar="X",
                    help="measured mean |log pi_train - log pi_rollout| per token")
     p.add_argument("--stat", action="append", metavar="NAME=VALUE",
-                   help=f"another measured statistic (repeatable): {', '.join(STATS)}")
+                   help="another measured statistic (repeatable), e.g. k3_kl=0.002, argmax_flips=0.01; an unknown "
+                        "NAME lists the valid ones (docs/risk.md)")
     p.add_argument("--align", metavar="TABLE.json", help="a `timbench align` output (results/align/*.json)")
     p.add_argument("--row", metavar="TEXT", help="with --align: only rows whose 'model: condition' contains TEXT")
     p.add_argument("--gate", metavar="gate.json", help="a `timbench gate run` output (its alignment probe)")
