@@ -10,7 +10,7 @@ import pytest
 
 from timbench.cli import main
 from timbench.report import risk_validate as rv
-from timbench.report.risk import answer, units, validity
+from timbench.report.risk import answer, safe_levels, the_map, units, validity
 from timbench.report.risk_data import ROOT, RiskRow, gather, mapped
 from timbench.report.risk_input import from_align, from_gate, from_numbers
 
@@ -104,9 +104,11 @@ def test_cli_text_and_json_name_the_validity_limits(small_results, capsys):
     out = capsys.readouterr().out
     assert "paper_vllm / tiny-dense / vllm-bf16" in out and "validity of this map" in out
     assert "committed mean |delta| spans" in out and "horizons 80-80 steps" in out
+    assert "what level was safe in the committed real settings" in out
     assert main(["risk", "--mean-abs-delta", "0.005", "--results", small_results, "--json", "--mode", "bypass"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["validity"]["models"] == ["tiny-dense"] and list(doc["answers"][0]["nearest"]) == ["bypass"]
+    assert list(doc["safe_levels"]) == ["bypass"]
 
 
 def _gate(tmp_path, suite: str, probes: list) -> str:
@@ -138,13 +140,28 @@ def test_bad_input_is_one_line_exit_2(argv, says, small_results, tmp_path, capsy
     assert err.count("\n") == 1 and err.startswith("timbench risk: error: ") and says in err, err
 
 
-def test_validate_writes_the_page_with_its_command(tmp_path, small_results, capsys, monkeypatch):
+def test_validate_writes_the_pages_with_their_command(tmp_path, small_results, capsys, monkeypatch):
     monkeypatch.setattr(rv, "BOOT", 50)
     rows = [_row(f"c{i}", 0.01 * (i + 1), i >= 2, seed=s, mode=m) for i in range(4) for s in range(2)
             for m in ("recompute", "bypass")]
     v = rv.validate(rows)
-    assert v["rows"] == 16 and set(v["outcomes"]) == {"collapse", "loss"}
+    assert v["rows"] == 16 and set(v["outcomes"]) == {"collapse", "loss", "collapse, real conditions only",
+                                                      "loss, real conditions only"}
+    out = tmp_path / "risk"
+    assert main(["risk", "--validate", "--results", small_results, "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["map.json", "map.md", "validation.json", "validation.md"]
+    assert "no statistic could be validated" in capsys.readouterr().out  # one condition: nothing to hold out
+    assert f"Regenerate: `timbench risk --validate --results {small_results} --out {out}`" in \
+        (out / "map.md").read_text()
     committed = json.loads((ROOT / "risk" / "validation.json").read_text())
     assert committed["command"] == "timbench risk --validate --out results/risk"
-    assert "Regenerate: `timbench risk --validate --out results/risk`" in (ROOT / "risk" / "validation.md").read_text()
-    assert Path(ROOT / "risk" / "validation.md").is_file()
+    assert "validity of this map" in (ROOT / "risk" / "map.md").read_text()
+
+
+def test_safe_levels_name_the_smallest_damaged_dose_of_real_settings():
+    rows = [_row("a", 0.01, False, seed=s) for s in range(2)] + [_row("b", 0.02, False, seed=s) for s in range(2)]
+    rows += [_row("c", 0.05, s == 0, seed=s) for s in range(2)]  # one seed of two collapsed: damaged
+    rows += [RiskRow(**{**_row("d", 0.005, True).__dict__, "kind": "noise"})]  # noise does not set the level
+    safe = safe_levels(the_map(rows))["recompute"]
+    assert safe["smallest_damaged"]["condition"] == "c" and safe["undamaged_below"] == 2
+    assert safe["below_range"] == [0.01, 0.02] and safe["largest_undamaged"]["condition"] == "b"

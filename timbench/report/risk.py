@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .risk_data import DOSE, FIRST_STEPS, HORIZON, STATS, RiskRow, mapped
+from .risk_validate import LOSS
 from .stats import mean_interval, wilson
 
 NEAREST = 3
@@ -164,3 +165,43 @@ def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = N
                         "stats": {n: v for n, v in u.stats.items() if n in query or n == DOSE},
                         "outcome": outcome(u), "remedies": remedies(u, rows)} for d, u in scored[:k]]
     return {"label": label, "query": query, "nearest": per_mode}
+
+
+def setting_row(u: Unit) -> dict:
+    """A setting as the map lists it: where it ran, what it measured, what it cost."""
+    grid, task, model, cond, mode = u.key
+    o = outcome(u)
+    damaged = o["collapsed"] > 0 or (o["accuracy_lost"] or 0) > LOSS
+    return {"grid": grid, "task": task, "model": model, "condition": cond, "kind": u.kind, "mode": mode,
+            "stats": u.stats, "outcome": o, "damaged": damaged}
+
+
+def the_map(rows: list[RiskRow]) -> list[dict]:
+    """Every committed setting without a remedy, by mode then dose."""
+    return sorted((setting_row(u) for u in units(rows)),
+                  key=lambda s: (s["mode"], s["stats"].get(DOSE, 0), s["grid"], s["model"], s["condition"]))
+
+
+def _dose(s: dict) -> float:
+    return s["stats"][DOSE]
+
+
+def _where(s: dict) -> dict:
+    return {"dose": _dose(s), "grid": s["grid"], "model": s["model"], "condition": s["condition"]}
+
+
+def safe_levels(settings: list[dict]) -> dict:
+    """Per mode, over the real (not synthetic-noise) settings: the largest dose whose setting was not damaged
+    (no seed collapsed, mean accuracy lost <= risk_validate.LOSS) and the smallest dose whose setting was."""
+    out = {}
+    for mode in MODES:
+        real = [s for s in settings if s["mode"] == mode and s["kind"] != "noise" and DOSE in s["stats"]]
+        ok = [s for s in real if not s["damaged"]]
+        bad = [s for s in real if s["damaged"]]
+        first = min(bad, key=_dose) if bad else None
+        below = [s for s in real if first is None or _dose(s) < _dose(first)]
+        out[mode] = {"largest_undamaged": _where(max(ok, key=_dose)) if ok else None,
+                     "smallest_damaged": _where(first) if first else None, "settings": len(real),
+                     "damaged": len(bad), "undamaged_below": len(below),
+                     "below_range": [min(map(_dose, below)), max(map(_dose, below))] if below else None}
+    return out

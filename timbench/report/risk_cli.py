@@ -49,8 +49,9 @@ def _queries(args) -> list[tuple[str, dict]]:
 def _validate(args, rows) -> int:
     from pathlib import Path
     from ..atomic import atomic_write, check_output_dir
+    from .risk import safe_levels, the_map, units, validity
     from .risk_data import mapped
-    from .risk_text import validation_markdown
+    from .risk_text import map_markdown, validation_markdown
     from .risk_validate import validate
     out = (args.out or DEFAULT_OUT).rstrip("/")
     check_output_dir(out)
@@ -60,9 +61,14 @@ def _validate(args, rows) -> int:
     Path(out).mkdir(parents=True, exist_ok=True)
     atomic_write(Path(out) / "validation.json", json.dumps(v, indent=1, sort_keys=True) + "\n")
     atomic_write(Path(out) / "validation.md", validation_markdown(v, command))
+    settings = the_map(rows)
+    safe, lim = safe_levels(settings), validity(units(rows))
+    atomic_write(Path(out) / "map.json", json.dumps({"command": command, "safe_levels": safe, "settings": settings,
+                                                     "validity": lim}, indent=1, sort_keys=True) + "\n")
+    atomic_write(Path(out) / "map.md", map_markdown(settings, safe, lim, command))
     for o in v["outcomes"].values():
         print(f"{o['definition']}: {o['verdict']}")
-    print(f"timbench risk: wrote validation.json and validation.md into {out}", file=sys.stderr)
+    print(f"timbench risk: wrote validation.json/.md and map.json/.md into {out}", file=sys.stderr)
     return 0
 
 
@@ -74,7 +80,7 @@ def _cmd_risk(args) -> int:
     if args.out and not args.validate:
         raise ValueError("--out is where --validate writes; a query prints its answer")
     queries = _queries(args)
-    from .risk import answer, units, validity
+    from .risk import answer, safe_levels, the_map, units, validity
     from .risk_data import ROOT, gather
     rows = gather(args.results or ROOT)
     if args.validate:
@@ -90,12 +96,13 @@ def _cmd_risk(args) -> int:
     if not answers:  # every row of a table out of range: the first reason, in one line
         raise ValueError(f"{skipped[0][1]} ({len(skipped)} rows, none mapped)")
     lim = validity(units(rows))
+    safe = {m: s for m, s in safe_levels(the_map(rows)).items() if mode in (None, m)}
     if args.json:
         print(json.dumps({"answers": answers, "not_mapped": [{"label": lab, "why": w} for lab, w in skipped],
-                          "validity": lim}, sort_keys=True))
+                          "safe_levels": safe, "validity": lim}, sort_keys=True))
     else:
         from .risk_text import answer_text
-        sys.stdout.write(answer_text(answers, skipped, lim))
+        sys.stdout.write(answer_text(answers, skipped, lim, safe))
     return 0
 
 
@@ -116,7 +123,8 @@ def add_risk_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--results", metavar="DIR", help="the grids to read (default: the checkout's results/)")
     p.add_argument("--validate", action="store_true",
-                   help="rank the statistics leave-one-condition-out; writes validation.md/.json into --out")
+                   help="rank the statistics leave-one-condition-out; writes validation.md/.json and the map "
+                        "(map.md/.json: every committed setting, what level was safe) into --out")
     p.add_argument("--out", help=f"with --validate: output directory (default {DEFAULT_OUT}; "
                                  "--out results/risk updates the committed page)")
     p.set_defaults(func=_cmd_risk)

@@ -50,8 +50,9 @@ def validity_lines(v: dict) -> list[str]:
             *(f"  - {c}" for c in v["caveats"])]
 
 
-def answer_text(ans: dict, skipped: list[tuple[str, str]], validity: dict) -> str:
-    """All answers of one invocation, then the rows that could not be mapped, then the validity limits."""
+def answer_text(ans: dict, skipped: list[tuple[str, str]], validity: dict, safe: dict | None = None) -> str:
+    """All answers of one invocation, the rows that could not be mapped, what level was safe in the committed
+    real settings (risk.safe_levels), then the validity limits."""
     out = []
     for a in ans:
         out.append(f"{a['label']}:")
@@ -60,6 +61,9 @@ def answer_text(ans: dict, skipped: list[tuple[str, str]], validity: dict) -> st
             out += [x for s in settings for x in _setting(s)] or ["  none measured these statistics"]
     for label, why in skipped:
         out.append(f"{label}: not mapped: {why}")
+    if safe:
+        out.append("what level was safe in the committed real settings (not synthetic noise):")
+        out += [_safe_line(m, s).replace("- **", "  ").replace("**", "") for m, s in safe.items()]
     return "\n".join(out + validity_lines(validity)) + "\n"
 
 
@@ -88,6 +92,8 @@ def validation_markdown(v: dict, command: str) -> str:
                 "AUC - dose |", "|---|---:|---:|---:|---:|---:|---:|"]
         out += [_row(d) for d in o["ranked"]] + [""]
     out += ["## Reading it", "",
+            "- Synthetic zero-mean noise does less damage than rounding at the same mean |delta|; the sections "
+            "`real conditions only` rank the statistics without it.",
             f"- Accuracy lost counts as damage above {LOSS:.0%} of the same seed's zero-mismatch endpoint; a "
             f"collapse counts when the grid's rule dates it before step {HORIZON}.",
             "- The tim/* statistics are logged only by the newer grids, so they are scored on fewer conditions; "
@@ -95,3 +101,38 @@ def validation_markdown(v: dict, command: str) -> str:
             "- Few conditions (a few dozen at most) and one task at CPU scale: a ranking here is a hypothesis for "
             "larger models, not a result about them.", ""]
     return "\n".join(out)
+
+
+def _safe_line(mode: str, s: dict) -> str:
+    ok, bad = s["largest_undamaged"], s["smallest_damaged"]
+    where = lambda w: f"{w['dose']:.3g} ({w['condition']}, {w['model']}, {w['grid']})"  # noqa: E731
+    rng = s["below_range"]
+    below = (f"all {s['undamaged_below']} real settings below it ({rng[0]:.3g}-{rng[1]:.3g}) were undamaged"
+             if rng else "no real setting lies below it")
+    return (f"- **{mode}** ({s['settings']} real settings, {s['damaged']} damaged): the smallest mean |delta| with "
+            f"damage is {where(bad) if bad else 'none'}; {below}. The largest without damage: "
+            f"{where(ok) if ok else 'none'}.")
+
+
+def map_markdown(settings: list[dict], safe: dict, validity: dict, command: str) -> str:
+    """results/risk/map.md: every committed setting without a remedy, by mode and dose, with the safe-level lines."""
+    out = ["# The mismatch risk map: every committed setting without a remedy", "", f"Regenerate: `{command}`", "",
+           "Statistics: mean over seeds of each run's first steps. Accuracy lost: 1 - the grid's endpoint over the "
+           "same seed's zero-mismatch run (mean, 95% t interval over seeds). Collapsed: the grid's rule, k/n seeds "
+           f"(Wilson interval). Damaged: any seed collapsed or more than {LOSS:.0%} accuracy lost. Query it with "
+           "`timbench risk --mean-abs-delta X` (docs/risk.md).", "",
+           "## What level was safe here (real conditions, not synthetic noise)", "",
+           *(_safe_line(m, s) for m, s in safe.items()), "",
+           "The two doses need not be ordered: damage is not a function of mean |delta| alone (results/risk/"
+           "validation.md).", ""]
+    for mode in MODES:
+        out += [f"## {mode}", "", "| mean abs delta | k3_kl | argmax flips | condition (kind) | model | grid | seeds x "
+                "steps | accuracy lost | collapsed | damaged |", "|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
+        for s in (x for x in settings if x["mode"] == mode):
+            o, st = s["outcome"], s["stats"]
+            out.append(f"| {_g(st.get(DOSE))} | {_g(st.get('k3_kl'))} | {_g(st.get('argmax_flips'))} | "
+                       f"{s['condition']} ({s['kind']}) | {s['model']} | {s['grid']} | {o['seeds']} x {o['steps']} | "
+                       f"{_g(o['accuracy_lost'])}{_ci(o['accuracy_lost_ci'])} | {o['collapsed']}/{o['seeds']}"
+                       f"{_ci(o['collapsed_ci'], 2)} | {'yes' if s['damaged'] else 'no'} |")
+        out.append("")
+    return "\n".join(out + [*validity_lines(validity), ""])
