@@ -22,7 +22,6 @@ no-statistic control. Each outcome is validated twice: on every condition, and w
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 from .risk_data import DOSE, HORIZON, STATS, RiskRow
 
