@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_early_warning_parser(sub)
     from .report.cli import add_proxy_fidelity_parser  # `timbench proxy-fidelity DIR...` (issue 30)
     add_proxy_fidelity_parser(sub)
+    from .report.risk_cli import add_risk_parser  # `timbench risk` (issue 42 item 5)
+    add_risk_parser(sub)
 
     from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track` (issue 15)
     add_submit(sub)
