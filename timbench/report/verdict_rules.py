@@ -275,10 +275,10 @@ def rate_interaction(label: str, k_ref: int, n_ref: int, k: int, n: int) -> Test
     return t
 
 
-def rank_labels(intervals: list[Interval]) -> list[str]:
-    """Printed ranks of entries sorted best first: a rank is a tie unless its interval separates it from the next
-    one's (and from the previous one's). Overlapping neighbours chain into one tie group, printed "1-3 (tied)"; an
-    entry without an interval ties with its neighbours; a separated entry prints its rank alone."""
+def tie_groups(intervals: list[Interval]) -> list[list[int]]:
+    """Positions of entries sorted best first, grouped: a rank is a tie unless its interval separates it from the
+    next one's; overlapping neighbours chain into one group, and an entry without an interval ties with its
+    neighbours."""
     groups: list[list[int]] = []
     for i, iv in enumerate(intervals):
         prev = intervals[i - 1] if i else None
@@ -286,8 +286,14 @@ def rank_labels(intervals: list[Interval]) -> list[str]:
             groups[-1].append(i)
         else:
             groups.append([i])
+    return groups
+
+
+def rank_labels(intervals: list[Interval], start: int = 0) -> list[str]:
+    """Printed ranks (after `start` entries ranked before these): "2-4 (tied)" for a tie group, the rank alone for
+    an entry its interval separates from both neighbours."""
     out = [""] * len(intervals)
-    for g in groups:
+    for g in tie_groups(intervals):
         for i in g:
-            out[i] = f"{g[0] + 1}" if len(g) == 1 else f"{g[0] + 1}-{g[-1] + 1} ({TIED})"
+            out[i] = f"{start + g[0] + 1}" if len(g) == 1 else f"{start + g[0] + 1}-{start + g[-1] + 1} ({TIED})"
     return out
