@@ -42,7 +42,8 @@ def test_envelope_from_the_other_real_seeds_gives_leads_and_no_step0_alarms_by_h
     # A collapse at step 1 is too soon. The synthetic-noise run (100, 102, ...) does not calibrate (with it, its
     # level and its rise of 2 would hide seed 0's warning); judged, it rises 2 > 0.5 after step 0: a false alarm.
     runs = [_healthy(0, 1.0), _healthy(1, 2.0), _healthy(2, 3.0), _run(0, [3.0] * 7 + [4.0] * 5, collapse=10),
-            _run(2, [5.0] * 12, collapse=10), _run(1, [0.0] * 12, collapse=1), _run(1, [100.0, 102.0] * 6, kind="noise")]
+            _run(2, [5.0] * 12, collapse=10), _run(1, [0.0] * 12, collapse=1),
+            _run(1, [100.0, 102.0] * 6, kind="noise")]
     r = score_candidate(Candidate(KEY, 1, "test"), runs)
     assert (r["collapsed_runs"], r["early"], r["late"], r["missed"], r["too_soon"]) == (2, 1, 0, 1, 1)
     assert r["leads"] == [3] and r["flagged_at_step0"] == 1
