@@ -39,8 +39,8 @@ from .seeds import SeedGroup, is_finished, seed_groups
 from .stats import Interval, mean
 from .results import column
 from .summary import summarize
-from .verdict_rules import (DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test, decide as holm_family,
-                            rate_interaction, size_interaction)
+from .fidelity_interaction import learning_range, size_test, test_json
+from .verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test, decide as holm_family
 
 SETTING = ("task", "condition", "remedy", "mode", "algorithm")
 """What a setting of one model is: every grid axis but the model and the seed."""
@@ -60,16 +60,6 @@ CONTROL = "control"
 judged by the control check, not counted as a verdict that survives or not."""
 WORDS = (TRANSFERS, DIFFERS, INCONCLUSIVE, NOT_TESTED, CONTROL)
 FAMILIES = ("collapse", "effect", "order")
-LEGEND = (f"Legend (timbench/report/verdict_rules.py): per proxy, the *interaction* is tested, not the labels: for an "
-          f"effect or a remedy order, the proxy's A - B minus the reference model's, per seed (the difference of "
-          f"paired differences, 95% t interval); `{TRANSFERS}` when it is equivalent to 0 within the margin (TOST, "
-          f"Holm within the proxy's family), `{DIFFERS}` when it is detected, `{INCONCLUSIVE}` otherwise. For a "
-          f"collapse, the proxy's collapse rate against the reference model's (Fisher's exact test): `{DIFFERS}` "
-          f"when detected, else `{INCONCLUSIVE}` (2-6 seeds do not show two rates equal). `{NOT_TESTED}` when "
-          "nothing happened at any size (neither model detects A - B; no seed collapses on either), with fewer "
-          f"than {MIN_SEEDS} paired seeds, without a margin (routing disagreement has none), or when the smallest "
-          f"detectable interaction exceeds the learning range. `{CONTROL}`: a routing-replay order on a model whose "
-          "routing cannot disagree (judged by the control below, not counted).")
 
 
 @dataclass
@@ -164,31 +154,6 @@ def compare(a: list[dict], b: list[dict], col: str) -> dict:
             "b": _iv(over_seeds(b, key)), "collapsed": [list(collapses(a)), list(collapses(b))]}
 
 
-def seed_diffs(a: list[dict], b: list[dict], col: str) -> dict:
-    """seed -> a's col - b's col, on the seeds both have."""
-    bs = {r["seed"]: r.get(col) for r in b if r.get(col) is not None}
-    return {r["seed"]: r[col] - bs[r["seed"]] for r in a if r.get(col) is not None and r["seed"] in bs}
-
-
-def learning_range(m: ModelRuns) -> float | None:
-    """The model's zero-mismatch own gain (endpoint - step-0 eval), mean over its baseline settings' seeds."""
-    gains = [r["gain_t1"] for s, rows in m.rows.items() if s[1] == m.reference and s[2] == "none" for r in rows
-             if r.get("gain_t1") is not None]
-    return mean(gains) if gains else None
-
-
-def interaction(spec: dict, ref: ModelRuns, m: ModelRuns, lr: float | None) -> Test:
-    """The proxy `m` against the reference model on one verdict (verdict_rules.size_interaction / rate_interaction)."""
-    a_ref, a = ref.rows.get(spec["a"], []), m.rows.get(spec["a"], [])
-    if spec["family"] == "collapse":
-        return rate_interaction(f"{m.model} - {ref.model} collapse rate", *collapses(a_ref), *collapses(a))
-    col = METRICS[spec["metric"]]
-    b_ref, b = ref.rows.get(spec["b"], []), m.rows.get(spec["b"], [])
-    margin = lr / 2 if col == METRICS[ACCURACY] and lr and lr > 0 else None
-    return size_interaction(f"({m.model} - {ref.model}) of A - B", seed_diffs(a_ref, b_ref, col),
-                            seed_diffs(a, b, col), margin, lr if col == METRICS[ACCURACY] else None)
-
-
 def label(s: tuple, with_task: bool = False) -> str:
     """condition/remedy, then mode and algorithm where they are not the proxy grids' (recompute, grpo); prefixed
     with the task when the grids hold more than one."""
@@ -237,9 +202,16 @@ def replay_remedies() -> set[str]:
     return {n for n, cls in REMEDIES.items() if cls.replay is not None}
 
 
+def interaction(spec: dict, ref: ModelRuns, m: ModelRuns, lr: float | None) -> Test:
+    """The proxy `m` against the reference model on one verdict (timbench.report.fidelity_interaction)."""
+    rows = lambda x, k: x.rows.get(spec[k], []) if spec[k] else []  # noqa: E731
+    return size_test(spec["family"], METRICS.get(spec["metric"]), spec["metric"] == ACCURACY, ref.model, m.model,
+                     (rows(ref, "a"), rows(ref, "b")), (rows(m, "a"), rows(m, "b")), lr)
+
+
 def verdicts(models: list[ModelRuns]) -> list[dict]:
     ref, replay, many = models[0], replay_remedies(), _many_tasks(models)
-    lr = learning_range(ref)
+    lr = learning_range(ref.rows, ref.reference)
     out, tests = [], {}
     for sp in specs(models):
         res = {m.model: decide(sp, m) for m in models}
@@ -257,15 +229,9 @@ def verdicts(models: list[ModelRuns]) -> list[dict]:
     for family in tests.values():  # Holm within each proxy model's family of verdicts
         holm_family(family)
     for v in out:
-        v["tests"] = {m: _test_json(t) for m, t in v["fidelity"].items() if isinstance(t, Test)}
+        v["tests"] = {m: test_json(t) for m, t in v["fidelity"].items() if isinstance(t, Test)}
         v["fidelity"] = {m: t.word() if isinstance(t, Test) else t for m, t in v["fidelity"].items()}
     return out
-
-
-def _test_json(t: Test) -> dict:
-    return {"text": t.text(), "word": t.word(), "estimate": t.estimate, "lo": t.interval.lo, "hi": t.interval.hi,
-            "n": t.interval.n, "p_tost": t.p, "p_holm": t.p_adj, "p_difference": t.p_diff, "margin": t.margin,
-            "not_tested": t.blocked}
 
 
 def survival(vs: list[dict], models: list[ModelRuns]) -> dict:
@@ -303,7 +269,7 @@ def proxy_fidelity(dirs: list[str | Path], reference_model: str | None = None) -
     ref = models[0]
     return {"grids": [str(d) for d in dirs], "reference_model": ref.model,
             "endpoint": ref.endpoint or DEFAULT, "endpoint_text": ENDPOINTS[ref.endpoint or DEFAULT],
-            "endpoint_declared": ref.endpoint is not None, "learning_range": learning_range(ref),
+            "endpoint_declared": ref.endpoint is not None, "learning_range": learning_range(ref.rows, ref.reference),
             "models": {m.model: {"grid": m.grid, "routing_cannot_disagree": m.routing_fixed,
                                  "seeds": sorted({r["seed"] for rows in m.rows.values() for r in rows}),
                                  "settings": _settings(m, _many_tasks(models))} for m in models},

@@ -8,8 +8,20 @@ statistics the verdicts rest on. Pure function of the document; fidelity.py writ
 
 from __future__ import annotations
 
-from .fidelity import COLLAPSES, CONTROL, FAMILIES, LEGEND, MIN_SEEDS, MISSING, WORDS
+from .fidelity import COLLAPSES, CONTROL, FAMILIES, MIN_SEEDS, MISSING, WORDS
 from .leaderboard import fmt
+from .verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
+
+LEGEND = (f"Legend (timbench/report/verdict_rules.py): per proxy, the *interaction* is tested, not the labels: for an "
+          f"effect or a remedy order, the proxy's A - B minus the reference model's, per seed (the difference of "
+          f"paired differences, 95% t interval); `{TRANSFERS}` when it is equivalent to 0 within the margin (TOST, "
+          f"Holm within the proxy's family), `{DIFFERS}` when it is detected, `{INCONCLUSIVE}` otherwise. For a "
+          f"collapse, the proxy's collapse rate against the reference model's (Fisher's exact test): `{DIFFERS}` "
+          f"when detected, else `{INCONCLUSIVE}` (2-6 seeds do not show two rates equal). `{NOT_TESTED}` when "
+          "nothing happened at any size (neither model detects A - B; no seed collapses on either), with fewer "
+          f"than {MIN_SEEDS} paired seeds, without a margin (routing disagreement has none), or when the smallest "
+          f"detectable interaction exceeds the learning range. `{CONTROL}`: a routing-replay order on a model whose "
+          "routing cannot disagree (judged by the control below, not counted).")
 
 TITLES = {
     "collapse": ("1. Collapse or not, per condition / remedy",
