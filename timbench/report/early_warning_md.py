@@ -20,7 +20,7 @@ RULE = ("Rule (timbench/report/early_warning.py): a metric warns at the first st
         f"rate by Fisher's exact test, {CORRECTION}-adjusted p < {ALPHA:.2g} over the table's candidates; `does not "
         "warn` otherwise; `not tested` when no run of one side logs it or too few to detect even a perfect warning. "
         "A candidate is scored only on the runs that log it (the `tim/` metrics exist in grids made after they "
-        "were added).")
+        "were added). How to read a verdict: [docs/verdicts.md](../../../docs/verdicts.md).")
 HEAD = ("| rank | metric | warns on | collapsed runs | early | late | missed | outside at step 0 | too soon | "
         "early rate | median lead | mean lead | false alarms | J | Fisher p (Holm) | verdict |")
 
