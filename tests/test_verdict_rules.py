@@ -166,6 +166,10 @@ def test_size_interaction_words():
     t = vr.size_interaction("x", flat, {s: -v for s, v in flat.items()}, 0.075, 0.15)
     assert t.word() == vr.NOT_TESTED and "nothing happened at any size" in t.blocked
     assert vr.size_interaction("x", {0: 0.2}, {0: 0.2}, 0.075, 0.15).word() == vr.NOT_TESTED  # one seed
+    # neither size detects its own A - B (opposite signs, 3 noisy seeds) but the interaction is detected: it counts
+    up, down = {0: 0.30, 1: 0.02, 2: 0.16}, {0: -0.12, 1: -0.40, 2: -0.26}
+    t = vr.decide([vr.size_interaction("x", up, down, 0.075, 1.0)])[0]
+    assert t.word() == vr.DIFFERS and not t.blocked
     t = vr.decide([vr.size_interaction("x", ref, same, None, None)])[0]  # no margin: cannot be equivalent
     assert t.word() == vr.NOT_TESTED and "no equivalence margin" in t.text()
 

@@ -128,7 +128,8 @@ class Test:
             parts.append(f"TOST margin +-{fmt(self.margin)} p {_p(self.p)} (Holm {_p(self.p_adj)}), difference p "
                          f"{_p(self.p_diff)}")
         elif self.kind in ("interaction", "rate-interaction"):
-            parts.append(f"difference p {_p(self.p_diff)}" + ("" if self.margin else ", no equivalence margin"))
+            parts.append(f"difference p {_p(self.p_diff)}" + ("" if self.margin or self.kind == "rate-interaction"
+                                                               else ", no equivalence margin"))
         else:
             parts.append(f"p {_p(self.p)} (Holm {_p(self.p_adj)})")
         if self.mde is not None:
@@ -248,14 +249,16 @@ def size_interaction(label: str, ref: dict, other: dict, margin: float | None, l
                      floor: bool = False) -> Test:
     """Does a paired difference (A - B per seed, dicts seed -> value) transfer from the reference model to a proxy?
     The interaction, other[s] - ref[s] over the seeds both have, with its t interval: equivalence within +-margin
-    (TOST), or a detected difference. Not tested when nothing happened at any size (neither model's own A - B is
-    detected: there is no effect to carry over), with fewer than 2 seeds, or both arms at a floor."""
+    (TOST), or a detected difference. Not tested when nothing happened at any size (neither model's own A - B nor
+    the interaction is detected: there is no effect to carry over), with fewer than 2 seeds, or both arms at a
+    floor."""
     seeds = sorted(set(ref) & set(other))
     t = paired_no_difference(label, [other[s] - ref[s] for s in seeds], margin, learning_range, floor)
     t.kind = "interaction"
     t.blocked = _blocked(len(seeds), floor, True, None)
     sizes = [t_test(list(d.values())) for d in (ref, other)]
-    if not t.blocked and not any(p is not None and p < ALPHA for p in sizes):
+    moved = t.p_diff is not None and t.p_diff < ALPHA  # a detected interaction is a finding even so
+    if not t.blocked and not moved and not any(p is not None and p < ALPHA for p in sizes):
         t.blocked = "nothing happened at any size (neither model detects A - B)"
     return t
 
