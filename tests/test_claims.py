@@ -203,7 +203,8 @@ def test_triage_reads_the_imbalance():
     late = evidence(*[s for s in (setting("baseline", tim__neg_adv_imbalance=flat, tim__pos_adv_imbalance=flat),
                                   setting("nvfp4-rollout", collapse=15, tim__neg_adv_imbalance=flat,
                                           tim__pos_adv_imbalance=flat))])
-    assert verdicts(triage(late))[:2] == [NOT, NOT]
+    subs = triage(late)  # 3 collapsed and 3 surviving runs: even 3/3 early vs 0/3 would not be detected (p 0.1)
+    assert verdicts(subs)[:2] == [NOT, NOT_TESTED] and "too few runs" in subs[1].numbers
 
 
 def test_gpu_study():

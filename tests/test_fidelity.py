@@ -1,6 +1,6 @@
-"""`timbench proxy-fidelity`: verdicts per model, their fidelity to the reference model (same / different /
-reference undecided / missing cells), the routing-replay control, and the command's error paths, on hand-built
-grids whose cells vary the model axis (gridfab)."""
+"""`timbench proxy-fidelity`: verdicts per model, the size interaction against the reference model (transfers /
+differs by size / inconclusive / not tested, verdict_rules), the routing-replay control, and the command's error
+paths, on hand-built grids whose cells vary the model axis (gridfab)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from gridfab import cell_decl, standard_grid, write_cell, write_cells_json
-from timbench.report.fidelity import (CONTROL, DIFFERENT, GT, LT, MISSING, MISSING_CELLS, NO_DIFF, SAME, UNDECIDED,
-                                      compare, fidelity, proxy_fidelity, write_fidelity)
+from timbench.report.fidelity import (ACCURACY, CONTROL, GT, LT, MISSING, NO_DIFF, compare,
+                                      proxy_fidelity, write_fidelity)
+from timbench.report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
 from timbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,12 +72,6 @@ def doc(tmp_path_factory):
     return proxy_fidelity([proxy_grid(tmp_path_factory.mktemp("g") / "proxy")])
 
 
-def test_fidelity_words():
-    assert fidelity(GT, GT) == SAME and fidelity(LT, GT) == DIFFERENT and fidelity(GT, NO_DIFF) == DIFFERENT
-    assert fidelity(NO_DIFF, GT) == UNDECIDED and fidelity(NO_DIFF, NO_DIFF) == UNDECIDED
-    assert fidelity(MISSING, GT) == MISSING_CELLS and fidelity(GT, MISSING) == MISSING_CELLS
-
-
 def test_compare_is_paired_by_seed_and_needs_two_seeds():
     a = [{"seed": 0, "x": 0.5}, {"seed": 1, "x": 0.6}, {"seed": 2, "x": 0.7}]
     b = [{"seed": 0, "x": 0.4}, {"seed": 1, "x": 0.5}, {"seed": 3, "x": 0.9}]
@@ -86,53 +81,54 @@ def test_compare_is_paired_by_seed_and_needs_two_seeds():
     assert compare(b, a, "x")["word"] == LT
 
 
-def test_collapse_verdicts_same_and_different(doc):
+def test_collapse_verdicts_are_rate_interactions(doc):
     v = _find(doc, "collapse", "moe-router-noise/none")
     assert v["models"]["tiny-moe"]["word"] == "collapses" and v["models"]["tiny-moe"]["collapsed"] == 3
-    assert v["fidelity"] == {"tiny-moe-e4": SAME, "tiny-moe-e2": DIFFERENT}
-    v = _find(doc, "collapse", "moe-router-bf16/none")
-    assert v["fidelity"] == {"tiny-moe-e4": SAME, "tiny-moe-e2": MISSING_CELLS}
+    # 3/3 vs 3/3 (e4) and 0/3 vs 3/3 (e2, Fisher p 0.1): 3 seeds decide neither
+    assert v["fidelity"] == {"tiny-moe-e4": INCONCLUSIVE, "tiny-moe-e2": INCONCLUSIVE}
+    v = _find(doc, "collapse", "moe-router-bf16/none")  # nothing collapses at any size: not a verdict that survives
+    assert v["fidelity"] == {"tiny-moe-e4": NOT_TESTED, "tiny-moe-e2": NOT_TESTED}
+    assert "nothing happened at any size" in v["tests"]["tiny-moe-e4"]["text"]
     assert v["models"]["tiny-moe-e2"]["n"] == 0
 
 
-def test_effect_vs_baseline(doc):
+def test_effect_vs_baseline_tests_the_interaction(doc):
     v = _find(doc, "effect", "moe-router-noise/none", "baseline/none")
     ref = v["models"]["tiny-moe"]
-    assert ref["word"] == LT and ref["diff"][0] == pytest.approx(-0.20) and ref["seeds"] == [0, 1, 2]
-    assert v["fidelity"]["tiny-moe-e4"] == SAME and v["models"]["tiny-moe-e2"]["word"] == LT
-    # the reference detects no effect of bf16 routing (0, -0.01, -0.01... interval holds 0): nothing to carry over
-    v = _find(doc, "effect", "moe-router-bf16/none", "baseline/none")
-    assert v["models"]["tiny-moe"]["word"] == NO_DIFF and v["fidelity"]["tiny-moe-e4"] == UNDECIDED
+    assert ref["word"] == LT and ref["seeds"] == [0, 1, 2]
+    # e4 loses about as much as the reference (equivalent within half its learning range), e2 far less
+    assert v["fidelity"] == {"tiny-moe-e4": TRANSFERS, "tiny-moe-e2": DIFFERS}
+    t = v["tests"]["tiny-moe-e4"]
+    assert t["margin"] == pytest.approx(doc["learning_range"] / 2) and t["p_holm"] < 0.05
+    v = _find(doc, "effect", "moe-router-bf16/none", "baseline/none")  # no effect on either: nothing to carry over
+    assert v["models"]["tiny-moe"]["word"] == NO_DIFF and v["fidelity"]["tiny-moe-e4"] == NOT_TESTED
 
 
 def test_remedy_order(doc):
-    acc, dis = "final accuracy T=1", "routing disagreement"
-    v = _find(doc, "order", f"moe-router-noise/{R3}", "moe-router-noise/none", acc)
-    assert v["models"]["tiny-moe"]["word"] == GT and v["fidelity"] == {"tiny-moe-e4": SAME, "tiny-moe-e2": CONTROL}
+    dis = "routing disagreement"
+    v = _find(doc, "order", f"moe-router-noise/{R3}", "moe-router-noise/none", ACCURACY)
+    assert v["models"]["tiny-moe"]["word"] == GT and v["fidelity"]["tiny-moe-e2"] == CONTROL
     assert v["models"]["tiny-moe-e2"]["word"] == NO_DIFF  # replay replays nothing there: judged by the control
-    v = _find(doc, "order", f"moe-router-noise/{R2}", "moe-router-noise/none", acc)
-    assert v["models"]["tiny-moe-e4"]["word"] == LT and v["fidelity"]["tiny-moe-e4"] == DIFFERENT
+    v = _find(doc, "order", f"moe-router-noise/{R2}", "moe-router-noise/none", ACCURACY)
+    assert v["models"]["tiny-moe-e4"]["word"] == LT and v["fidelity"]["tiny-moe-e4"] == DIFFERS
     v = _find(doc, "order", f"moe-router-noise/{R3}", f"moe-router-noise/{R2}", dis)
     assert v["models"]["tiny-moe"]["word"] == LT and v["models"]["tiny-moe"]["diff"][0] == pytest.approx(-0.15)
-    v = _find(doc, "order", f"moe-router-bf16/{R3}", "moe-router-bf16/none", acc)  # 0.02, -0.03, 0.01
-    assert v["models"]["tiny-moe"]["word"] == NO_DIFF and v["fidelity"]["tiny-moe-e4"] == UNDECIDED
+    assert v["tests"]["tiny-moe-e4"]["margin"] is None  # routing disagreement has no equivalence margin
+    v = _find(doc, "order", f"moe-router-bf16/{R3}", "moe-router-bf16/none", ACCURACY)
     assert v["models"]["tiny-moe-e2"]["word"] == MISSING and v["fidelity"]["tiny-moe-e2"] == CONTROL
-    order = [(v["a"], v["b"]) for v in doc["verdicts"] if v["family"] == "order" and v["metric"] == acc
+    order = [(v["a"], v["b"]) for v in doc["verdicts"] if v["family"] == "order" and v["metric"] == ACCURACY
              and v["a"].startswith("moe-router-noise")]
     assert order == [(f"moe-router-noise/{R3}", "moe-router-noise/none"), (f"moe-router-noise/{R2}",
                      "moe-router-noise/none"), (f"moe-router-noise/{R3}", f"moe-router-noise/{R2}")]
 
 
-def test_survival_counts(doc):
+def test_survival_counts_the_rule_words(doc):
     s = doc["survival"]["tiny-moe-e4"]
-    assert s["collapse"] == {SAME: 6, DIFFERENT: 0, UNDECIDED: 0, MISSING_CELLS: 0, CONTROL: 0}
-    # 8 order verdicts (noise: 3 pairs x 2 metrics, bf16: 1 pair x 2); only R2 vs none on accuracy differs (R2
-    # below none on e4; R3 stays above R2); bf16 R3 vs none accuracy is undecided on the reference
-    assert s["order"][DIFFERENT] == 1 and s["order"][UNDECIDED] == 1 and sum(s["order"].values()) == 8
-    assert sum(s["all"].values()) == 6 + 2 + 8 and s["all"][CONTROL] == 0
+    # 6 collapse verdicts: only noise/none collapses anywhere (inconclusive); the rest: nothing at any size
+    assert s["collapse"] == {TRANSFERS: 0, DIFFERS: 0, INCONCLUSIVE: 1, NOT_TESTED: 5, CONTROL: 0}
+    assert sum(s["order"].values()) == 8 and sum(s["all"].values()) == 6 + 2 + 8 and s["all"][CONTROL] == 0
     e2 = doc["survival"]["tiny-moe-e2"]
-    assert e2["collapse"][MISSING_CELLS] == 2 and e2["collapse"][DIFFERENT] == 1  # noise/none no longer collapses
-    assert e2["order"][CONTROL] == 8 and e2["order"][SAME] + e2["order"][DIFFERENT] == 0  # every order is R2/R3
+    assert e2["order"][CONTROL] == 8 and e2["order"][TRANSFERS] + e2["order"][DIFFERS] == 0  # every order is R2/R3
 
 
 def test_control_on_the_model_whose_routing_cannot_disagree(doc, tmp_path):
@@ -158,7 +154,8 @@ def test_reference_model_option_and_files(tmp_path, capsys):
     assert doc["reference_model"] == "tiny-moe-e4" and set(doc["survival"]) == {"tiny-moe", "tiny-moe-e2"}
     assert doc["command"].endswith("--reference-model tiny-moe-e4")
     md = (out / "fidelity.md").read_text()
-    assert f"Regenerate: `{doc['command']}`" in md and "Legend:" in md and "seeds 0,1,2" in md
+    assert f"Regenerate: `{doc['command']}`" in md and "Legend (" in md and "seeds 0,1,2" in md
+    assert "Endpoint: last-half" in md and "of 7 survive" not in md
     assert "| tiny-moe-e2 | " in md and "## Control" in md
     assert str(out / "fidelity.md") in capsys.readouterr().out
 
@@ -171,11 +168,11 @@ def test_models_come_from_the_dir_holding_most_of_their_cells(tmp_path):
     assert got["models"]["tiny-moe"]["grid"] == str(full) and got["models"]["tiny-moe"]["seeds"] == [0, 1, 2]
 
 
-def test_a_grid_that_has_not_run_yet_is_all_missing_cells(tmp_path):
+def test_a_grid_that_has_not_run_yet_is_all_not_tested(tmp_path):
     out = write_fidelity([proxy_grid(tmp_path / "fresh", {}, pending=list(CELLS))], tmp_path / "o")
     doc = json.loads(out["fidelity.json"].read_text())
-    assert {w for v in doc["verdicts"] for w in v["fidelity"].values()} <= {MISSING_CELLS, CONTROL}
-    assert doc["survival"]["tiny-moe-e4"]["all"][MISSING_CELLS] == len(doc["verdicts"]) > 0
+    assert {w for v in doc["verdicts"] for w in v["fidelity"].values()} <= {NOT_TESTED, CONTROL}
+    assert doc["survival"]["tiny-moe-e4"]["all"][NOT_TESTED] == len(doc["verdicts"]) > 0
     assert "missing (0 finished seeds, 2 needed)" in out["fidelity.md"].read_text()
 
 
@@ -188,14 +185,13 @@ def test_a_dense_pair_has_no_routing_verdicts_and_no_control(tmp_path):
              ("dense-wide", "bf16-engine", "none"): [(0.60, False, None), (0.63, False, None), (0.58, False, None)],
              ("dense-wide", "bf16-engine", "tis_token"): ok}
     doc = proxy_fidelity([proxy_grid(tmp_path / "dense", cells, pending=[])])
-    assert doc["control"] == [] and {v["metric"] for v in doc["verdicts"] if v["family"] == "order"} == {
-        "final accuracy T=1"}
+    assert doc["control"] == [] and {v["metric"] for v in doc["verdicts"] if v["family"] == "order"} == {ACCURACY}
     v = _find(doc, "effect", "bf16-engine/none", "baseline/none")
     assert v["models"]["tiny-dense"]["word"] == LT and v["models"]["dense-wide"]["word"] == NO_DIFF
-    assert v["fidelity"] == {"dense-wide": DIFFERENT}
-    # collapse: 3 settings, all hold on both (same); effect differs; tis_token vs none: tiny-dense gains (A > B),
-    # dense-wide does not detect it (different)
-    assert doc["survival"]["dense-wide"]["all"] == {SAME: 3, DIFFERENT: 2, UNDECIDED: 0, MISSING_CELLS: 0, CONTROL: 0}
+    assert v["fidelity"] == {"dense-wide": DIFFERS}
+    # collapse: nothing collapses at any size (3 not tested); the effect and tis_token vs none differ by size
+    assert doc["survival"]["dense-wide"]["all"] == {TRANSFERS: 0, DIFFERS: 2, INCONCLUSIVE: 0, NOT_TESTED: 3,
+                                                    CONTROL: 0}
 
 
 def _error(capsys, *args) -> str:

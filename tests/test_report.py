@@ -93,7 +93,8 @@ def test_ranking_follows_the_documented_score(reported):
     assert (none["collapses"], none["cells"]) == (1, 3) and mis["score"] is None and mis["cells"] == 0
     assert (tis["tolerance"], none["tolerance"], mis["tolerance"]) == (">= 3", "1", "-")
     md = (reported / "leaderboard.md").read_text()
-    lines = [l for l in md.splitlines() if l.startswith("| 1 | 2 |") or l.startswith("| 2 | 1 |")]
+    assert tis["rank"] == none["rank"] == "1-2 (tied)" and mis["rank"] == "3"  # no interval: a tie
+    lines = [l for l in md.splitlines() if l.startswith("| 1-2 (tied) | 2 |") or l.startswith("| 1-2 (tied) | 1 |")]
     assert "tis_token" in lines[0] and "none" in lines[1] and "1/3" in lines[1]
     assert "scored on the 3 settings all of them ran (bf16-engine/recompute, noise-1/recompute, noise-3/recompute)" in md
     assert md.count("add-4d-v1 (version 1)") >= 3  # preamble and every table
@@ -121,6 +122,7 @@ def test_a_remedy_with_failed_cells_ranks_after_every_complete_one():
     rank = remedy_ranking(rows)
     assert rank[0]["score"] < rank[1]["score"]  # trm_avg: (0.5 + 1.1) / 2 = 0.8 beats none's 0.71
     assert [(e["remedy"], e["failed"]) for e in rank] == [("none", 0), ("slow", 1), ("trm_avg", 3)]
+    assert rank[0]["rank"] == "1" and rank[1]["rank"][0] == "2"  # failed remedies rank apart, after every complete one
 
 
 def test_collapse_override_from_cells_json_changes_the_rule(reported, tmp_path):
@@ -277,7 +279,8 @@ def test_ranking_marks_overlapping_intervals_as_tied(seeded):
     assert 3 not in tis["tied_with"] and none["tied_with"] == []
     assert none["score"] == pytest.approx((0.5 + 0.5 + 0.40 / 0.75) / 3)
     md = (seeded / "leaderboard.md").read_text()
-    assert "| 1 | 2 | tis_token |" in md and "| 3 | - | none |" in md
+    assert (tis["rank"], rs["rank"], none["rank"]) == ("1-2 (tied)", "1-2 (tied)", "3")
+    assert "| 1-2 (tied) | 2 | tis_token |" in md and "| 3 | - | none |" in md
 
 
 def test_survival_curve_is_kaplan_meier_over_seeds(seeded):

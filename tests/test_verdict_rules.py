@@ -135,3 +135,58 @@ def test_grid_spec_endpoint_is_validated_and_only_written_when_declared():
     assert parse_grid({**base, "endpoint": "last3"}).to_dict()["endpoint"] == "last3"
     with pytest.raises(ValueError, match="endpoint: unknown endpoint 'best'; valid: final, last3, last-half, auc"):
         parse_grid({**base, "endpoint": "best"})
+
+
+def test_warning_words():
+    t = vr.decide([vr.warning_vs_false_alarms("m", 10, 12, 1, 30)])[0]
+    assert t.word() == vr.WARNS and t.estimate == pytest.approx(10 / 12 - 1 / 30)
+    assert vr.decide([vr.warning_vs_false_alarms("m", 2, 12, 5, 30)])[0].word() == vr.NO_WARNING
+    assert vr.decide([vr.warning_vs_false_alarms("m", 0, 12, 0, 30)])[0].word() == vr.NO_WARNING  # never warns
+    assert vr.decide([vr.warning_vs_false_alarms("m", 1, 12, 25, 30)])[0].word() == vr.NO_WARNING  # reversed
+    t = vr.warning_vs_false_alarms("m", 3, 3, 0, 0)
+    assert t.word() == vr.NOT_TESTED and "no surviving run" in t.text()
+    t = vr.warning_vs_false_alarms("m", 2, 2, 0, 2)  # even a perfect warning: Fisher p 1/3
+    assert t.word() == vr.NOT_TESTED and "too few runs" in t.blocked
+    marginal = [vr.warning_vs_false_alarms(f"m{i}", 5, 12, 1, 12) for i in range(15)]  # p ~ 0.07 each: Holm
+    assert all(x.word() == vr.NO_WARNING for x in vr.decide(marginal))
+
+
+def test_size_interaction_words():
+    ref = {s: 0.20 + 0.01 * (s % 3) for s in range(6)}  # A - B = +0.2 on the reference model, detected
+    same = {s: 0.20 + 0.01 * ((s + 1) % 3) for s in range(6)}
+    t = vr.decide([vr.size_interaction("x", ref, same, margin=0.075, learning_range=0.15)])[0]
+    assert t.word() == vr.TRANSFERS and "TOST margin" in t.text()
+    gone = {s: 0.01 * (s % 2) for s in range(6)}  # the proxy loses the effect: the interaction is detected
+    assert vr.decide([vr.size_interaction("x", ref, gone, 0.075, 0.15)])[0].word() == vr.DIFFERS
+    wide = {s: 0.2 + (0.25 if s % 2 else -0.25) for s in range(6)}  # neither equivalent nor detected
+    t = vr.decide([vr.size_interaction("x", ref, wide, 0.075, 1.0)])[0]
+    assert t.word() == vr.INCONCLUSIVE
+    assert vr.decide([vr.size_interaction("x", ref, wide, 0.075, 0.15)])[0].word() == vr.NOT_TESTED  # no power
+    flat = {s: 0.01 * (-1) ** s for s in range(6)}  # nothing at either size
+    t = vr.size_interaction("x", flat, {s: -v for s, v in flat.items()}, 0.075, 0.15)
+    assert t.word() == vr.NOT_TESTED and "nothing happened at any size" in t.blocked
+    assert vr.size_interaction("x", {0: 0.2}, {0: 0.2}, 0.075, 0.15).word() == vr.NOT_TESTED  # one seed
+    # neither size detects its own A - B (opposite signs, 3 noisy seeds) but the interaction is detected: it counts
+    up, down = {0: 0.30, 1: 0.02, 2: 0.16}, {0: -0.12, 1: -0.40, 2: -0.26}
+    t = vr.decide([vr.size_interaction("x", up, down, 0.075, 1.0)])[0]
+    assert t.word() == vr.DIFFERS and not t.blocked
+    t = vr.decide([vr.size_interaction("x", ref, same, None, None)])[0]  # no margin: cannot be equivalent
+    assert t.word() == vr.NOT_TESTED and "no equivalence margin" in t.text()
+
+
+def test_rate_interaction_words():
+    assert vr.rate_interaction("c", 6, 6, 0, 6).word() == vr.DIFFERS  # 6/6 on the reference, 0/6 on the proxy
+    assert vr.rate_interaction("c", 3, 3, 3, 3).word() == vr.INCONCLUSIVE  # 3 seeds do not show equal rates
+    t = vr.rate_interaction("c", 0, 3, 0, 3)
+    assert t.word() == vr.NOT_TESTED and "nothing happened at any size" in t.blocked
+    assert vr.rate_interaction("c", 0, 0, 1, 3).word() == vr.NOT_TESTED  # no seeds on one side
+
+
+def test_rank_labels_tie_unless_separated():
+    from timbench.report.stats import Interval
+    ivs = [Interval(0.9, 0.85, 0.95, 3), Interval(0.6, 0.5, 0.7, 3), Interval(0.55, 0.45, 0.65, 3),
+           Interval(0.4, 0.35, 0.52, 3), Interval(0.1, 0.0, 0.2, 3)]
+    # 2 overlaps 3, 3 overlaps 4: one chained tie group; 1 and 5 are separated from their neighbours
+    assert vr.rank_labels(ivs) == ["1", "2-4 (tied)", "2-4 (tied)", "2-4 (tied)", "5"]
+    assert vr.rank_labels([Interval(0.9), Interval(0.1, 0.0, 0.2, 3)]) == ["1-2 (tied)"] * 2  # no interval: a tie
+    assert vr.rank_labels([]) == [] and vr.rank_labels([Interval(0.5, 0.4, 0.6, 3)]) == ["1"]

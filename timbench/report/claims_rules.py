@@ -13,7 +13,7 @@ from .claims_registry import (DEMO, FAR_BELOW, ICEPOP_BAND, NOT_TESTABLE, THRESH
 from .leaderboard import fmt, fmt_interval as _ci
 from .paper_claims import (KL_LEAD, NOT, REPRODUCED, REVERSED, Sub, _by_seed, collapses, dose_points, kl_alarm_step,
                            over_seeds, paired)
-from .verdict_rules import EQUIVALENT, NOT_TESTED
+from .verdict_rules import EQUIVALENT, NO_WARNING, NOT_TESTED, WARNS, warning_vs_false_alarms
 
 
 # ---------------------------------------------------------------- the claims
@@ -206,9 +206,9 @@ def triage(ev: Evidence) -> list[Sub]:
     the update grows before the collapse (their precursor 1.02 -> 2.32). Read from the per-step
     `tim/neg_adv_imbalance` (timbench.metrics_direction) of untreated nvfp4 runs (rollout or W4A4) that collapsed:
     (1) it rose, its mean over the 3 steps before the collapse above its step-0 value, in >= 2/3 of them;
-    (2) it leads: `timbench early-warning`'s leave-one-seed-out envelope rule over every grid that logs it warns
-    >= 1 step early in >= 2/3 of all collapsed runs with fewer false alarms (Wilson upper bound) than early
-    warnings (Wilson lower bound); (3, the control, not central) the A > 0 ratio does not rise the same way."""
+    (2) it leads: `timbench early-warning`'s rule (leave-one-seed-out envelopes, a warning after step 0) over every
+    grid that logs it, warns >= 1 step early in >= 2/3 of all collapsed runs, and its verdict is `warns`
+    (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the control, not central) the A > 0 ratio does not rise the same way."""
     from .early_warning import Candidate, Run, score_candidate
     key, ctl = "tim/neg_adv_imbalance", "tim/pos_adv_imbalance"
     runs, nv = [], []
@@ -241,11 +241,14 @@ def triage(ev: Evidence) -> list[Sub]:
                 else NOT, f"{up}/{len(rises)} rose: {nums}" if rises else "no collapsed untreated nvfp4 run logs it")]
     r = score_candidate(Candidate(key, 1, "TRIAGE"), runs)
     n, e = r["collapsed_runs"], r["early"]
-    lo, fa_hi = (r["early_rate"] or [0, 0, 0])[1], (r["false_alarm_rate"] or [0, 0, 1])[2]
-    subs.append(Sub("it leads the collapse (early-warning envelope rule, every grid logging it)",
-                    NOT_TESTABLE if not n else REPRODUCED if e * 3 >= 2 * n and lo > fa_hi else NOT,
-                    f"early {e}/{n} (late {r['late']}, missed {r['missed']}), median lead {r['median_lead']} steps, "
-                    f"false alarms {r['false_alarms']}/{r['healthy_runs']}"))
+    warn = warning_vs_false_alarms("early vs false alarms (J)", e, n, r["false_alarms"], r["healthy_runs"])
+    subs.append(Sub("it leads the collapse (early-warning rule, every grid logging it: early in >= 2/3 of the "
+                    "collapsed runs, and it warns: its early rate above its false-alarm rate, Fisher)",
+                    lambda ws: NOT_TESTED if ws[0] not in (WARNS, NO_WARNING) else
+                    REPRODUCED if ws[0] == WARNS and e * 3 >= 2 * n else NOT,
+                    f"early {e}/{n} (late {r['late']}, missed {r['missed']}, outside the envelope at step 0 "
+                    f"{r['flagged_at_step0']}), median lead {r['median_lead']} steps, false alarms "
+                    f"{r['false_alarms']}/{r['healthy_runs']}", tests=[warn]))
     if rises:
         up_ctl = sum(d > c for *_, c, d in rises)
         subs.append(Sub("control: the A > 0 ratio does not rise as often", REPRODUCED if up_ctl < up else NOT,

@@ -1,5 +1,5 @@
-"""Early warnings of a collapse: which per-step metric crosses out of the healthy range first, and how many steps
-before the collapse (issue 28 item 3; `timbench early-warning DIR...`).
+"""Early warnings of a collapse: which per-step metric leaves the healthy range first, and how many steps before
+the collapse (issue 28 item 3, issue 41; `timbench early-warning DIR...`).
 
 The seed paper (arXiv 2605.14220) finds the KL "nearly flat" while reward falls; the public GPU study of
 Qwen3-1.7B/8B saw the KL rise ~25 steps before the reward fell; TRIAGE (arXiv 2610.07043) names a quadrant
@@ -7,17 +7,23 @@ imbalance that rose 1.02 -> 2.32 before collapse. To rank such candidates on one
 rule, calibrated on the runs that did not collapse and checked out of sample:
 
   * collapse: `report.collapse.detect_collapse` with each grid's own rule (collapse_step, or none);
-  * healthy envelope: for a candidate metric x (negated where a fall is the bad direction), the largest value
-    any non-collapsed run of the given grids logged at any step;
-  * leave one seed out: the envelope that judges a run of seed s comes from the non-collapsed runs of the
-    other seeds only, so no run sets its own threshold;
-  * warning step: the first step at which x > that envelope; lead = collapse_step - warning step
-    (>= 1 is early; 0 or less is late); a non-collapsed run that crosses its envelope is a false alarm.
+  * healthy envelopes, from the non-collapsed runs of *real* conditions (synthetic noise does not calibrate) of
+    the other seeds only (leave one seed out: no run sets its own threshold), for a candidate x (negated where a
+    fall is the bad direction): the level envelope, the largest x any of them logged, and the change envelope,
+    the largest rise x(t) - x(step 0) any of them made;
+  * a warning comes after step 0: the first later step at which x crosses the level envelope (only for a run
+    that started inside it: a run already outside at step 0 is flagged by its condition, not warned), or at
+    which its rise since step 0 crosses the change envelope (a within-run change);
+  * lead = collapse step - warning step (>= 1 is early; 0 or less late); a collapse by the step after step 0
+    leaves no room for a warning (counted as too soon, outside the rates); a surviving run that is warned is a
+    false alarm.
 
-Per candidate the table gives the collapsed runs that log it, the early warnings among them (Wilson 95%
-interval), the lead over the early ones (median and mean with a 95% t interval over runs), and the false
-alarms (Wilson). Candidates rank by Youden's J (early rate - false-alarm rate), then median lead. The fixed rule the collapse report
-already uses (`rollout_corr/k3_kl` > kl_warn = 1e-3) is scored beside them. Pure reads of the result dirs.
+Every rate has a Wilson 95% interval; Youden's J (early rate - false-alarm rate) has Newcombe's. The verdict is
+timbench.report.verdict_rules' `warning_vs_false_alarms` (Fisher's exact test of the early rate against the
+false-alarm rate, Holm over one table's candidates): `warns`, `does not warn` or `not tested`. The headline table
+holds the real conditions; each condition kind gets its own table, synthetic noise apart. The fixed rule the
+collapse report uses (`rollout_corr/k3_kl` > kl_warn = 1e-3) is scored beside the candidates. Pure reads; the
+page is early_warning_md's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from ..atomic import atomic_write
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
 from .results import load_results
 from .stats import mean_interval, wilson
+from .verdict_rules import WARNS, decide, warning_vs_false_alarms
+
+SYNTHETIC = "noise"
+"""The condition kind that is synthetic (zero-mean noise on the logits): reported apart, never calibrates."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ CANDIDATES: tuple[Candidate, ...] = (
 )
 
 
+
 @dataclass
 class Run:
     grid: str
@@ -70,12 +81,18 @@ class Run:
     kl_warning_step: int | None
     steps: list[int]
     rows: list[dict]
+    kind: str = ""
+    """The condition's kind (conditions.yaml: reference, precision, quant, ..., noise); "" when unknown (real)."""
 
     def series(self, c: Candidate) -> list[tuple[int, float]] | None:
         """(step, sign * value) for every row that logs the metric finitely, or None when no row logs it."""
         pts = [(s, c.sign * float(r[c.key])) for s, r in zip(self.steps, self.rows)
                if isinstance(r.get(c.key), (int, float)) and float(r[c.key]) == float(r[c.key])]
         return pts or None
+
+
+def is_real(r: Run) -> bool:
+    return r.kind != SYNTHETIC
 
 
 def load_runs(dirs: list[str | Path]) -> list[Run]:
@@ -90,7 +107,7 @@ def load_runs(dirs: list[str | Path]) -> list[Run]:
             col = detect_collapse(cell.metrics, cell.evals, cell.summary, rule)
             runs.append(Run(str(d), cell.id, int(cell.axes.get("seed", 0)), col["collapse_step"],
                             col["kl_warning_step"], [int(r.get("step", i)) for i, r in enumerate(cell.metrics)],
-                            cell.metrics))
+                            cell.metrics, str(cell.condition.get("kind", ""))))
     if not runs:
         raise ValueError(f"{', '.join(map(str, dirs))}: no finished cells (run the grids first)")
     return runs
@@ -100,49 +117,82 @@ def first_above(series: list[tuple[int, float]], threshold: float) -> int | None
     return next((s for s, x in series if x > threshold), None)
 
 
-def score_candidate(c: Candidate, runs: list[Run]) -> dict:
-    """The leave-one-seed-out envelope rule (module docstring) for one candidate over `runs`."""
-    have = [(r, s) for r in runs if (s := r.series(c)) is not None]
-    healthy = [(r, s) for r, s in have if r.collapse_step is None]
+def warning_step(series: list[tuple[int, float]], level: float | None,
+                 change: float | None) -> tuple[int | None, bool]:
+    """(the first warning step after step 0, whether the run starts outside the level envelope): the level
+    crossing counts only for a run that starts inside; the change crossing (x - x at step 0) always counts."""
+    x0 = series[0][1]
+    at_start = level is not None and x0 > level
+    steps = []
+    if level is not None and not at_start:
+        steps.append(first_above(series[1:], level))
+    if change is not None:
+        steps.append(next((s for s, x in series[1:] if x - x0 > change), None))
+    steps = [s for s in steps if s is not None]
+    return (min(steps) if steps else None), at_start
+
+
+def _rise(series: list[tuple[int, float]]) -> float | None:
+    return max(x - series[0][1] for _, x in series[1:]) if len(series) > 1 else None
+
+
+def score_candidate(c: Candidate, runs: list[Run], calibration: list[Run] | None = None) -> dict:
+    """The leave-one-seed-out envelope rule (module docstring) for one candidate over `runs`, its envelopes from
+    the non-collapsed runs of `calibration` (default: the real runs of `runs`)."""
+    calibration = [r for r in runs if is_real(r)] if calibration is None else calibration
+    healthy = [(h, s) for h in calibration if h.collapse_step is None and (s := h.series(c)) is not None]
     judged = []
-    for r, s in have:
-        pool = [x for h, hs in healthy if h.seed != r.seed for _, x in hs]
-        if pool:  # else no out-of-sample envelope for this seed: not judged
-            judged.append((r, first_above(s, max(pool))))
+    for r in runs:
+        if (s := r.series(c)) is None:
+            continue
+        pool = [hs for h, hs in healthy if h.seed != r.seed]
+        if not pool:  # no out-of-sample envelope for this seed: not judged
+            continue
+        rises = [x for hs in pool if (x := _rise(hs)) is not None]
+        level = max(x for hs in pool for _, x in hs)
+        judged.append((r, *warning_step(s, level, max(rises) if rises else None), s[0][0]))
     return _summary(c.key, c.sign, c.source, judged)
 
 
 def score_fixed_kl(runs: list[Run], kl_warn: float = CollapseRule().kl_warn) -> dict:
-    """The collapse report's fixed KL rule (k3 > kl_warn at any step), scored the same way."""
+    """The collapse report's fixed KL rule (k3 > kl_warn), scored the same way (a level rule only: a run above
+    kl_warn at step 0 is flagged, not warned)."""
     c = Candidate("rollout_corr/k3_kl", 1, "collapse.CollapseRule.kl_warn")
-    judged = [(r, first_above(s, kl_warn)) for r in runs if (s := r.series(c)) is not None]
+    judged = [(r, *warning_step(s, kl_warn, None), s[0][0]) for r in runs if (s := r.series(c)) is not None]
     return _summary(f"rollout_corr/k3_kl > {kl_warn:g} (fixed)", 1, c.source, judged)
 
 
-def _tally(judged: list[tuple[Run, int | None]]):
-    """(leads of the early warnings, late, missed, false alarms, healthy runs judged) of (run, warning step) pairs."""
-    leads, late, missed, alarms, healthy = [], 0, 0, 0, 0
-    for r, warn in judged:
+def _tally(judged: list[tuple]) -> dict:
+    """Counts over (run, warning step, flagged at step 0, first step) tuples."""
+    t = {"leads": [], "late": 0, "missed": 0, "too_soon": 0, "at_start": 0, "false_alarms": 0, "healthy_runs": 0}
+    for r, warn, at_start, first in judged:
         if r.collapse_step is None:
-            healthy += 1
-            alarms += warn is not None
-        elif warn is None:
-            missed += 1
+            t["healthy_runs"] += 1
+            t["false_alarms"] += warn is not None
+            continue
+        if r.collapse_step <= first + 1:  # no step after step 0 precedes it
+            t["too_soon"] += 1
+            continue
+        t["at_start"] += at_start
+        if warn is None:
+            t["missed"] += 1
         elif r.collapse_step - warn >= 1:
-            leads.append(r.collapse_step - warn)
+            t["leads"].append(r.collapse_step - warn)
         else:
-            late += 1
-    return leads, late, missed, alarms, healthy
+            t["late"] += 1
+    return t
 
 
 def _summary(key, sign, source, judged) -> dict:
-    leads, late, missed, alarms, healthy = _tally(judged)
-    n = len(leads) + late + missed
+    t = _tally(judged)
+    leads, healthy, alarms = t["leads"], t["healthy_runs"], t["false_alarms"]
+    n = len(leads) + t["late"] + t["missed"]
     early = wilson(len(leads), n) if n else None
     fa = wilson(alarms, healthy) if healthy else None
     lead_iv = mean_interval([float(x) for x in leads]) if len(leads) >= 2 else None
     return {"metric": key, "direction": "rise" if sign > 0 else "fall", "source": source, "collapsed_runs": n,
-            "early": len(leads), "late": late, "missed": missed,
+            "early": len(leads), "late": t["late"], "missed": t["missed"], "too_soon": t["too_soon"],
+            "flagged_at_step0": t["at_start"],
             "early_rate": [early.mean, early.lo, early.hi] if early else None,
             "median_lead": statistics.median(leads) if leads else None,
             "mean_lead": [lead_iv.mean, lead_iv.lo, lead_iv.hi] if lead_iv else (
@@ -159,50 +209,48 @@ def youden(r: dict) -> float | None:
 
 
 def rank(rows: list[dict]) -> list[dict]:
-    """Scored rows first, by Youden's J then median lead (both descending); the metric name breaks ties."""
+    """Scored rows first, by Youden's J then median lead (both descending); the metric name breaks ties. Each row
+    gets its verdict: verdict_rules.warning_vs_false_alarms, Holm over the rows."""
     def key(r):
         j = youden(r)
         return (j is None, -(j or 0.0), -(r["median_lead"] or 0), r["metric"])
-    return [r | {"youden_j": youden(r)} for r in sorted(rows, key=key)]
+    rows = sorted(rows, key=key)
+    tests = decide([warning_vs_false_alarms(r["metric"], r["early"], r["collapsed_runs"], r["false_alarms"],
+                                            r["healthy_runs"]) for r in rows])
+    return [r | {"youden_j": youden(r), "j_interval": [t.interval.mean, t.interval.lo, t.interval.hi]
+                 if t.interval.lo is not None else None, "p": t.p, "p_holm": t.p_adj, "verdict": t.word(),
+                 "not_tested": t.blocked} for r, t in zip(rows, tests)]
+
+
+def table(runs: list[Run], calibration: list[Run]) -> list[dict]:
+    """Every candidate and the fixed KL rule scored on `runs` (envelopes from `calibration`), ranked."""
+    return rank([score_candidate(c, runs, calibration) for c in CANDIDATES] + [score_fixed_kl(runs)])
+
+
+def _kind_part(kind: str, runs: list[Run], rows: list[dict]) -> dict:
+    steps = sorted(r.collapse_step for r in runs if r.collapse_step is not None)
+    return {"kind": kind, "runs": len(runs), "collapsed": len(steps), "collapse_steps": steps,
+            "collapsed_by_step8": sum(s <= 8 for s in steps),
+            "warns": [r["metric"] for r in rows if r["verdict"] == WARNS], "table": rows}
 
 
 def early_warning(dirs: list[str | Path]) -> dict:
+    """The headline table over the real conditions, and one table per condition kind (every kind's envelopes
+    from the real conditions' surviving runs)."""
     runs = load_runs(dirs)
-    rows = rank([score_candidate(c, runs) for c in CANDIDATES] + [score_fixed_kl(runs)])
+    real = [r for r in runs if is_real(r)]
+    kinds = sorted({r.kind or "unknown" for r in runs}, key=lambda k: (k == SYNTHETIC, k))
+    mine = {k: [r for r in runs if (r.kind or "unknown") == k] for k in kinds}
+    per_kind = [_kind_part(k, mine[k], table(mine[k], real)) for k in kinds]
+    head = _kind_part("real", real, table(real, real))
     return {"grids": [str(d) for d in dirs], "runs": len(runs),
             "collapsed": sum(r.collapse_step is not None for r in runs),
-            "seeds": sorted({r.seed for r in runs}), "table": rows}
-
-
-def _iv(x, digits=2) -> str:
-    return "-" if x is None else f"{x[0]:.{digits}f} [{x[1]:.{digits}f}, {x[2]:.{digits}f}]"
-
-
-def markdown(doc: dict, command: str) -> str:
-    lines = [
-        "# Early warnings of a collapse", "",
-        f"Grids: {', '.join(doc['grids'])}. {doc['runs']} finished runs, {doc['collapsed']} collapsed "
-        f"(each grid's collapse rule); seeds {doc['seeds']}.", "",
-        "Rule (timbench/report/early_warning.py): a metric warns at the first step it leaves the healthy envelope "
-        "(its largest value in any non-collapsed run of the *other* seeds: leave one seed out); lead = collapse "
-        "step - warning step, early when >= 1. A non-collapsed run that leaves its envelope is a false alarm. "
-        "Rank: Youden's J = early rate - false-alarm rate. Intervals: Wilson 95% for rates, Student t 95% over runs for the mean lead. A candidate is only scored on "
-        "the runs that log it (the `tim/` metrics exist in grids made after they were added).", "",
-        "| rank | metric | warns on | collapsed runs | early | late | missed | early rate | median lead | "
-        "mean lead | false alarms | J | source |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for i, r in enumerate(doc["table"], 1):
-        lines.append(f"| {i} | `{r['metric']}` | {r['direction']} | {r['collapsed_runs']} | {r['early']} | "
-                     f"{r['late']} | {r['missed']} | {_iv(r['early_rate'])} | "
-                     f"{'-' if r['median_lead'] is None else r['median_lead']} | {_iv(r['mean_lead'], 1)} | "
-                     f"{r['false_alarms']}/{r['healthy_runs']} | "
-                     f"{'-' if r['youden_j'] is None else format(r['youden_j'], '.2f')} | {r['source']} |")
-    lines += ["", f"Regenerate: `{command}`", ""]
-    return "\n".join(lines)
+            "seeds": sorted({r.seed for r in runs}), "real": {k: v for k, v in head.items() if k != "table"},
+            "table": head["table"], "kinds": per_kind}
 
 
 def write_early_warning(dirs: list[str | Path], out: str | Path, command: str | None = None) -> dict[str, Path]:
+    from .early_warning_md import markdown
     out = Path(out)
     command = command or "timbench early-warning " + " ".join(map(str, dirs)) + f" --out {out}"
     doc = early_warning(dirs)

@@ -7,18 +7,22 @@ its finished cells, so every comparison paired by seed stays inside one grid. Pe
 
   1. collapse, per (condition, remedy): "collapses" when >= 2/3 of the finished seeds collapsed by the grid's own
      collapse rule (report.collapse, applied by report.summary), else "does not collapse";
-  2. effect, per mismatched condition (remedy none): its final eval accuracy T=1 minus the same model's baseline;
-  3. remedy order, per condition: every pair of its remedies (R3 vs none, R2 vs none, R3 vs R2) on final accuracy
-     and, where the runs log `mismatch/routing_agreement`, on routing disagreement (1 - its mean over steps).
+  2. effect, per mismatched condition (remedy none): its endpoint accuracy T=1 (the grid's endpoint,
+     report.endpoint) minus the same model's baseline;
+  3. remedy order, per condition: every pair of its remedies (R3 vs none, R2 vs none, R3 vs R2) on the endpoint
+     accuracy and, where the runs log `mismatch/routing_agreement`, on routing disagreement (1 - its mean).
 
-Comparisons are paired by seed (the same seed shares the warm start, prompts and sampler keys;
-report.paper_claims.paired: a 95% Student t interval over seeds): "A > B detected" / "A < B detected" when the
-interval excludes 0, else "no difference detected". Fewer than MIN_SEEDS finished (paired) seeds: "missing".
-Then per verdict, the other model against the reference model: "same", "different", "reference undecided" (the
-reference detects no difference, so there is no direction to carry over) or "missing cells". "Same direction" is
-the claim (arXiv 2608.10823), not equal numbers. The control: on a model whose routing cannot disagree (every
-expert routed, num_experts <= top-k: tiny-moe-e2) a routing-replay remedy replays nothing, so each of them vs none
-must be "no difference detected". Pure functions; `write_fidelity` writes fidelity.md and fidelity.json atomically.
+Per model, comparisons are paired by seed (report.paper_claims.paired: a 95% Student t interval over seeds):
+"A > B detected" / "A < B detected" when the interval excludes 0, else "no difference detected"; fewer than
+MIN_SEEDS finished (paired) seeds: "missing". Whether a verdict survives the change of size is then *tested*, not
+read off the labels (issue 41): per proxy model, the interaction, i.e. the proxy's A - B minus the reference
+model's per seed, by verdict_rules.size_interaction (equivalence within half the reference model's learning range
+by TOST: `transfers`; a detected interaction: `differs by size`), and a collapse rate against the reference
+model's by verdict_rules.rate_interaction (Fisher); Holm within each proxy's family; `not tested` when nothing
+happened at any size. "Same direction" is the claim (arXiv 2608.10823), not equal numbers. The control: on a model
+whose routing cannot disagree (every expert routed, num_experts <= top-k: tiny-moe-e2) a routing-replay remedy
+replays nothing, so each of them vs none must be "no difference detected". Pure functions; `write_fidelity`
+writes fidelity.md and fidelity.json atomically.
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write
+from .endpoint import DEFAULT, ENDPOINTS, with_endpoint
 from .paper_claims import collapses, over_seeds, paired
 from .results import load_results
 from .seeds import SeedGroup, is_finished, seed_groups
 from .stats import Interval, mean
 from .results import column
 from .summary import summarize
+from .fidelity_interaction import learning_range, size_test, test_json
+from .verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test, decide as holm_family
 
 SETTING = ("task", "condition", "remedy", "mode", "algorithm")
 """What a setting of one model is: every grid axis but the model and the seed."""
@@ -41,21 +48,18 @@ MIN_SEEDS = 2
 """A verdict needs this many finished (paired) seeds; an interval needs two."""
 ROUTING = "routing_disagreement"
 """Row key added per finished cell: 1 - the mean over steps of mismatch/routing_agreement (MoE runs only)."""
-METRICS = {"final accuracy T=1": "final_accuracy_t1", "routing disagreement": ROUTING}
+ACCURACY = "endpoint accuracy T=1"
+METRICS = {ACCURACY: "endpoint_t1", "routing disagreement": ROUTING}
 """Metric label -> summary-row key the remedy-order verdicts compare."""
 COLLAPSES, HOLDS, MISSING = "collapses", "does not collapse", "missing"
 GT, LT, NO_DIFF = "A > B detected", "A < B detected", "no difference detected"
-SAME, DIFFERENT, UNDECIDED, MISSING_CELLS = "same", "different", "reference undecided", "missing cells"
+MISSING_CELLS = "missing cells"
+"""The routing-replay control with no decided check."""
 CONTROL = "control"
 """A routing-replay order on a model whose routing cannot disagree: expected to differ (nothing to replay), so it is
 judged by the control check, not counted as a verdict that survives or not."""
-WORDS = (SAME, DIFFERENT, UNDECIDED, MISSING_CELLS, CONTROL)
+WORDS = (TRANSFERS, DIFFERS, INCONCLUSIVE, NOT_TESTED, CONTROL)
 FAMILIES = ("collapse", "effect", "order")
-LEGEND = (f"Legend: `{SAME}` the proxy's verdict equals the reference model's; `{DIFFERENT}` it does not (opposite "
-          f"direction, or a detected effect vs `{NO_DIFF}`, or the other side of the collapse line); `{UNDECIDED}` "
-          f"the reference model detects no difference, so no direction to carry over; `{MISSING_CELLS}` one side has "
-          f"fewer than {MIN_SEEDS} finished (paired) seeds; `{CONTROL}` a routing-replay order on a model whose "
-          "routing cannot disagree (judged by the control below, not counted).")
 
 
 @dataclass
@@ -75,6 +79,8 @@ class ModelRuns:
     """Setting -> seed statistics (report.seeds)."""
     routing_fixed: bool
     """Every token routes to every expert (num_experts <= top-k): routing cannot disagree."""
+    endpoint: str | None = None
+    """The endpoint the grid declared (None: the default)."""
 
 
 def setting_of(row: dict) -> tuple:
@@ -89,6 +95,8 @@ def routing_cannot_disagree(model: str) -> bool:
 
 def _model_runs(grid, model: str, rows: list[dict]) -> ModelRuns:
     cells = {c.id: c for c in grid.cells}
+    rows = with_endpoint(rows, {c.id: c.evals for c in grid.cells}, {c.id: c.config.get("steps") for c in grid.cells},
+                         grid.endpoint or DEFAULT)
     planned, done = {}, {}
     for r in rows:
         s = setting_of(r)
@@ -98,7 +106,7 @@ def _model_runs(grid, model: str, rows: list[dict]) -> ModelRuns:
             done.setdefault(s, []).append({**r, ROUTING: 1.0 - mean(agree) if agree else None})
     groups = {setting_of(g.rows[0]): g for g in seed_groups(rows)}
     return ModelRuns(model, str(grid.path), grid.reference_condition, planned, done, groups,
-                     routing_cannot_disagree(model))
+                     routing_cannot_disagree(model), grid.endpoint)
 
 
 def load_models(dirs: list[str | Path], reference_model: str | None = None) -> list[ModelRuns]:
@@ -132,7 +140,7 @@ def collapse_verdict(rows: list[dict]) -> dict:
     k, n = collapses(rows)
     word = MISSING if n < MIN_SEEDS else COLLAPSES if k * 3 >= 2 * n else HOLDS
     return {"word": word, "collapsed": k, "n": n, "seeds": [r["seed"] for r in rows],
-            "final_accuracy": _iv(over_seeds(rows, lambda r: r.get("final_accuracy_t1")))}
+            "final_accuracy": _iv(over_seeds(rows, lambda r: r.get("endpoint_t1")))}
 
 
 def compare(a: list[dict], b: list[dict], col: str) -> dict:
@@ -144,14 +152,6 @@ def compare(a: list[dict], b: list[dict], col: str) -> dict:
     word = MISSING if diff.n < MIN_SEEDS else GT if diff.lo > 0 else LT if diff.hi < 0 else NO_DIFF
     return {"word": word, "diff": _iv(diff), "seeds": seeds, "a": _iv(over_seeds(a, key)),
             "b": _iv(over_seeds(b, key)), "collapsed": [list(collapses(a)), list(collapses(b))]}
-
-
-def fidelity(ref: str, other: str) -> str:
-    if MISSING in (ref, other):
-        return MISSING_CELLS
-    if ref == NO_DIFF:
-        return UNDECIDED
-    return SAME if other == ref else DIFFERENT
 
 
 def label(s: tuple, with_task: bool = False) -> str:
@@ -174,7 +174,7 @@ def specs(models: list[ModelRuns]) -> list[dict]:
               if any(r.get(col) is not None for m in models for rows in m.rows.values() for r in rows)}
     out = [{"family": "collapse", "a": s, "b": None, "metric": None} for s in settings]
     base = lambda s: (s[0], ref_cond, "none", s[3], s[4])  # noqa: E731
-    out += [{"family": "effect", "a": s, "b": base(s), "metric": "final accuracy T=1"} for s in settings
+    out += [{"family": "effect", "a": s, "b": base(s), "metric": ACCURACY} for s in settings
             if s[1] != ref_cond and s[2] == "none" and base(s) in settings]
     groups: dict[tuple, list[str]] = {}
     for s in settings:
@@ -202,22 +202,40 @@ def replay_remedies() -> set[str]:
     return {n for n, cls in REMEDIES.items() if cls.replay is not None}
 
 
+def interaction(spec: dict, ref: ModelRuns, m: ModelRuns, lr: float | None) -> Test:
+    """The proxy `m` against the reference model on one verdict (timbench.report.fidelity_interaction)."""
+    rows = lambda x, k: x.rows.get(spec[k], []) if spec[k] else []  # noqa: E731
+    return size_test(spec["family"], METRICS.get(spec["metric"]), spec["metric"] == ACCURACY, ref.model, m.model,
+                     (rows(ref, "a"), rows(ref, "b")), (rows(m, "a"), rows(m, "b")), lr)
+
+
 def verdicts(models: list[ModelRuns]) -> list[dict]:
     ref, replay, many = models[0], replay_remedies(), _many_tasks(models)
-    out = []
+    lr = learning_range(ref.rows, ref.reference)
+    out, tests = [], {}
     for sp in specs(models):
         res = {m.model: decide(sp, m) for m in models}
-        judge = {m.model: CONTROL if m.routing_fixed and sp["family"] == "order" and replay & {sp["a"][2], sp["b"][2]}
-                 else fidelity(res[ref.model]["word"], res[m.model]["word"]) for m in models[1:]}
+        judge = {}
+        for m in models[1:]:
+            if m.routing_fixed and sp["family"] == "order" and replay & {sp["a"][2], sp["b"][2]}:
+                judge[m.model] = CONTROL
+            else:
+                judge[m.model] = interaction(sp, ref, m, lr)
+                tests.setdefault((m.model, sp["family"]), []).append(judge[m.model])
         out.append({"family": sp["family"], "a": label(sp["a"], many),
                     "b": label(sp["b"], many) if sp["b"] else None,
                     "remedies": [sp["a"][2], sp["b"][2] if sp["b"] else None], "metric": sp["metric"], "models": res,
                     "fidelity": judge})
+    for family in tests.values():  # Holm within each proxy model's family of verdicts
+        holm_family(family)
+    for v in out:
+        v["tests"] = {m: test_json(t) for m, t in v["fidelity"].items() if isinstance(t, Test)}
+        v["fidelity"] = {m: t.word() if isinstance(t, Test) else t for m, t in v["fidelity"].items()}
     return out
 
 
 def survival(vs: list[dict], models: list[ModelRuns]) -> dict:
-    """Per other model and family (and "all"): how many verdicts are same / different / undecided / missing."""
+    """Per other model and family (and "all"): how many verdicts the rule words transfers / differs / ..."""
     out = {}
     for m in models[1:]:
         out[m.model] = {}
@@ -248,7 +266,10 @@ def control(vs: list[dict], models: list[ModelRuns]) -> list[dict]:
 def proxy_fidelity(dirs: list[str | Path], reference_model: str | None = None) -> dict:
     models = load_models(dirs, reference_model)
     vs = verdicts(models)
-    return {"grids": [str(d) for d in dirs], "reference_model": models[0].model,
+    ref = models[0]
+    return {"grids": [str(d) for d in dirs], "reference_model": ref.model,
+            "endpoint": ref.endpoint or DEFAULT, "endpoint_text": ENDPOINTS[ref.endpoint or DEFAULT],
+            "endpoint_declared": ref.endpoint is not None, "learning_range": learning_range(ref.rows, ref.reference),
             "models": {m.model: {"grid": m.grid, "routing_cannot_disagree": m.routing_fixed,
                                  "seeds": sorted({r["seed"] for rows in m.rows.values() for r in rows}),
                                  "settings": _settings(m, _many_tasks(models))} for m in models},

@@ -1,26 +1,40 @@
 """fidelity.md: the proxy-fidelity document (timbench.report.fidelity) as markdown tables.
 
-A summary (k of n decided verdicts the same per model and family), one table per verdict family with every model's
-verdict and numbers beside its fidelity to the reference model, the routing-replay control, and the per-setting
+A summary (per proxy model and family, how many verdicts the interaction rule words transfers / differs by size /
+inconclusive / not tested), one table per verdict family with every model's verdict and numbers beside the
+interaction test against the reference model, the routing-replay control, and the per-setting
 statistics the verdicts rest on. Pure function of the document; fidelity.py writes it.
 """
 
 from __future__ import annotations
 
-from .fidelity import (COLLAPSES, CONTROL, DIFFERENT, FAMILIES, LEGEND, MIN_SEEDS, MISSING, MISSING_CELLS, SAME,
-                       UNDECIDED)
+from .fidelity import COLLAPSES, CONTROL, FAMILIES, MIN_SEEDS, MISSING, WORDS
 from .leaderboard import fmt
+from .verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
+
+LEGEND = (f"Legend (timbench/report/verdict_rules.py): per proxy, the *interaction* is tested, not the labels: for an "
+          f"effect or a remedy order, the proxy's A - B minus the reference model's, per seed (the difference of "
+          f"paired differences, 95% t interval); `{TRANSFERS}` when it is equivalent to 0 within the margin (TOST, "
+          f"Holm within the proxy's family), `{DIFFERS}` when it is detected, `{INCONCLUSIVE}` otherwise. For a "
+          f"collapse, the proxy's collapse rate against the reference model's (Fisher's exact test): `{DIFFERS}` "
+          f"when detected, else `{INCONCLUSIVE}` (2-6 seeds do not show two rates equal). `{NOT_TESTED}` when "
+          "nothing happened at any size (neither model detects A - B; no seed collapses on either), with fewer "
+          f"than {MIN_SEEDS} paired seeds, without a margin (routing disagreement has none), or when the smallest "
+          f"detectable interaction exceeds the learning range. `{CONTROL}`: a routing-replay order on a model whose "
+          "routing cannot disagree (judged by the control below, not counted).")
 
 TITLES = {
     "collapse": ("1. Collapse or not, per condition / remedy",
                  f"`{COLLAPSES}` when >= 2/3 of the finished seeds collapsed (the grid's collapse rule); numbers: "
-                 "collapsed/seeds, final eval accuracy T=1 mean [95% t interval over seeds], seeds."),
+                 "collapsed/seeds, endpoint accuracy T=1 mean [95% t interval over seeds], seeds; vs reference: the "
+                 "proxy's collapse rate against the reference model's (Fisher)."),
     "effect": ("2. Effect of each mismatch condition vs the same model's baseline (remedy none)",
-               "A = the condition, B = the baseline; final eval accuracy T=1, A - B paired by seed: mean [95% t "
-               "interval], seeds; `detected` when the interval excludes 0."),
+               "A = the condition, B = the baseline; endpoint accuracy T=1, A - B paired by seed: mean [95% t "
+               "interval], seeds; `detected` when the interval excludes 0; vs reference: the interaction."),
     "order": ("3. Remedy order per condition",
-              "A - B paired by seed on final eval accuracy T=1 (higher is better) or on routing disagreement "
-              "(1 - mean over steps of mismatch/routing_agreement; lower is better): mean [95% t interval], seeds."),
+              "A - B paired by seed on endpoint accuracy T=1 (higher is better) or on routing disagreement "
+              "(1 - mean over steps of mismatch/routing_agreement; lower is better): mean [95% t interval], seeds; "
+              "vs reference: the interaction."),
 }
 
 
@@ -57,20 +71,20 @@ def _family_table(doc: dict, fam: str) -> list[str]:
         name = v["a"] if v["b"] is None else f"A {v['a']} vs B {v['b']}" + (
             f", {v['metric']}" if fam == "order" else "")
         cells = [name, result_text(v["models"][ref])]
-        cells += [x for m in others for x in (result_text(v["models"][m]), f"**{v['fidelity'][m]}**")]
+        cells += [x for m in others for x in (result_text(v["models"][m]), f"**{v['fidelity'][m]}**" + (
+            f": {v['tests'][m]['text']}" if m in v.get("tests", {}) else ""))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 
 def _count(c: dict) -> str:
-    n = c[SAME] + c[DIFFERENT]
-    rest = [f"{c[w]} {w}" for w in (UNDECIDED, MISSING_CELLS, CONTROL) if c[w]]
-    return f"{c[SAME]} of {n} survive" + (f" ({', '.join(rest)})" if rest else "")
+    return ", ".join(f"{c[w]} {w}" for w in WORDS if c[w]) or "-"
 
 
 def _summary(doc: dict) -> list[str]:
-    lines = ["## Summary: verdicts that survive the change of proxy", "",
-             f"k of n: the decided verdicts (reference and proxy both decided) on which the proxy says `{SAME}`.", "",
+    lines = ["## Summary: what the interaction rule says per proxy", "",
+             "Counts of the rule's words per family (no \"k of n same\": a verdict on which nothing happened at any "
+             "size is `not tested`, not a verdict that survives).", "",
              "| model | collapse | effect vs baseline | remedy order | all |", "|---|---|---|---|---|"]
     for m, fams in doc["survival"].items():
         lines.append(f"| {m} | " + " | ".join(_count(fams[f]) for f in (*FAMILIES, "all")) + " |")
@@ -109,6 +123,11 @@ def markdown(doc: dict, command: str) -> str:
                        for m, d in doc["models"].items())
     lines = ["# Proxy fidelity across sizes", "", f"Regenerate: `{command}`", "",
              f"Reference model: {doc['reference_model']}. Models: {models}.", "",
+             f"Endpoint: {doc['endpoint']} ({doc['endpoint_text']}; "
+             f"{'pre-registered' if doc['endpoint_declared'] else 'default; the grid declares none'}). Margin: "
+             f"+-{fmt(doc['learning_range'] / 2 if doc['learning_range'] else None)}, half the reference model's "
+             f"learning range (its zero-mismatch own gain, {fmt(doc['learning_range'])}). How to read a verdict: "
+             "[docs/verdicts.md](../../../docs/verdicts.md).", "",
              "Does each verdict on the reference model survive the change of proxy size? \"Same direction\" is the "
              "claim (arXiv 2608.10823), not equal numbers. Rules: timbench/report/fidelity.py.", "", LEGEND, ""]
     lines += _summary(doc)

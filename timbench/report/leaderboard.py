@@ -39,6 +39,7 @@ from .results import Grid, load_results
 from .seeds import GROUP, SeedGroup, group_csv_row, group_key, is_finished, seed_groups, trained_nothing
 from .stats import Interval
 from .summary import csv_text, summarize, summary_csv
+from .verdict_rules import rank_labels, tie_groups
 
 SCORE_CAP = 0.5
 
@@ -140,7 +141,9 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
     complete one, whatever its score (its capped or missing cells make the score incomparable), then unscored
     remedies, then by name.
 
-    `tied_with` lists the ranks (1-based) of the other entries whose score intervals overlap this one's.
+    `rank` is the printed rank by verdict_rules.rank_labels: a tie ("2-4 (tied)") unless the entry's interval
+    separates it from its neighbours' (within the complete, the failed and the unscored remedies apart);
+    `tied_with` lists the ranks (1-based) of the other entries of its tie group.
     """
     out = []
     common = shared_settings(rows)
@@ -162,9 +165,16 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                     # failed runs and remedies that trained on nothing, marked apart from their (capped) score
                     "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r))})
     out.sort(key=lambda e: (e["score"] is None, e["failed"] > 0, -(e["score"] or 0.0), e["remedy"]))
-    for i, e in enumerate(out):
-        e["tied_with"] = [j + 1 for j, o in enumerate(out) if j != i and e["score"] is not None
-                          and o["score"] is not None and e["interval"].overlaps(o["interval"])]
+    start = 0
+    for block in ([e for e in out if e["score"] is not None and not e["failed"]],
+                  [e for e in out if e["score"] is not None and e["failed"]], [e for e in out if e["score"] is None]):
+        ivs = [e["interval"] for e in block]
+        for e, lab in zip(block, rank_labels(ivs, start)):
+            e["rank"] = lab
+        for g in tie_groups(ivs):
+            for i in g:
+                block[i]["tied_with"] = [start + j + 1 for j in g if j != i]
+        start += len(block)
     return out
 
 
@@ -198,18 +208,19 @@ def fmt_interval(iv: Interval, digits: int = 3) -> str:
 
 def _ranking_table(rows: list[dict], stamp: str) -> Table:
     ranked = remedy_ranking(rows)
-    body = [[str(i + 1), ", ".join(map(str, e["tied_with"])) or "-", e["remedy"], fmt_interval(e["interval"]),
+    body = [[e["rank"], ", ".join(map(str, e["tied_with"])) or "-", e["remedy"], fmt_interval(e["interval"]),
              str(e["seeds"]), f"{e['collapses']}/{e['cells']}", f"failed {e['failed']}" if e["failed"] else "0",
              fmt(e["mean_abs_delta"]), fmt(e["mean_k3_kl"]), e["tolerance"]] for i, e in enumerate(ranked)]
     return Table(
         "Remedies ranked by score",
-        ["rank", "tied with (overlapping intervals)", "remedy", "score [95% CI]", "seeds", "collapses/cells",
+        ["rank", "tied with", "remedy", "score [95% CI]", "seeds", "collapses/cells",
          "failed", "mean |delta|", "mean k3_kl", "TIM tolerance (sigma)"], body,
         f"{stamp}. Score: per seed, the mean over finished mismatched cells of final accuracy / the same seed's "
         f"reference, a collapsed cell (or one whose remedy trained on nothing) capped at {SCORE_CAP}; then the "
         f"mean over seeds with a 95% Student t interval (one seed: the eval-set binomial error, propagated). "
-        f"Ranks whose intervals overlap are tied. failed: the remedy's cells that failed, trained on nothing or "
-        f"have not finished; such a remedy ranks after every complete one, whatever its score. "
+        f"A rank is a tie unless its interval separates it from the next one's (overlapping neighbours chain into "
+        f"one tie group, printed e.g. 1-3 (tied); timbench/report/verdict_rules.py rank_labels). failed: the "
+        f"remedy's cells that failed, trained on nothing or have not finished; such a remedy ranks after every complete one, whatever its score. "
         f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.")
 
 

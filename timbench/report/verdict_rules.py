@@ -23,6 +23,17 @@ and the word follows from it, in this order:
 
 Implementation checks (zero mismatch is exactly 0.0, say) are not claims: `check(ok)` prints `check passes` /
 `check fails` and they are counted apart.
+
+The same tests, worded for three other pages:
+
+- `warning_vs_false_alarms` (early-warning page): a metric `warns` when its early-warning rate on collapsed runs
+  is above its false-alarm rate on surviving runs (Fisher's exact test, Holm over the page's candidates), else
+  `does not warn`; `not tested` with no run on one side, or too few to detect even a perfect warning.
+- `size_interaction` (proxy-fidelity page): the difference of paired differences (the proxy's A - B minus the
+  reference model's, per seed) with its t interval; `transfers` when equivalent within the margin (TOST), `differs
+  by size` when the interaction is detected, `inconclusive` otherwise; `not tested` when nothing happened at any
+  size (neither model detects A - B), as `rate_interaction` for collapse rates (Fisher) when nothing collapses.
+- `rank_labels` (leaderboards, submit): a rank is a tie unless its interval separates it from the next.
 """
 
 from __future__ import annotations
@@ -42,6 +53,13 @@ CHECK_PASS, CHECK_FAIL = "check passes", "check fails"
 """Implementation checks: listed apart, outside the claim counts."""
 STRENGTH = (REVERSED, NOT, NOT_TESTED, INCONCLUSIVE, EQUIVALENT, REPRODUCED)
 """Weakest first: a claim's headline is the weakest of its central sub-claims."""
+WARNS, NO_WARNING = "warns", "does not warn"
+"""Early-warning words: the early-warning rate is detected above the false-alarm rate, or it is not."""
+TRANSFERS, DIFFERS = "transfers", "differs by size"
+"""Proxy-fidelity words: the effect is equivalent across sizes (TOST on the interaction), or the interaction is
+detected."""
+TIED = "tied"
+"""A rank whose interval does not separate it from its neighbour's."""
 CORRECTION = "Holm"
 """The multiplicity correction within each family (stated on every page)."""
 
@@ -74,6 +92,19 @@ class Test:
         if self.blocked:
             return NOT_TESTED
         detected = self.p_adj is not None and self.p_adj < ALPHA
+        if self.kind == "warning":
+            return WARNS if detected and (self.estimate or 0) > 0 else NO_WARNING
+        if self.kind == "rate-interaction":  # no equivalence for a rate on a few seeds
+            return DIFFERS if self.p_diff is not None and self.p_diff < ALPHA else INCONCLUSIVE
+        if self.kind == "interaction":
+            if self.p_diff is not None and self.p_diff < ALPHA:
+                return DIFFERS
+            if detected:
+                return TRANSFERS
+            if self.p is None or (self.mde is not None and self.learning_range is not None
+                                  and self.mde > self.learning_range):
+                return NOT_TESTED
+            return INCONCLUSIVE
         if self.kind == "no-difference":
             if detected:
                 return EQUIVALENT
@@ -93,9 +124,12 @@ class Test:
         parts = [f"{self.label}: {fmt_interval(self.interval)}"]
         if self.blocked:
             return parts[0] + f", not tested: {self.blocked}"
-        if self.kind == "no-difference":
+        if self.kind in ("no-difference", "interaction") and self.margin:
             parts.append(f"TOST margin +-{fmt(self.margin)} p {_p(self.p)} (Holm {_p(self.p_adj)}), difference p "
                          f"{_p(self.p_diff)}")
+        elif self.kind in ("interaction", "rate-interaction"):
+            parts.append(f"difference p {_p(self.p_diff)}" + ("" if self.margin or self.kind == "rate-interaction"
+                                                               else ", no equivalence margin"))
         else:
             parts.append(f"p {_p(self.p)} (Holm {_p(self.p_adj)})")
         if self.mde is not None:
@@ -194,3 +228,75 @@ def combine(words: list[str]) -> str:
         if w in words:
             return w
     return NOT_TESTED
+
+
+def warning_vs_false_alarms(label: str, early: int, collapsed: int, alarms: int, healthy: int) -> Test:
+    """A candidate early warning: early warnings on `early` of `collapsed` runs against false alarms on `alarms` of
+    `healthy` surviving runs (Fisher's exact test; the estimate is Youden's J, early rate - false-alarm rate, with
+    Newcombe's interval). Not tested with no run on one side, or when even `collapsed`/`collapsed` early against
+    0 false alarms would not be detected (too few runs)."""
+    t = rate_vs_control(label, early, collapsed, alarms, healthy)
+    t.kind, t.blocked = "warning", None  # 0 early and 0 false alarms is a metric that never warns, not a floor
+    t.note = f"early {t.note.replace('vs control', 'vs false alarms')}"
+    if not collapsed or not healthy:
+        t.blocked = "no collapsed run or no surviving run logs it"
+    elif fisher_exact(collapsed, collapsed, 0, healthy) >= ALPHA:
+        t.blocked = f"too few runs: even {collapsed}/{collapsed} early against 0/{healthy} false alarms is not detected"
+    return t
+
+
+def size_interaction(label: str, ref: dict, other: dict, margin: float | None, learning_range: float | None,
+                     floor: bool = False) -> Test:
+    """Does a paired difference (A - B per seed, dicts seed -> value) transfer from the reference model to a proxy?
+    The interaction, other[s] - ref[s] over the seeds both have, with its t interval: equivalence within +-margin
+    (TOST), or a detected difference. Not tested when nothing happened at any size (neither model's own A - B nor
+    the interaction is detected: there is no effect to carry over), with fewer than 2 seeds, or both arms at a
+    floor."""
+    seeds = sorted(set(ref) & set(other))
+    t = paired_no_difference(label, [other[s] - ref[s] for s in seeds], margin, learning_range, floor)
+    t.kind = "interaction"
+    t.blocked = _blocked(len(seeds), floor, True, None)
+    sizes = [t_test(list(d.values())) for d in (ref, other)]
+    moved = t.p_diff is not None and t.p_diff < ALPHA  # a detected interaction is a finding even so
+    if not t.blocked and not moved and not any(p is not None and p < ALPHA for p in sizes):
+        t.blocked = "nothing happened at any size (neither model detects A - B)"
+    return t
+
+
+def rate_interaction(label: str, k_ref: int, n_ref: int, k: int, n: int) -> Test:
+    """A collapse rate on the proxy (k/n) against the same setting's on the reference model (Fisher's exact test):
+    `differs by size` when detected (unadjusted, as a difference that refutes a no-difference claim), else
+    `inconclusive` (a rate's equality is not shown by 2-6 seeds); not tested
+    when nothing collapses at any size."""
+    t = rate_vs_control(label, k, n, k_ref, n_ref)
+    t.kind, t.p_diff, t.p = "rate-interaction", t.p, None
+    t.note = t.note.replace("vs control", "vs the reference model")
+    if n and n_ref and k == 0 and k_ref == 0:
+        t.blocked = "nothing happened at any size (no seed collapses on either model)"
+    elif n and n_ref:
+        t.blocked = None  # every seed collapsing on both is a shared verdict, tested like any other
+    return t
+
+
+def tie_groups(intervals: list[Interval]) -> list[list[int]]:
+    """Positions of entries sorted best first, grouped: a rank is a tie unless its interval separates it from the
+    next one's; overlapping neighbours chain into one group, and an entry without an interval ties with its
+    neighbours."""
+    groups: list[list[int]] = []
+    for i, iv in enumerate(intervals):
+        prev = intervals[i - 1] if i else None
+        if prev is not None and (iv.lo is None or prev.lo is None or iv.overlaps(prev)):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def rank_labels(intervals: list[Interval], start: int = 0) -> list[str]:
+    """Printed ranks (after `start` entries ranked before these): "2-4 (tied)" for a tie group, the rank alone for
+    an entry its interval separates from both neighbours."""
+    out = [""] * len(intervals)
+    for g in tie_groups(intervals):
+        for i in g:
+            out[i] = f"{start + g[0] + 1}" if len(g) == 1 else f"{start + g[0] + 1}-{start + g[-1] + 1} ({TIED})"
+    return out

@@ -167,8 +167,7 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
               if (read_status(out, c["id"]) or {}).get("status") != "done"]
     lines = [f"# Submission: {remedy} on track {track.name} (version {track.version})", "",
              f"Committed results: `{committed}`; leaderboard: `{out}/leaderboard.md`.", "",
-             f"- rank {rank + 1} of {len(ranked)}" + (f", tied with ranks {', '.join(map(str, entry['tied_with']))}"
-                                                     if entry["tied_with"] else "")
+             f"- rank {entry['rank']} of {len(ranked)} (a tie unless its interval separates it from the next)"
              + f"; score {fmt_interval(entry['interval'])} (95% CI, {entry['seeds']} seeds, "
              f"{entry['collapses']}/{entry['cells']} cells collapsed)"]
     for cmp in comparisons:
@@ -186,7 +185,8 @@ def write_submission(out: Path, remedy: str, track, cells: list[dict], committed
     text = "\n".join(lines) + "\n"
     atomic_write(out / "submission.md", text)
     record = {"remedy": remedy, "track": track.name, "track_version": track.version, "rank": rank + 1,
-              "of": len(ranked), "score": entry["score"], "score_lo": entry["interval"].lo,
+              "rank_label": entry["rank"], "of": len(ranked), "score": entry["score"],
+              "score_lo": entry["interval"].lo,
               "score_hi": entry["interval"].hi, "tied_with": entry["tied_with"], "failed": dict(failed),
               "extra_metrics": extras,
               "comparisons": [{"vs": c["b"], "seeds": c["seeds"], "diffs": c["diffs"], "mean": c["interval"].mean,
