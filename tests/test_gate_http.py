@@ -115,6 +115,23 @@ def test_a_server_returning_raw_logprobs_is_named(suite, tmp_path):
     assert rows(tmp_path / "raw")["logprob_semantics"]["numbers"]["fits"] == "raw"
 
 
+def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
+    """Teacher forcing through `echo` works as through prompt_logprobs; a server with neither leaves prefill vs
+    decode not tested (counted, never passed) while the rest of the gate passes."""
+    (tmp_path / "s.yaml").write_text(FAST.replace("probes:\n", "probes:\n  prefill_vs_decode: {requests: 3, "
+                                                               "max_new_tokens: 4}\n"))
+    for mode in ("echo", "none"):
+        with FakeServer(CKPT, prompt_scoring=mode) as s:
+            assert gate(s.url, str(tmp_path / "s.yaml"), tmp_path / mode) == 0
+        pvd = rows(tmp_path / mode)["prefill_vs_decode"]
+        if mode == "echo":
+            assert pvd["passed"] and pvd["numbers"]["max_abs_diff"] == 0.0 and pvd["numbers"]["tokens"] > 0
+        else:
+            assert not pvd["passed"] and "neither prompt_logprobs nor echo" in pvd["not_tested"]
+    out = capsys.readouterr()
+    assert "prompt logprobs echo" in out.err and "not tested: prefill_vs_decode" in out.out
+
+
 def test_gate_check_between_two_http_runs(server, suite, tmp_path, capsys):
     assert gate(server.url, suite, tmp_path / "base") == 0
     with FaultProxy(server.url, "bf16_logprobs") as proxy:

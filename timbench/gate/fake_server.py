@@ -9,7 +9,8 @@ batching a real server does would change nothing); the engine is used under one 
 Knobs make it a broken server for the gate's bad-input tests: `logprobs=False` (it returns none), `api_key`
 (requests without it get 401), `delay` (seconds before each completion answer), `swap_tokens` (its tokenizer
 swaps two token ids' texts), `logprobs_mode="raw"` (the sampled tokens' logprobs of the raw distribution, vLLM's
-default `raw_logprobs`).
+default `raw_logprobs`), `prompt_scoring` ("prompt_logprobs", "echo": prompt logprobs only through `echo` with
+`logprobs`, as OpenAI's legacy API, or "none").
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class LoopbackServer(ThreadingHTTPServer):
 
 class FakeServer:
     def __init__(self, checkpoint, name: str = "fake-model", logprobs: bool = True, api_key: str | None = None,
-                 delay: float = 0.0, swap_tokens: tuple[int, int] | None = None, logprobs_mode: str = "processed"):
+                 delay: float = 0.0, swap_tokens: tuple[int, int] | None = None, logprobs_mode: str = "processed",
+                 prompt_scoring: str = "prompt_logprobs"):
         from tokenizers import Tokenizer
 
         from ..engine import Engine
@@ -49,7 +51,7 @@ class FakeServer:
         self.engine.load_weights(self.model)
         self.tok = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
         self.name, self.logprobs, self.api_key, self.delay = name, logprobs, api_key, delay
-        self.swap, self.logprobs_mode = swap_tokens, logprobs_mode
+        self.swap, self.logprobs_mode, self.prompt_scoring = swap_tokens, logprobs_mode, prompt_scoring
         self.lock = threading.Lock()
         self.requests = 0
         self.httpd = LoopbackServer(_handler(self))
@@ -86,7 +88,8 @@ class FakeServer:
         with self.lock:
             self.requests += 1
             c = self.engine.generate([Request(tuple(prompt), int(body.get("max_tokens", 16)), 0)], params)[0]
-            rows = self._prompt_rows(prompt) if body.get("prompt_logprobs") is not None else None
+            want = "prompt_logprobs" if body.get("prompt_logprobs") is not None else "echo" if body.get("echo") else None
+            rows = self._prompt_rows(prompt) if want and want == self.prompt_scoring else None
             lps = [float(x) for x in c.logprobs]
             if self.logprobs_mode == "raw":  # vLLM's raw_logprobs: temperature 1, before any processing
                 from ..diagnose.forward import score
@@ -103,7 +106,15 @@ class FakeServer:
                                   "text_offset": list(range(len(ids)))}
         else:
             choice["logprobs"] = None
-        if rows is not None:
+        if rows is not None and want == "echo" and choice["logprobs"]:  # the prompt's tokens and logprobs first
+            lp, key = choice["logprobs"], (lambda t: f"token_id:{t}" if body.get("return_tokens_as_token_ids")
+                                           else self._text([t]))
+            lp["tokens"] = [key(t) for t in prompt] + lp["tokens"]
+            lp["token_logprobs"] = [None] + [r[str(t)]["logprob"] for r, t in zip(rows[1:], prompt[1:])] + \
+                lp["token_logprobs"]
+            tops = [None] + [{key(int(k)): v["logprob"] for k, v in r.items()} for r in rows[1:]]
+            lp["top_logprobs"] = tops + lp["top_logprobs"] if lp["top_logprobs"] else None
+        elif rows is not None:
             choice["prompt_logprobs"] = rows
         return {"id": f"cmpl-{self.requests}", "object": "text_completion", "model": self.name, "choices": [choice],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(c.token_ids)}}
