@@ -208,3 +208,39 @@ def test_bf16_exactness_detects_rounded_logprobs():
     x = -torch.rand(1000, generator=torch.Generator().manual_seed(0)) * 5
     assert float(bf16_exact(x).double().mean()) < 0.01
     assert bool(bf16_exact(x.to(torch.bfloat16).float()).all())
+
+
+def test_retries_are_bounded_and_only_for_server_errors():
+    from http.server import BaseHTTPRequestHandler
+
+    from timbench.gate.fake_server import LoopbackServer
+    from timbench.gate.http_client import Client, ServerError
+    seen = []
+
+    class Flaky(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # /503: fails once then answers; /404: always refused
+            seen.append(self.path)
+            code = 404 if self.path == "/404" else 503 if seen.count(self.path) == 1 else 200
+            raw = json.dumps({"ok": code == 200}).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    httpd = LoopbackServer(Flaky)
+    import threading
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"openai=http://127.0.0.1:{httpd.server_address[1]}"
+        with pytest.raises(ServerError, match="HTTP 503 .* after 1 attempt"):
+            Client(parse_openai_spec(url + ",retries=0")).get("/503a")
+        assert Client(parse_openai_spec(url + ",retries=1")).get("/503b") == {"ok": True}
+        with pytest.raises(ServerError, match="HTTP 404"):
+            Client(parse_openai_spec(url + ",retries=3")).get("/404")
+        assert seen.count("/503b") == 2 and seen.count("/404") == 1  # a 4xx is the server's answer: no retry
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

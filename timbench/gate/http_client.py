@@ -10,6 +10,7 @@ only (urllib), so the gate needs no HTTP client dependency.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import os
@@ -124,7 +125,7 @@ class Client:
                 last = f"HTTP {e.code} {_reason(e)}"
                 if e.code < 500 and e.code != 429:
                     raise ServerError(f"{method} {url}: {last}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, socket.timeout) as e:
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # timeouts, refusals, hang-ups
                 why = getattr(e, "reason", e)
                 last = "timed out" if isinstance(why, (TimeoutError, socket.timeout)) else f"unreachable ({why})"
                 if "timed out" in str(why):
