@@ -34,14 +34,17 @@ def one(url: str, trainer: str, suite, out: Path, fault: str) -> dict:
     where = out / (fault if fault != "none" else f"none-seed{suite.seed}")
     with FaultProxy(url, fault) if fault != "direct" else contextlib.nullcontext() as proxy:
         rep = run_http_gate(f"openai={proxy.url if proxy else url}", f"hf={trainer}", suite, where)
-    failed = [r["probe"] for r in rep["probes"] if not r["passed"] and not r["not_tested"]]
+    failed = [r["probe"] for r in rep["probes"] if not r["passed"] and not r["not_tested"] and not r["error"]]
+    erred = [f"{r['probe']}: {r['error']}" for r in rep["probes"] if r["error"]]
     sem = next((r for r in rep["probes"] if r["probe"] == "logprob_semantics"), {"numbers": {}})
-    row = {"fault": fault, "seed": suite.seed, "gate_passed": not failed, "failed": failed,
+    row = {"fault": fault, "seed": suite.seed, "gate_passed": not failed and not erred, "failed": failed,
+           "erred": erred,
            "not_tested": [r["probe"] for r in rep["probes"] if r["not_tested"]], "fits": sem["numbers"].get("fits"),
            "wall_s": round(time.perf_counter() - t0, 1)}
     if fault in EXPECTED_PROBE:
         row["caught_by_expected"] = EXPECTED_PROBE[fault] in failed
-    print(f"{fault} seed {suite.seed}: {'pass' if not failed else 'FAIL ' + ', '.join(failed)} ({row['wall_s']} s)")
+    print(f"{fault} seed {suite.seed}: {'FAIL ' + ', '.join(failed) if failed else 'pass'}"
+          f"{'; ERROR ' + '; '.join(erred) if erred else ''} ({row['wall_s']} s)")
     return row
 
 
@@ -74,8 +77,9 @@ def main() -> int:
              f"{doc['false_alarms']}. Wall times on a shared 2-core machine.", "",
              "| run | seed | verdict | failed probes | logprobs fit | wall s |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['fault']} | {r['seed']} | {'pass' if r['gate_passed'] else 'FAIL'} | "
-                     f"{', '.join(r['failed']) or '-'} | {r['fits']} | {r['wall_s']} |")
+        word = "pass" if r["gate_passed"] else "FAIL" if r["failed"] else "ERROR"
+        lines.append(f"| {r['fault']} | {r['seed']} | {word} | {', '.join(r['failed'] + r['erred']) or '-'} | "
+                     f"{r['fits']} | {r['wall_s']} |")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "detection.json", json.dumps(doc, indent=1) + "\n")
     atomic_write(out / "detection.md", "\n".join(lines) + "\n")

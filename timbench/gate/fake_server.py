@@ -27,6 +27,7 @@ class LoopbackServer(ThreadingHTTPServer):
     traceback on stderr."""
 
     daemon_threads = True
+    request_queue_size = 256  # socketserver's default listen backlog of 5 resets a gate's 64 concurrent connections
 
     def __init__(self, handler):
         super().__init__(("127.0.0.1", 0), handler)
@@ -88,7 +89,8 @@ class FakeServer:
         with self.lock:
             self.requests += 1
             c = self.engine.generate([Request(tuple(prompt), int(body.get("max_tokens", 16)), 0)], params)[0]
-            want = "prompt_logprobs" if body.get("prompt_logprobs") is not None else "echo" if body.get("echo") else None
+            want = ("prompt_logprobs" if body.get("prompt_logprobs") is not None else
+                    "echo" if body.get("echo") else None)
             rows = self._prompt_rows(prompt) if want and want == self.prompt_scoring else None
             lps = [float(x) for x in c.logprobs]
             if self.logprobs_mode == "raw":  # vLLM's raw_logprobs: temperature 1, before any processing
