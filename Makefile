@@ -33,7 +33,7 @@ $(VENV)/.vllm-installed: $(VENV)/.installed pyproject.toml constraints.txt
 setup-vllm: $(VENV)/.vllm-installed
 
 test-vllm: setup-vllm
-	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py
+	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py tests/test_gate_http_vllm.py
 
 # The vLLM release matrix (README "Regression-testing a framework release"): each release in its own venv under
 # build/gate-matrix/ with the torch it pins (bench/gates/matrix.sh; ~2.5 GB and a few minutes per release), gated
@@ -111,7 +111,7 @@ align: setup
 	cat $(ALIGN_OUT)/align_quick.md
 
 test: setup
-	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser and not journey" --ignore=tests/test_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser; journeys: make test-journeys
+	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser and not journey" --ignore=tests/test_vllm.py --ignore=tests/test_gate_http_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser; journeys: make test-journeys
 
 # The tests marked `slow` (emulated CPUs, golden fingerprints, cell timeouts, Ray token, two submissions, two steps of
 # every committed grid replayed; ~10 min): CI's own stage.

@@ -61,7 +61,8 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
         return 2, [_finding("incomparable", None, None, "suite", was, now, "the same suite and suite version",
                             f"incomparable: baseline is suite {was}, candidate is {now}")]
     have = {(r["model"], r["probe"]) for r in cand["probes"]}
-    results = [r for r in base["probes"] if not r.get("error")]  # a probe that erred in the baseline has none
+    # A probe that erred or was not tested (an HTTP server without the capability) in the baseline has no result.
+    results = [r for r in base["probes"] if not r.get("error") and not r.get("not_tested")]
     lack = [f"{r['model']} {r['probe']}" for r in results if (r["model"], r["probe"]) not in have]
     if lack:
         n = len(results)
@@ -77,7 +78,12 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
         if b is None:
             continue
         m, p, where = r["model"], r["probe"], f"{r['model']} {r['probe']}"
-        if r.get("error"):
+        if r.get("not_tested"):
+            if not b.get("not_tested"):
+                found.append(_finding("not compared", m, p, "not_tested", _verdict(b), r["not_tested"],
+                                      "a probe that was not tested has no result to compare",
+                                      f"not compared: {where} was not tested in the candidate ({r['not_tested']})"))
+        elif r.get("error"):
             found.append(_finding("not compared", m, p, "error", _verdict(b), r["error"],
                                   "a probe that erred has no result to compare",
                                   f"not compared: {where} erred in the candidate ({r['error']})"))
@@ -102,7 +108,7 @@ def _finding(kind, model, probe, metric, baseline, candidate, rule, line) -> dic
 
 
 def _verdict(r) -> str:
-    return "error" if r.get("error") else "pass" if r["passed"] else "fail"
+    return "not tested" if r.get("not_tested") else "error" if r.get("error") else "pass" if r["passed"] else "fail"
 
 
 def _num(x) -> str:

@@ -13,7 +13,14 @@ def add_parser(sub) -> None:
     r = gs.add_parser("run", help="run a gate suite on one engine spec and compare it with the suite's stored "
                                   "baseline; exit 1 when a probe fails or regresses, 2 when one erred")
     r.add_argument("--engine", default="kernels=exact,dtype=fp32",
-                   help="engine spec (timbench.spec), e.g. engine=vllm,dtype=bf16 or fault=batch_leak")
+                   help="engine spec (timbench.spec), e.g. engine=vllm,dtype=bf16 or fault=batch_leak; or an "
+                        "OpenAI-compatible server: openai=URL[,model=NAME][,api_key_env=VAR][,timeout=S][,retries=N]"
+                        "[,concurrency=N] (with --trainer hf=DIR)")
+    r.add_argument("--trainer", metavar="hf=DIR",
+                   help="with --engine openai=URL: the trainer that scores the server's tokens, a Hugging Face "
+                        "checkpoint directory (hf=DIR[,dtype=fp32|bf16][,attn=eager|sdpa])")
+    r.add_argument("--allow-remote", action="store_true",
+                   help="with --engine openai=URL: allow a server that is not on a loopback address")
     r.add_argument("--suite", default="default", help="suite name (bench/gates/NAME.yaml) or path to a suite .yaml")
     r.add_argument("--out", default="build/gate", help="output directory for gate.json and gate.md")
     b = r.add_mutually_exclusive_group()
@@ -48,23 +55,39 @@ def _run(args) -> int:
     from .run import run_gate
     from .suite import load_suite
 
+    http = args.engine.strip().startswith("openai=")
+    if http != bool(args.trainer):
+        raise ValueError("--engine openai=URL and --trainer hf=DIR go together: an HTTP server's tokens are scored "
+                         "by your trainer" if http else "--trainer hf=DIR needs --engine openai=URL (timbench's "
+                         "own engines are scored by timbench's exact trainer)")
+    if args.allow_remote and not http:
+        raise ValueError("--allow-remote applies to --engine openai=URL only")
     suite = load_suite(args.suite)
-    where = None if args.no_baseline else args.baseline or suite.baseline
+    # An HTTP run's default baseline is none: the suite's stored one is timbench's engine on timbench's checkpoints.
+    where = None if args.no_baseline else args.baseline or (None if http else suite.baseline)
     base = where and _baseline(load_report(where), suite, where)  # read first: --out may be the baseline's dir
-    report = run_gate(args.engine, suite, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if http:
+        from .http_run import run_http_gate
+        report = run_http_gate(args.engine, args.trainer, suite, args.out, args.allow_remote, progress=say)
+    else:
+        report = run_gate(args.engine, suite, args.out, progress=say)
     rows = report["probes"]
-    failed = [f"{r['model']} {r['probe']}" for r in rows if not r["passed"] and not r.get("error")]
+    failed = [f"{r['model']} {r['probe']}" for r in rows if not r["passed"] and not r.get("error")
+              and not r.get("not_tested")]
     erred = {}  # model -> its rows that erred: one entry per model (an engine that cannot start errs them all)
     for r in rows:
         if r.get("error"):
             erred.setdefault(r["model"], []).append(r)
     regressed = [f["line"] for f in (check(base, report)[1] if base else []) if f["kind"] == "regression"]
-    notes = [f"{sum(r['passed'] for r in rows)} of {len(rows)} probes pass"] if erred else []
+    skipped = [r for r in rows if r.get("not_tested")]
+    notes = [f"{sum(r['passed'] for r in rows)} of {len(rows)} probes pass"] if erred or skipped else []
+    notes += [f"not tested: {', '.join(r['probe'] for r in skipped)}"] if skipped else []
     notes += [f"{m}: {len(e)} probe(s) erred, first {e[0]['probe']}: {e[0]['error']}" for m, e in erred.items()]
     if base:
         notes.append(f"{len(regressed) or 'no'} regression(s) against {where}")
     else:
-        notes.append("no baseline compared" if args.no_baseline else
+        notes.append("no baseline compared" if args.no_baseline or http else
                      f"suite {suite.name} has no stored baseline (--baseline DIR compares with one)")
     head = "FAIL: " + ", ".join(failed) if failed else "ERROR" if erred else "FAIL" if regressed else "PASS"
     print("\n".join(regressed + [f"gate {suite.name} v{suite.version}: {head}; {'; '.join(notes)} "

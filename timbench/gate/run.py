@@ -132,8 +132,14 @@ def render(report: dict) -> str:
              f"({ident['engine_package']} {ident['engine_version']}; torch {ident['torch']}; "
              f"{ident['machine']['cpu']}); fingerprint {ident['fingerprint']}: **{verdict(report)}**", "",
              "| model | probe | verdict | numbers | passes when |", "|---|---|---|---|---|"]
+    if "trainer_spec" in ident:  # an HTTP gate run (gate.http_run): the server's model and the user's trainer
+        lines[0:0] = [f"Served model `{ident['served_model']}`, trainer `{ident['trainer_spec']}` (checkpoint "
+                      f"{ident['checkpoint_hash']}, transformers {ident['transformers']})", ""]
     for r in report["probes"]:
         nums = format_numbers(r["numbers"])
+        if r.get("not_tested"):
+            lines.append(f"| {r['model']} | {r['probe']} | not tested: {r['not_tested']} | - | - |")
+            continue
         if r.get("error"):
             lines.append(f"| {r['model']} | {r['probe']} | **ERROR**: {r['error']} | - | - |".replace("\n", " "))
             continue
@@ -143,11 +149,15 @@ def render(report: dict) -> str:
 
 
 def verdict(report: dict) -> str:
-    """PASS, FAIL (a probe failed) or ERROR (a probe could not run; the others' verdicts stand)."""
-    failed = any(not r["passed"] and not r.get("error") for r in report["probes"])
+    """PASS, FAIL (a probe failed) or ERROR (a probe could not run; the others' verdicts stand), and how many probes
+    were not tested (an HTTP server without a capability a probe needs): those are never counted as passed."""
+    failed = any(not r["passed"] and not r.get("error") and not r.get("not_tested") for r in report["probes"])
     erred = sum(bool(r.get("error")) for r in report["probes"])
+    skipped = sum(bool(r.get("not_tested")) for r in report["probes"])
     word = "FAIL" if failed else "ERROR" if erred else "PASS"
-    return word + (f" ({erred} of {len(report['probes'])} probes erred)" if erred else "")
+    n = len(report["probes"])
+    return word + (f" ({erred} of {n} probes erred)" if erred else "") + (f" ({skipped} of {n} not tested)"
+                                                                          if skipped else "")
 
 
 def pass_condition(thresholds: dict) -> str:

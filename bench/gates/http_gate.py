@@ -1,0 +1,91 @@
+"""The HTTP gate's wall time and its detection matrix on the HTTP path (issue 44).
+
+Gates an OpenAI-compatible server (by default the in-process fake server backed by timbench's exact engine, on
+the shipped tiny dense checkpoint; or `--url URL --trainer DIR` for a running server, its key in OPENAI_API_KEY)
+with the suite, timing the run; then with `--faults` once through the loopback fault proxy per fault
+(`timbench.gate.fault_proxy`: each must fail the gate naming its probe), and `--clean-runs N` times through the
+proxy without a fault, reseeded (suite seed + 1..N): a failure there is a false alarm.
+
+    python bench/gates/http_gate.py OUT_DIR [--suite smoke] [--faults] [--clean-runs N] [--url URL --trainer DIR]
+
+OUT_DIR/<run>/gate.json and gate.md per run; OUT_DIR/detection.json and detection.md: per run its verdict, the
+probes that failed, what the logprobs fit, and its wall time; the false-alarm count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from timbench.atomic import atomic_write
+from timbench.gate.fake_server import FakeServer
+from timbench.gate.fault_proxy import EXPECTED_PROBE, FaultProxy
+from timbench.gate.http_run import run_http_gate
+from timbench.gate.suite import load_suite
+from timbench.shipped import default_checkpoint
+
+
+def one(url: str, trainer: str, suite, out: Path, fault: str) -> dict:
+    t0 = time.perf_counter()
+    where = out / (fault if fault != "none" else f"none-seed{suite.seed}")
+    with FaultProxy(url, fault) if fault != "direct" else contextlib.nullcontext() as proxy:
+        rep = run_http_gate(f"openai={proxy.url if proxy else url}", f"hf={trainer}", suite, where)
+    failed = [r["probe"] for r in rep["probes"] if not r["passed"] and not r["not_tested"] and not r["error"]]
+    erred = [f"{r['probe']}: {r['error']}" for r in rep["probes"] if r["error"]]
+    sem = next((r for r in rep["probes"] if r["probe"] == "logprob_semantics"), {"numbers": {}})
+    row = {"fault": fault, "seed": suite.seed, "gate_passed": not failed and not erred, "failed": failed,
+           "erred": erred,
+           "not_tested": [r["probe"] for r in rep["probes"] if r["not_tested"]], "fits": sem["numbers"].get("fits"),
+           "wall_s": round(time.perf_counter() - t0, 1)}
+    if fault in EXPECTED_PROBE:
+        row["caught_by_expected"] = EXPECTED_PROBE[fault] in failed
+    print(f"{fault} seed {suite.seed}: {'FAIL ' + ', '.join(failed) if failed else 'pass'}"
+          f"{'; ERROR ' + '; '.join(erred) if erred else ''} ({row['wall_s']} s)")
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--suite", default="smoke")
+    ap.add_argument("--faults", action="store_true")
+    ap.add_argument("--clean-runs", type=int, default=0)
+    ap.add_argument("--url", help="a running server (default: start the fake server)")
+    ap.add_argument("--trainer", help="its HF checkpoint directory (default: the shipped tiny dense one)")
+    a = ap.parse_args()
+    out, suite = Path(a.out), load_suite(a.suite)
+    trainer = a.trainer or str(default_checkpoint("add-4d-v1", "tiny-dense"))
+    with FakeServer(trainer) if not a.url else contextlib.nullcontext() as fake:
+        url = a.url or fake.url
+        rows = [one(url, trainer, suite, out, "direct")]
+        for fault in EXPECTED_PROBE if a.faults else ():
+            rows.append(one(url, trainer, suite, out, fault))
+        for k in range(1, a.clean_runs + 1):
+            rows.append(one(url, trainer, dataclasses.replace(suite, seed=suite.seed + k), out, "none"))
+    server = json.loads((out / "direct" / "gate.json").read_text())["identity"]
+    clean = [r for r in rows if r["fault"] == "none"]
+    doc = {"server": f"{server['engine_package']} {server['engine_version']}", "suite": suite.name,
+           "suite_version": suite.version, "runs": rows, "clean_reruns": len(clean),
+           "false_alarms": sum(not r["gate_passed"] for r in clean),
+           "missed": [r["fault"] for r in rows if r["fault"] in EXPECTED_PROBE and r["gate_passed"]]}
+    lines = [f"HTTP gate on {doc['server']}, suite {suite.name} v{suite.version}: faults missed: "
+             f"{', '.join(doc['missed']) or 'none'}; false alarms in {len(clean)} clean proxy reruns: "
+             f"{doc['false_alarms']}. Wall times on a shared 2-core machine.", "",
+             "| run | seed | verdict | failed probes | logprobs fit | wall s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        word = "pass" if r["gate_passed"] else "FAIL" if r["failed"] else "ERROR"
+        lines.append(f"| {r['fault']} | {r['seed']} | {word} | {', '.join(r['failed'] + r['erred']) or '-'} | "
+                     f"{r['fits']} | {r['wall_s']} |")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "detection.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write(out / "detection.md", "\n".join(lines) + "\n")
+    print(lines[0])
+    return 1 if doc["missed"] or doc["false_alarms"] or not rows[0]["gate_passed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""The HTTP gate (`timbench gate run --engine openai=URL --trainer hf=DIR`) against a small in-process fake OpenAI
+server backed by timbench's exact engine: a clean server passes, each fault of the HTTP fault proxy fails the gate
+naming its probe, a clean proxy rerun raises no false alarm, and every bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import torch
+
+from timbench.cli import main
+from timbench.gate.fake_server import FakeServer
+from timbench.gate.fault_proxy import EXPECTED_PROBE, FaultProxy
+from timbench.gate.http_client import is_loopback, parse_openai_spec
+from timbench.gate.http_probes import bf16_exact
+from timbench.shipped import default_checkpoint
+
+CKPT = default_checkpoint("add-4d-v1", "tiny-dense")
+SUITE = """name: http-tiny
+version: 1
+models: [tiny-dense]
+seed: 0
+temperature: 0.8
+probes:
+  determinism: {requests: 3, max_new_tokens: 4}
+  batch_invariance: {prompt_lengths: [1, 17], batch_sizes: [3], max_new_tokens: 4}
+  prefill_vs_decode: {requests: 3, max_new_tokens: 4}
+  alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}
+  weight_sync: {updates: 1, requests: 3, max_new_tokens: 4}
+  sampling_semantics: {prompts: 2, samples: 300, alpha: 1.0e-3}
+"""
+
+FAST = SUITE.split("probes:")[0].replace("http-tiny", "http-fast") + \
+    "probes:\n  determinism: {requests: 3, max_new_tokens: 4}\n  alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}\n"
+"""The fault, check and key tests' suite: the faults are named by logprob_semantics, which every HTTP run adds."""
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer(CKPT) as s:
+        yield s
+
+
+@pytest.fixture
+def suite(tmp_path):
+    (tmp_path / "http-fast.yaml").write_text(FAST)
+    return str(tmp_path / "http-fast.yaml")
+
+
+@pytest.fixture
+def full_suite(tmp_path):
+    (tmp_path / "http-tiny.yaml").write_text(SUITE)
+    return str(tmp_path / "http-tiny.yaml")
+
+
+def gate(url, suite, out, *extra, trainer=f"hf={CKPT}"):
+    return main(["gate", "run", "--engine", f"openai={url}" + "".join(extra), "--trainer", trainer,
+                 "--suite", suite, "--out", str(out)])
+
+
+def rows(out) -> dict:
+    return {r["probe"]: r for r in json.loads((out / "gate.json").read_text())["probes"]}
+
+
+def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp_path, capsys):
+    assert gate(server.url, full_suite, tmp_path / "a") == 0
+    err = capsys.readouterr().err
+    assert "server: timbench-fake fake-0; model fake-model" in err and "prompt logprobs prompt_logprobs" in err
+    assert "tokenizer agreement: vocabulary 99 on both sides; 96 token ids detokenize alike" in err
+    got = rows(tmp_path / "a")
+    assert got["weight_sync"]["not_tested"] and not got["weight_sync"]["passed"]  # not tested is never passed
+    for probe in ("determinism", "batch_invariance", "prefill_vs_decode"):
+        assert got[probe]["passed"] and got[probe]["numbers"]["max_abs_diff"] == 0.0
+    a = got["alignment"]["numbers"]
+    assert a["mean_abs_diff"] < 1e-4 and a["argmax_flips"] == 0 and a["argmax_checked"] == a["tokens"]
+    sem = got["logprob_semantics"]
+    assert sem["passed"] and sem["numbers"]["fits"] == "processed" and sem["numbers"]["frac_bf16_exact"] < 0.2
+    ident = json.loads((tmp_path / "a" / "gate.json").read_text())["identity"]
+    assert (ident["engine_package"], ident["engine_version"], ident["served_model"]) == \
+        ("timbench-fake", "fake-0", "fake-model")
+    assert ident["checkpoint"] == CKPT.name and len(ident["checkpoint_hash"]) == 16 and ident["transformers"]
+    assert "not tested" in (tmp_path / "a" / "gate.md").read_text()
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED_PROBE))
+def test_each_proxy_fault_fails_the_gate_naming_its_probe(server, suite, tmp_path, capsys, fault):
+    with FaultProxy(server.url, fault) as proxy:
+        assert gate(proxy.url, suite, tmp_path / fault) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "FAIL: " in last and f"add-4d-v1-tiny-dense {EXPECTED_PROBE[fault]}" in last.split("FAIL: ")[1]
+    sem = rows(tmp_path / fault)["logprob_semantics"]
+    assert not sem["passed"]
+    want = {"zero_logprobs": "zero", "shifted_logprobs": "shift_next", "temperature_twice": "temperature_twice",
+            "bf16_logprobs": "processed"}[fault]
+    assert sem["numbers"]["fits"] == want
+    if fault == "bf16_logprobs":
+        assert sem["numbers"]["frac_bf16_exact"] == 1.0 and "rounded to bf16" in sem["note"]
+
+
+def test_clean_proxy_reruns_raise_no_false_alarm(server, full_suite, tmp_path, capsys):
+    text = open(full_suite).read()
+    alarms = 0
+    with FaultProxy(server.url, "none") as proxy:
+        for seed in (1, 2):  # the clean path through the proxy, with other seeds (statistical probes resample)
+            (tmp_path / f"s{seed}.yaml").write_text(text.replace("seed: 0", f"seed: {seed}"))
+            alarms += gate(proxy.url, str(tmp_path / f"s{seed}.yaml"), tmp_path / f"clean{seed}") != 0
+    assert alarms == 0
+
+
+def test_a_server_returning_raw_logprobs_is_named(suite, tmp_path):
+    with FakeServer(CKPT, logprobs_mode="raw") as raw:  # vLLM's default logprobs_mode, raw_logprobs
+        assert gate(raw.url, suite, tmp_path / "raw") == 1
+    assert rows(tmp_path / "raw")["logprob_semantics"]["numbers"]["fits"] == "raw"
+
+
+def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
+    """Teacher forcing through `echo` works as through prompt_logprobs; a server with neither leaves prefill vs
+    decode not tested (counted, never passed) while the rest of the gate passes."""
+    (tmp_path / "s.yaml").write_text(FAST.replace("probes:\n", "probes:\n  prefill_vs_decode: {requests: 3, "
+                                                               "max_new_tokens: 4}\n"))
+    for mode in ("echo", "none"):
+        with FakeServer(CKPT, prompt_scoring=mode) as s:
+            assert gate(s.url, str(tmp_path / "s.yaml"), tmp_path / mode) == 0
+        pvd = rows(tmp_path / mode)["prefill_vs_decode"]
+        if mode == "echo":
+            assert pvd["passed"] and pvd["numbers"]["max_abs_diff"] == 0.0 and pvd["numbers"]["tokens"] > 0
+        else:
+            assert not pvd["passed"] and "neither prompt_logprobs nor echo" in pvd["not_tested"]
+    out = capsys.readouterr()
+    assert "prompt logprobs echo" in out.err and "not tested: prefill_vs_decode" in out.out
+
+
+def test_gate_check_between_two_http_runs(server, suite, tmp_path, capsys):
+    assert gate(server.url, suite, tmp_path / "base") == 0
+    with FaultProxy(server.url, "bf16_logprobs") as proxy:
+        assert gate(proxy.url, suite, tmp_path / "cand") == 1
+    capsys.readouterr()
+    assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "base")]) == 0
+    assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "cand")]) == 1
+    assert "regression: add-4d-v1-tiny-dense logprob_semantics passed in the baseline" in capsys.readouterr().out
+
+
+def test_api_key_is_sent_from_the_environment_and_never_written(suite, tmp_path, capsys, monkeypatch):
+    key = "sk-test-0123456789"
+    with FakeServer(CKPT, api_key=key) as s:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        assert gate(s.url, suite, tmp_path / "nokey") == 2
+        assert "HTTP 401" in capsys.readouterr().err
+        monkeypatch.setenv("MY_KEY", key)
+        assert gate(s.url, suite, tmp_path / "key", ",api_key_env=MY_KEY") == 0
+    captured = capsys.readouterr()
+    assert key not in captured.out + captured.err
+    assert key not in (tmp_path / "key" / "gate.json").read_text() + (tmp_path / "key" / "gate.md").read_text()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("case,want", [
+    ("unreachable", "unreachable"), ("no_logprobs", "returns no logprobs"), ("model", "does not serve model 'nope'"),
+    ("tokenizer", "tokenizer disagreement: token id 10"), ("timeout", "timed out after 1 attempt"),
+    ("remote", "10.1.2.3 is not a loopback address"), ("no_trainer", "go together"),
+    ("bad_key", "is not one of the keys"), ("bad_trainer", "not a Hugging Face checkpoint directory"),
+])
+def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, case, want):
+    def run(url, *extra, **kw):
+        return gate(url, suite, tmp_path / case, *extra, **kw)
+    if case == "unreachable":
+        rc = run(f"http://127.0.0.1:{_free_port()}", ",retries=0")
+    elif case == "remote":
+        rc = run("http://10.1.2.3:8000")
+    elif case == "no_trainer":
+        rc = main(["gate", "run", "--engine", "openai=http://127.0.0.1:1", "--suite", suite, "--out", str(tmp_path)])
+    elif case == "bad_key":
+        rc = run("http://127.0.0.1:1", ",colour=red")
+    elif case == "bad_trainer":
+        rc = run("http://127.0.0.1:1", trainer=f"hf={tmp_path}")
+    else:
+        kw = {"no_logprobs": {"logprobs": False}, "model": {}, "tokenizer": {"swap_tokens": (10, 11)},
+              "timeout": {"delay": 2.0}}[case]
+        extra = {"model": ",model=nope", "timeout": ",timeout=0.5,retries=0"}.get(case, "")
+        with FakeServer(CKPT, **kw) as s:
+            rc = run(s.url, extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) >= 1 and want in err[-1] and err[-1].startswith("timbench gate: error: ")
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_spec_and_loopback_rules():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("[::1]") and is_loopback("localhost")
+    assert not is_loopback("10.0.0.1") and not is_loopback("example.com")
+    s = parse_openai_spec("openai=http://127.0.0.1:8000/v1/,model=m,timeout=5,retries=1,concurrency=4")
+    assert (s.url, s.model, s.timeout, s.retries, s.concurrency) == ("http://127.0.0.1:8000", "m", 5.0, 1, 4)
+    assert parse_openai_spec("openai=https://gpu-box:8000", allow_remote=True).url == "https://gpu-box:8000"
+    for bad, why in [("openai=ftp://127.0.0.1", "http"), ("openai=http://u:p@127.0.0.1:1", "credentials"),
+                     ("openai=http://127.0.0.1:1,retries=-1", "retries >= 0"), ("openai=http://127.0.0.1:1,timeout=x",
+                                                                                "not a float")]:
+        with pytest.raises(ValueError, match=why):
+            parse_openai_spec(bad)
+
+
+def test_bf16_exactness_detects_rounded_logprobs():
+    x = -torch.rand(1000, generator=torch.Generator().manual_seed(0)) * 5
+    assert float(bf16_exact(x).double().mean()) < 0.01
+    assert bool(bf16_exact(x.to(torch.bfloat16).float()).all())
+
+
+def test_retries_are_bounded_and_only_for_server_errors():
+    from http.server import BaseHTTPRequestHandler
+
+    from timbench.gate.fake_server import LoopbackServer
+    from timbench.gate.http_client import Client, ServerError
+    seen = []
+
+    class Flaky(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # /503: fails once then answers; /404: always refused
+            seen.append(self.path)
+            code = 404 if self.path == "/404" else 503 if seen.count(self.path) == 1 else 200
+            raw = json.dumps({"ok": code == 200}).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    httpd = LoopbackServer(Flaky)
+    import threading
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"openai=http://127.0.0.1:{httpd.server_address[1]}"
+        with pytest.raises(ServerError, match="HTTP 503 .* after 1 attempt"):
+            Client(parse_openai_spec(url + ",retries=0")).get("/503a")
+        assert Client(parse_openai_spec(url + ",retries=1")).get("/503b") == {"ok": True}
+        with pytest.raises(ServerError, match="HTTP 404"):
+            Client(parse_openai_spec(url + ",retries=3")).get("/404")
+        assert seen.count("/503b") == 2 and seen.count("/404") == 1  # a 4xx is the server's answer: no retry
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
