@@ -4,8 +4,8 @@ The docs link committed results the way the repository holds them (`../../result
 `docs/findings/paper.md`), so the same link works when the file is read on disk or on a code host. mkdocs only
 knows files under `docs/`; without this hook every such link is "not found", which `strict: true` turns into a
 failed build. Here every repository file a page links to (and, for a linked markdown page, every file that page
-links to in turn) is added to the site under its repository path (`results/paper/paper.md` is served at
-`results/paper/paper/`), and the links are rewritten to it. mkdocs then validates them like any other link: a
+links to in turn) is added to the site under its repository path (`results/paper/paper.md` becomes
+`results/paper/paper.html`), and the links are rewritten to it. mkdocs then validates them like any other link: a
 link to a file that is not in the repository still fails the strict build.
 
 `on_pre_build` also compares the generated reference pages (docs/gen_reference.py) with a fresh generation and
@@ -56,7 +56,9 @@ def _site_path(repo_path: str) -> str:
 
 
 def on_pre_build(config):
-    sys.path.insert(0, os.path.dirname(__file__))
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
     import gen_reference  # docs/gen_reference.py: imports timbench, so only when a build runs
 
     for name in gen_reference.stale(config["docs_dir"]):
