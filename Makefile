@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-journeys test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm docs docs-ref quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-journeys test-vllm test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -35,7 +35,7 @@ setup-vllm: $(VENV)/.vllm-installed
 test-vllm: setup-vllm
 	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py tests/test_gate_http_vllm.py
 
-# The vLLM release matrix (README "Regression-testing a framework release"): each release in its own venv under
+# The vLLM release matrix (docs/findings/vllm-matrix.md): each release in its own venv under
 # build/gate-matrix/ with the torch it pins (bench/gates/matrix.sh; ~2.5 GB and a few minutes per release), gated
 # on the same suite, then timbench's exact engine, then one table with what changed between consecutive releases.
 # Writes under build/ (`make gate-matrix MATRIX_OUT=results/gates/matrix` updates the committed one).
@@ -59,8 +59,9 @@ quick: setup
 	cat $(QUICK_OUT)/leaderboard.md
 	$(VENV)/bin/timbench compare results/quick $(QUICK_OUT) --bytes
 
-# The paper reproduction (README "Paper figures"): 72 RL runs, ~55 min on 2 cores by the cost model; resumable
-# (rerun to continue), so it may run in parts. Then the leaderboard and the F1-F5 + dose-response figures with verdicts.
+# The paper reproduction (docs/tasks/reproduce-paper.md): 144 RL runs, 1 h 48 min wall on 2 workers by the cost
+# model; resumable (rerun to continue), so it may run in parts. Then the leaderboard and the F1-F5 + dose-response
+# figures with verdicts.
 # Writes under build/ (results/paper holds the committed run); `make paper PAPER_OUT=results/paper` updates that.
 PAPER_OUT ?= build/paper
 paper: setup
@@ -69,7 +70,7 @@ paper: setup
 	$(VENV)/bin/timbench grid report $(PAPER_OUT) --out $(PAPER_OUT)
 	cat $(PAPER_OUT)/paper.md
 
-# The field's other claims (README "The field's claims"), from the committed grids and alignment tables (seconds, no
+# The field's other claims (docs/findings/claims.md), from the committed grids and alignment tables (seconds, no
 # runs). Writes under build/; `make claims CLAIMS_OUT=results/claims` updates the committed files.
 CLAIMS_OUT ?= build/claims
 CLAIMS_DIRS = results/paper results/claims_grid results/lowprec results/quick results/staleness_quick results/nvfp4 results/tracks/quick results/vllm_moe results/align
@@ -77,8 +78,9 @@ claims: setup
 	$(VENV)/bin/timbench claims $(CLAIMS_DIRS) --out $(CLAIMS_OUT)
 	cat $(CLAIMS_OUT)/claims.md
 
-# Which per-step metric warns of a collapse first (README "Early warnings"), from the committed grids (seconds, no
-# runs): over every grid (the tim/ metrics only where logged) and over results/nvfp4 alone (every candidate logged).
+# Which per-step metric warns of a collapse first (docs/findings/early-warning.md), from the committed grids
+# (seconds, no runs): over every grid (the tim/ metrics only where logged) and over results/nvfp4 alone (every
+# candidate logged).
 # Writes under build/; `make early-warning EW_OUT=results/early_warning` updates the committed files.
 EW_OUT ?= build/early_warning
 EW_DIRS = results/paper results/lowprec results/staleness_quick results/nvfp4
@@ -88,7 +90,7 @@ early-warning: setup
 	cat $(EW_OUT)/all/early_warning.md $(EW_OUT)/nvfp4/early_warning.md
 
 # Does each MoE verdict (collapse or not, effect of a condition, remedy order) on the 8-expert tiny-moe survive the
-# expert-pruned proxies tiny-moe-e4 / -e2 (README "Expert-pruned MoE proxies")? From results/proxy_moe (seconds, no
+# expert-pruned proxies tiny-moe-e4 / -e2 (docs/findings/proxy-fidelity.md)? From results/proxy_moe (seconds, no
 # runs; `timbench grid run bench/grids/proxy_moe.yaml --out results/proxy_moe --workers 2` makes it, resumably).
 # Writes results/proxy_moe/fidelity; `make proxy-fidelity FIDELITY_OUT=build/fidelity` writes elsewhere.
 FIDELITY_DIRS ?= results/proxy_moe
@@ -136,6 +138,19 @@ test-browser: setup
 bench: setup
 	$(PY) -m pytest bench/ -q --benchmark-json results/bench/bench.json
 	$(PY) bench/summarize.py
+
+# The docs site into build/site, strict (mkdocs.yml): a broken link or anchor, a page left out of the nav or a
+# reference page that differs from a fresh docs/gen_reference.py fails it. Installs the `docs` extra first.
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q $(CONSTRAINTS) -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Regenerate docs/reference/*.md from the registries (spec keys, conditions, remedies, metrics, gate, CLI).
+docs-ref: setup
+	$(PY) docs/gen_reference.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,4 +1,4 @@
-"""Which sequences does sequence-level K3 rejection keep, by advantage sign? (README "Paper figures", F5)
+"""Which sequences does sequence-level K3 rejection keep, by advantage sign? (docs/findings/paper.md, F5)
 
 On the paper grid's nvfp4-rollout recompute cells (bench/grids/paper.yaml), replays each seed's first 3 steps
 with the grid's own phases (collect: the quantized engine samples; recompute: the fp32 trainer's pi_old) and

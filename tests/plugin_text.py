@@ -16,10 +16,10 @@ class Halve(Remedy):
 
 
 def readme_plugin(name: str) -> str:
-    """The README's ```python block that starts with `# NAME` (a documented plug-in, run as written)."""
+    """The ```python block of docs/guides/remedy.md that starts with `# NAME` (a documented plug-in, run as written)."""
     import re
     from pathlib import Path
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "remedy.md").read_text()
     found = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith(f"# {name}")]
-    assert len(found) == 1, f"README.md has {len(found)} python blocks starting with '# {name}'"
+    assert len(found) == 1, f"docs/guides/remedy.md has {len(found)} python blocks starting with '# {name}'"
     return found[0]

@@ -165,7 +165,7 @@ def test_the_readme_masking_plugin_matches_the_code():
     import inspect
 
     from timbench.remedies import finish
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join((REPO / "docs" / "guides" / "remedy.md").read_text().split())
     doc = re.search(r"`batch` is a `RemedyBatch`.*?instead of reweighting", text).group(0)
     fields = [f.name for f in dataclasses.fields(RemedyBatch)]
     assert fields == ["old_logprobs", "rollout_logprobs", "advantages", "mask", "group_size"]
@@ -175,7 +175,7 @@ def test_the_readme_masking_plugin_matches_the_code():
     assert f"`finish(batch, {', '.join(k + '=' for k in kw)})`" in doc, doc
     # ... and its masking example runs as written: keep= drops the tokens past the bound, weights stay 1
     ns = {}
-    exec(compile(readme_plugin("mask_remedy.py"), "README.md:mask_remedy.py", "exec"), ns)
+    exec(compile(readme_plugin("mask_remedy.py"), "docs/guides/remedy.md:mask_remedy.py", "exec"), ns)
     remedy = ns["MaskRemedy"](bound=0.5)
     old = torch.zeros(2, 3, dtype=torch.float32)
     rollout = torch.tensor([[0.0, -0.4, -0.9], [0.7, 0.0, 0.0]])

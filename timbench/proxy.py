@@ -2,7 +2,7 @@
 
 The pruning itself is `timbench.model.prune`; this is the pipeline behind
 `timbench prune-experts`. Pruning the shipped tiny MoE from 8 to 4 or 2 experts drops
-its T=1 accuracy from 0.32 to <= 0.004 (README "Expert-pruned MoE proxies"), so a proxy meant for RL
+its T=1 accuracy from 0.32 to <= 0.004 (docs/findings/proxy-fidelity.md), so a proxy meant for RL
 gets a short recovery fine-tune with the warm start's own machinery
 (`timbench.warmstart`, stopped in the same accuracy band) before it is shipped.
 """

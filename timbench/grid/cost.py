@@ -3,10 +3,10 @@
 One RL step costs about c * prompts_per_step * group_size * L, where L is the
 task's mean response length in tokens: rollout, recompute and update all scale
 with the number of generated tokens. The constants come from the zero-mismatch
-baseline (README "The zero-mismatch baseline": exact/exact fp32, GRPO 32x8 on
+baseline (docs/findings/baseline.md: exact/exact fp32, GRPO 32x8 on
 add-4d-v1 tiny-dense, one thread, fixed-order backward; measured 2026-12-03 on
 the 2-core Intel Xeon): 2.0 s per step, of which rollout 0.38 s, recompute
-0.38 s and update 1.25 s. Relative factors come from the README benchmarks:
+0.38 s and update 1.25 s. Relative factors come from the benchmarks (docs/internals/benchmarks.md):
 plain PyTorch kernels cost ~0.7x of the exact ones for the whole step, MoE
 ~1.5x, a larger dense preset its measured factor (MODEL_FACTOR). Each eval
 samples eval_n problems twice (T=1 and greedy) with the exact engine, priced

@@ -4,7 +4,7 @@
     remedy = load_remedy("tis_token", {"C": 3.0})
     result = remedy(RemedyBatch(old_logprobs, rollout_logprobs, advantages, mask, group_size))
 
-A plug-in's maths must be the same bytes on any CPU and thread count (README "Determinism"): use `fexp`
+A plug-in's maths must be the same bytes on any CPU and thread count (docs/internals/determinism.md): use `fexp`
 (not torch.exp) and `fsum`/`fmean`/`fstd`/`masked_sum`/`masked_mean` (not torch.sum/mean/std), as the
 built-ins do. Names load on first use (timbench.lazy), so `timbench --help` does not import torch.
 """

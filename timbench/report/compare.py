@@ -29,7 +29,7 @@ Exact entries are checked exactly, everything else by intervals (timbench.report
   timbench's own engine; `kernels=torch` and vLLM pick code paths per CPU) has its metrics.jsonl and
   eval.jsonl compared byte for byte. Reported always; with `require_bytes=True` (`--bytes`) a cell
   whose bytes changed is a regression, bytes_changed: the same code and config must give the same
-  bytes on any x86-64 CPU and thread count (README, Determinism).
+  bytes on any x86-64 CPU and thread count (docs/internals/determinism.md).
 """
 
 from __future__ import annotations

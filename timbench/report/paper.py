@@ -303,14 +303,14 @@ def check_paper_cells(d: PaperData, path) -> None:
     if steps and (steps[0] or 0) < PAPER_STEPS:
         raise ValueError(f"{path} is not a paper grid: its runs are {'/'.join(map(str, steps))} steps, the "
                          f"paper's claims are decided on runs of >= {PAPER_STEPS} steps (bench/grids/paper.yaml, "
-                         "paper_vllm.yaml: 80, rise_collapse.yaml: 160; see README 'Paper figures')")
+                         "paper_vllm.yaml: 80, rise_collapse.yaml: 160; see docs/tasks/reproduce-paper.md)")
     real = [c for c in d.real() if d.setting(c, "none", "recompute") or d.setting(c, "none", "bypass")]
     if d.setting(*d.reference) and real:
         return
     have = ", ".join(f"{c}/{m}" for (c, r, m) in sorted(d.rows) if r == "none") or "no finished cells"
     raise ValueError(f"{path} is not a paper grid: F1 needs the reference {d.reference[0]!r} and a real "
                      f"(not noise) mismatched condition with remedy none; it has {have} "
-                     "(run bench/grids/paper.yaml, see README 'Paper figures')")
+                     "(run bench/grids/paper.yaml, see docs/tasks/reproduce-paper.md)")
 
 
 def write_paper(path: str | Path, command: str | None = None, out: str | Path | None = None,

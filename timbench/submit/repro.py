@@ -83,4 +83,4 @@ def reproducibility_warning(spec: str, args: dict, timeout: float = 120.0, setti
     differ = ", ".join(k for k, v in digests.items() if v != first)
     return (f"warning: remedy {spec}: its step gives other bytes under {differ} than under 1 thread, so its "
             "results will not reproduce on another CPU or thread count; use fexp / fsum / fmean / masked_mean "
-            "from timbench.remedies instead of torch.exp / sum / mean (README 'Determinism')")
+            "from timbench.remedies instead of torch.exp / sum / mean (docs/internals/determinism.md)")
