@@ -164,3 +164,16 @@ def test_safe_levels_name_the_smallest_damaged_dose_of_real_settings():
     safe = safe_levels(the_map(rows))["recompute"]
     assert safe["smallest_damaged"]["condition"] == "c" and safe["undamaged_below"] == 2
     assert safe["below_range"] == [0.01, 0.02] and safe["largest_undamaged"]["condition"] == "b"
+
+
+def test_a_setting_two_grids_replay_is_listed_once_with_both_grids_remedies(rows):
+    # dual_clip reran paper's nvfp4 bypass control cells bit for bit: one setting, paper's, whose remedies
+    # include dual_clip's variant (without the merge, dual_clip's copy ranked first with only its own remedy)
+    (label, q), = from_numbers(["k3_kl=0.015"], 0.043)
+    near = answer(q, rows, label=label)["nearest"]["bypass"]
+    where = [(s["grid"], s["condition"]) for s in near]
+    assert len(where) == len(set(where)) and ("dual_clip", "nvfp4-rollout") not in where
+    top = next(s for s in near if s["grid"] == "paper" and s["condition"] == "nvfp4-rollout")
+    assert "dual_clip" in top["also_in"]
+    got = {(r["remedy"], r["grid"]) for r in top["remedies"]}
+    assert {("recompute", "paper"), ("dualclip_3", "dual_clip")} <= got

@@ -33,6 +33,9 @@ class Unit:
     key: tuple
     kind: str
     rows: list[RiskRow]
+    also_in: tuple = ()
+    """Other grids holding the same runs bit for bit (dual_clip and claims_grid replay paper's control cells):
+    one setting, listed once, whose remedies come from every grid that holds it."""
 
     @property
     def stats(self) -> dict:
@@ -40,11 +43,29 @@ class Unit:
         return {n: math.fsum(r.stats[n] for r in self.rows) / len(self.rows) for n in sorted(names)}
 
 
+def _signature(rs: list[RiskRow]) -> tuple:
+    """What makes two grids' settings the same runs: every seed's horizon, dose and endpoint (not every statistic:
+    an older grid lacks the tim/* ones a replay of its cells logs)."""
+    return tuple(sorted((r.seed, r.steps, r.stats.get(DOSE), r.stats.get("k3_kl"), r.endpoint_t1) for r in rs))
+
+
 def units(rows: list[RiskRow]) -> list[Unit]:
+    """The settings without a remedy; a setting that several grids replay bit for bit is one unit, under the grid
+    with the most runs of that (task, model, condition) (the one with the most remedies beside it)."""
     by: dict = defaultdict(list)
     for r in mapped(rows):
         by[r.unit].append(r)
-    return [Unit(k, rs[0].kind, rs) for k, rs in by.items()]
+    size: dict = defaultdict(int)
+    for r in rows:
+        size[(r.grid, r.task, r.model, r.condition)] += 1
+    same: dict = defaultdict(list)
+    for k, rs in by.items():
+        same[(k[1:], _signature(rs))].append(k)
+    out = []
+    for keys in same.values():
+        keys.sort(key=lambda k: (-size[(k[0], *k[1:4])], k[0]))
+        out.append(Unit(keys[0], by[keys[0]][0].kind, by[keys[0]], tuple(k[0] for k in keys[1:])))
+    return out
 
 
 def _lg(x: float) -> float:
@@ -100,7 +121,18 @@ def remedies(u: Unit, rows: list[RiskRow]) -> list[dict]:
     """The remedies the same grid ran on the same (task, model, condition) in the setting's mode: per remedy, the
     paired endpoint difference against no remedy (positive = the remedy kept more accuracy) and collapses; for a
     bypass setting also `recompute` (the same engine with the trainer recomputing the old logprobs)."""
-    grid, task, model, cond, mode = u.key
+    _, task, model, cond, mode = u.key
+    out, seen = [], set()
+    for grid in (u.key[0], *u.also_in):
+        for d in _remedies_in(grid, task, model, cond, mode, rows):
+            if (d["remedy"], d["mode"]) not in seen:  # the same remedy in a replaying grid: the larger grid's
+                seen.add((d["remedy"], d["mode"]))
+                out.append(d)
+    out.sort(key=lambda d: (d["word"] != "helped", -(d["endpoint_gain"] or -math.inf)))
+    return out
+
+
+def _remedies_in(grid: str, task: str, model: str, cond: str, mode: str, rows: list[RiskRow]) -> list[dict]:
     here = [r for r in rows if (r.grid, r.task, r.model, r.condition) == (grid, task, model, cond)]
     by: dict = defaultdict(dict)
     for r in here:
@@ -121,8 +153,8 @@ def remedies(u: Unit, rows: list[RiskRow]) -> list[dict]:
                     "endpoint_gain_ci": [iv.lo, iv.hi], "paired_seeds": len(diffs), "word": word,
                     "collapsed": sum(r.collapsed for r in seeds.values()),
                     "control_collapsed": sum(r.collapsed for r in base.values()), "control_seeds": len(base),
-                    "accuracy_lost": mean_interval([r.loss for r in seeds.values() if r.loss is not None]).mean})
-    out.sort(key=lambda d: (d["word"] != "helped", -(d["endpoint_gain"] or -math.inf)))
+                    "accuracy_lost": mean_interval([r.loss for r in seeds.values() if r.loss is not None]).mean,
+                    "grid": grid})
     return out
 
 
@@ -160,7 +192,7 @@ def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = N
     for m in ([mode] if mode else list(MODES)):
         scored = sorted(((d, u) for u in us if u.key[4] == m and (d := distance(query, u.stats)) is not None),
                         key=lambda du: (du[0], du[1].key))
-        per_mode[m] = [{"grid": u.key[0], "task": u.key[1], "model": u.key[2], "condition": u.key[3],
+        per_mode[m] = [{"grid": u.key[0], "also_in": list(u.also_in), "task": u.key[1], "model": u.key[2], "condition": u.key[3],
                         "kind": u.kind, "mode": m, "distance": d,
                         "stats": {n: v for n, v in u.stats.items() if n in query or n == DOSE},
                         "outcome": outcome(u), "remedies": remedies(u, rows)} for d, u in scored[:k]]
@@ -172,7 +204,8 @@ def setting_row(u: Unit) -> dict:
     grid, task, model, cond, mode = u.key
     o = outcome(u)
     damaged = o["collapsed"] > 0 or (o["accuracy_lost"] or 0) > LOSS
-    return {"grid": grid, "task": task, "model": model, "condition": cond, "kind": u.kind, "mode": mode,
+    return {"grid": grid, "also_in": list(u.also_in), "task": task, "model": model, "condition": cond,
+            "kind": u.kind, "mode": mode,
             "stats": u.stats, "outcome": o, "damaged": damaged}
 
 

@@ -17,6 +17,11 @@ def _ci(pair, digits: int = 3) -> str:
     return f" [{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
 
 
+def _grid(s: dict) -> str:
+    """The grid, and the grids that replay the same runs bit for bit."""
+    return s["grid"] + (f" (= {', '.join(s['also_in'])})" if s.get("also_in") else "")
+
+
 def _setting(s: dict) -> list[str]:
     o = s["outcome"]
     model = s["model"] if s["task"] == "add-4d-v1" else f"{s['task']} {s['model']}"
@@ -24,17 +29,18 @@ def _setting(s: dict) -> list[str]:
     first = f", first at step {o['first_collapse_step']}" if o["first_collapse_step"] is not None else ""
     within = (f"; within {HORIZON} steps {o['collapsed_within']}/{o['within_n']}" if o["within_n"] else
               f"; a run shorter than {HORIZON} steps")
-    lines = [f"  {s['grid']} / {model} / {s['condition']} ({s['kind']}): {stats}; distance {s['distance']:.2f} "
+    lines = [f"  {_grid(s)} / {model} / {s['condition']} ({s['kind']}): {stats}; distance {s['distance']:.2f} "
              f"(log10)",
              f"    {o['seeds']} seeds, {o['steps']} steps: accuracy lost {_g(o['accuracy_lost'])}"
              f"{_ci(o['accuracy_lost_ci'])} of the zero-mismatch endpoint; collapsed {o['collapsed']}/{o['seeds']}"
              f"{_ci(o['collapsed_ci'], 2)}{first}{within}"]
     for r in s["remedies"]:
-        lines.append(f"    remedy {r['remedy']} ({r['seeds']} seeds): endpoint "
+        src = f", {r['grid']}" if r.get("grid") and r["grid"] != s["grid"] else ""
+        lines.append(f"    remedy {r['remedy']} ({r['seeds']} seeds{src}): endpoint "
                      f"{r['endpoint_gain']:+.3f}{_ci(r['endpoint_gain_ci'])} vs none, {r['word']}; collapsed "
                      f"{r['collapsed']}/{r['seeds']} vs {r['control_collapsed']}/{r['control_seeds']}"
                      if r["endpoint_gain"] is not None else
-                     f"    remedy {r['remedy']} ({r['seeds']} seeds): {r['word']}")
+                     f"    remedy {r['remedy']} ({r['seeds']} seeds{src}): {r['word']}")
     return lines
 
 
@@ -131,7 +137,7 @@ def map_markdown(settings: list[dict], safe: dict, validity: dict, command: str)
         for s in (x for x in settings if x["mode"] == mode):
             o, st = s["outcome"], s["stats"]
             out.append(f"| {_g(st.get(DOSE))} | {_g(st.get('k3_kl'))} | {_g(st.get('argmax_flips'))} | "
-                       f"{s['condition']} ({s['kind']}) | {s['model']} | {s['grid']} | {o['seeds']} x {o['steps']} | "
+                       f"{s['condition']} ({s['kind']}) | {s['model']} | {_grid(s)} | {o['seeds']} x {o['steps']} | "
                        f"{_g(o['accuracy_lost'])}{_ci(o['accuracy_lost_ci'])} | {o['collapsed']}/{o['seeds']}"
                        f"{_ci(o['collapsed_ci'], 2)} | {'yes' if s['damaged'] else 'no'} |")
         out.append("")

@@ -240,14 +240,15 @@ def verdict(ranked: list[dict]) -> str:
 def distinct(rows: list[RiskRow]) -> list[RiskRow]:
     """The rows without repeats: grids replay each other's cells (paper's seeds 0-2 are claims_grid's and
     proxy_dense's, bit for bit), and one run counted twice would weigh twice."""
-    seen, out = set(), []
+    # Keyed on the dose, K3 and endpoint, not every statistic: a replay logs the tim/* statistics an older grid
+    # lacks (dual_clip's copies of paper's seeds 0-2); of two copies the one with more statistics stays.
+    seen: dict = {}
     for r in rows:
-        key = (r.task, r.model, r.condition, r.remedy, r.mode, r.seed, r.steps, tuple(sorted(r.stats.items())),
-               r.endpoint_t1)
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
+        key = (r.task, r.model, r.condition, r.remedy, r.mode, r.seed, r.steps, r.stats.get("mean_abs_delta"),
+               r.stats.get("k3_kl"), r.endpoint_t1)
+        if key not in seen or len(r.stats) > len(seen[key].stats):
+            seen[key] = r
+    return list(seen.values())
 
 
 def validate(rows: list[RiskRow]) -> dict:
