@@ -277,13 +277,14 @@ def proxy_fidelity(dirs: list[str | Path], reference_model: str | None = None) -
 
 
 def _settings(m: ModelRuns, with_task: bool) -> list[dict]:
-    """Per-setting statistics of one model (report.seeds): seeds finished of planned, final accuracy, collapses."""
+    """Per-setting statistics of one model: seeds finished of planned, collapses (report.seeds) and the endpoint
+    accuracy the verdicts read (not the final eval: a table beside the verdicts must show their numbers)."""
     out = []
     for s, planned in m.planned.items():
         g, rows = m.groups.get(s), m.rows.get(s, [])
         out.append({"setting": label(s, with_task), "planned": planned, "finished": len(rows),
                     "seeds": [r["seed"] for r in rows], "collapsed": g.collapses if g else 0,
-                    "final_accuracy": _iv(g.final_accuracy) if g else None,
+                    "endpoint_accuracy": _iv(over_seeds(rows, lambda r: r.get("endpoint_t1"))) if rows else None,
                     "routing_disagreement": _iv(over_seeds(rows, lambda r: r.get(ROUTING)))})
     return out
 

@@ -106,14 +106,15 @@ def _control(doc: dict) -> list[str]:
 
 
 def _settings(doc: dict) -> list[str]:
-    lines = ["## Per-setting statistics", "", "Seeds finished of planned; collapsed seeds; final eval accuracy T=1 "
-             "and routing disagreement: mean [95% t interval over seeds] (report.seeds).", "",
-             "| model | grid | setting | finished/planned | seeds | collapsed | final accuracy T=1 | "
+    lines = ["## Per-setting statistics", "", "Seeds finished of planned; collapsed seeds; endpoint accuracy T=1 "
+             f"({doc['endpoint']}, the verdicts' endpoint) and routing disagreement: mean [95% t interval over "
+             "seeds].", "",
+             "| model | grid | setting | finished/planned | seeds | collapsed | endpoint accuracy T=1 | "
              "routing disagreement |", "|---|---|---|---|---|---|---|---|"]
     for m, d in doc["models"].items():
         for s in d["settings"]:
             lines.append(f"| {m} | {d['grid']} | {s['setting']} | {s['finished']}/{s['planned']} | "
-                         f"{','.join(map(str, s['seeds'])) or '-'} | {s['collapsed']} | {_iv(s['final_accuracy'])} | "
+                         f"{','.join(map(str, s['seeds'])) or '-'} | {s['collapsed']} | {_iv(s['endpoint_accuracy'])} | "
                          f"{_iv(s['routing_disagreement'])} |")
     return lines + [""]
 
