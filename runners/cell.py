@@ -14,14 +14,14 @@ import time
 import traceback
 
 from timbench.atomic import atomic_write
-from timbench.grid.layout import read_status, record_if_finished, run_dir, write_status
+from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, write_status
 from timbench.rl.rundir import one_line  # the one-line error format cell.json and status.json share
 
 
 def run_cell(cell: dict, out: str) -> dict:
     """Run (or resume, or skip) `cell` (an entry of cells.json) under results dir `out`; return its status."""
     cid = cell["id"]
-    finished = record_if_finished(out, cid)
+    finished = record_if_finished(out, cell)
     if finished is not None:
         return finished
     attempts = int((read_status(out, cid) or {}).get("attempts", 0)) + 1
@@ -40,4 +40,4 @@ def run_cell(cell: dict, out: str) -> dict:
     except Exception as e:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still propagates
         atomic_write(run_dir(out, cid) / "error.txt", traceback.format_exc())
         return write_status(out, cid, "failed", one_line(e), time.perf_counter() - t0, attempts)
-    return write_status(out, cid, "done", None, time.perf_counter() - t0, attempts)
+    return record_done(out, cell, time.perf_counter() - t0, attempts)

@@ -30,7 +30,7 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) 
     for c in cells:
         st = (read_status(out, c["id"]) or {}).get("status")
         if st == "done":
-            bad = integrity(out, c["id"])
+            bad = integrity(out, c)
             if not bad:
                 continue
             if manifest.missing(run_dir(out, c["id"])):

@@ -19,6 +19,7 @@ import time
 from multiprocessing.connection import wait
 
 from timbench.grid.layout import read_status, write_status
+from timbench.rl.rundir import one_line
 
 from .cell import run_cell
 from .progress import Progress, steps_of
@@ -49,17 +50,34 @@ def die_with_parent(parent_pid: int) -> None:
 
 def _worker(cell: dict, out: str, parent_pid: int) -> None:
     die_with_parent(parent_pid)
-    run_cell(cell, out)
+    try:
+        run_cell(cell, out)
+    except Exception as e:  # noqa: BLE001 - cell.json itself cannot be written (an unwritable run dir): one line
+        print(f"grid: cell {cell['id']}: {one_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 def _reap(proc, cell: dict, out: str, t0: float) -> dict:
     proc.join()
-    st = read_status(out, cell["id"])
+    try:
+        st = read_status(out, cell["id"])
+    except (OSError, ValueError):
+        st = None
     if st is None or st["status"] == "running":  # a recorded result stands even if teardown crashed
         how = f"signal {-proc.exitcode}" if proc.exitcode and proc.exitcode < 0 else f"exit code {proc.exitcode}"
-        st = write_status(out, cell["id"], "failed", f"worker process died ({how}) before recording a result",
-                          time.monotonic() - t0, (st or {}).get("attempts", 1))
+        st = _record_failed(out, cell["id"], f"worker process died ({how}) before recording a result",
+                            time.monotonic() - t0, (st or {}).get("attempts", 1))
     return st
+
+
+def _record_failed(out: str, cell_id: str, error: str, wall_s: float, attempts: int) -> dict:
+    """cell.json := failed; where the run dir refuses the write, the failure is kept in memory (the grid's summary
+    counts it) and the other cells go on: one bad directory must not stop its healthy siblings."""
+    try:
+        return write_status(out, cell_id, "failed", error, wall_s, attempts)
+    except OSError as e:
+        return {"status": "failed", "error": f"{error}; cell.json not written ({one_line(e)})",
+                "wall_s": round(float(wall_s), 3), "attempts": int(attempts)}
 
 
 TIMEOUT_FACTOR = 10.0

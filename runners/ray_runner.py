@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from timbench.grid.layout import read_status, record_if_finished, run_dir, write_status
+from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, write_status
 from timbench.rl.rundir import clear_end_markers
 
 from .cell import one_line
@@ -183,11 +183,13 @@ class _RayRun:
     def record(self, c: _Cell, status: str, error: str | None, wall_s: float) -> None:
         """Write `c`'s outcome to cell.json (attempts as counted when it started, at least 1) and finish it."""
         prev = read_status(self.out, c.id) or {}
-        self.finish(c, write_status(self.out, c.id, status, error, wall_s, max(int(prev.get("attempts", 0)), 1)))
+        attempts = max(int(prev.get("attempts", 0)), 1)
+        self.finish(c, record_done(self.out, c.cell, wall_s, attempts) if status == "done"
+                    else write_status(self.out, c.id, status, error, wall_s, attempts))
 
     def submit(self, c: _Cell) -> None:
         """Submit `c` (again) with the run files the driver holds, unless its run already finished."""
-        finished = record_if_finished(self.out, c.id)
+        finished = record_if_finished(self.out, c.cell)
         if finished is not None:
             self.finish(c, finished)
             return

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from .align import ENGINE_BATCHES, align
+from . import manifest
 from .atomic import atomic_write
 from .eta import Eta
 from .model import load_model
@@ -105,6 +106,8 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
     if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
         from .report.plots_align import save_delta_axis
         save_delta_axis(rows, out / f"{Path(path).stem}.png", f"timbench align --table {path}")
+    # last: the table's files in the dir's manifest (a reader refuses an edited one; a table killed half-way fails)
+    manifest.update(out, [f"{Path(path).stem}{ext}" for ext in (".json", ".md", ".png")])
     return rows
 
 

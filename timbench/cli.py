@@ -12,6 +12,7 @@ import os
 import sys
 
 from . import __version__
+from .remedies.deadline import PluginError  # stdlib only: --help stays torch-free
 
 
 def _cmd_align(args) -> int:
@@ -181,6 +182,9 @@ def main(argv=None) -> int:
             return 2
         except BrokenPipeError:
             raise  # a closed stdout (`| head`), handled below: not an error of the command
+        except PluginError as e:  # a plug-in's own code raised while it was loaded: the plug-in failed, not the input
+            print(f"timbench {args.command}: error: {e}", file=sys.stderr)
+            return 1
         except OSError as e:  # a refused write (disk full, read-only, permissions): one line naming the path
             from .atomic import write_error
             print(f"timbench {args.command}: error: {write_error(e, 'at', e.filename or '?')}", file=sys.stderr)

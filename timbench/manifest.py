@@ -5,6 +5,11 @@ A finished result is trusted only as far as its bytes are the ones the run wrote
 (a dropped metrics row, an edited accuracy). The grid runner redoes such a cell, the report and compare
 refuse it, and `timbench grid verify` lists every problem at once. A result made before manifests has none:
 `timbench grid verify DIR --adopt` stamps it once, after which it is held to the same check.
+
+A grid run's manifest also binds its cell (`bind`: the cell id and a fingerprint of its config), so a run directory
+copied under another cell's id is not that cell's result; manifests made before bindings have none and are
+checked as before. `update` adds files to a directory's manifest without dropping the others (the grid's
+cells.json beside its report).
 """
 
 from __future__ import annotations
@@ -46,6 +51,42 @@ def stamp_run(run_dir: str | Path) -> Path:
     return stamp(run_dir, RUN_FILES)
 
 
+def update(directory: str | Path, names: tuple[str, ...] | list[str]) -> Path:
+    """Add (or refresh) `names` in `directory`/manifest.json, keeping its other entries; creates one if none."""
+    d = Path(directory)
+    path = d / MANIFEST
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        doc = {}
+    files = doc.get("files") if isinstance(doc, dict) and isinstance(doc.get("files"), dict) else {}
+    files.update({n: sha256_file(d / n) for n in names if (d / n).is_file()})
+    atomic_write(path, json.dumps({**(doc if isinstance(doc, dict) else {}), "manifest": VERSION, "files": files},
+                                  indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def bind(directory: str | Path, cell: dict) -> None:
+    """Record in `directory`/manifest.json which cell it holds (`cell`: {"id", "config"}, grid.layout.cell_binding).
+    Written after the run sealed its files (the worker of a Ray run knows its scratch paths, not the cell's)."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():  # nothing sealed to bind: `grid verify` names the missing manifest
+        return
+    doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and doc.get("cell") != cell:
+        atomic_write(path, json.dumps({**doc, "cell": cell}, indent=1, sort_keys=True) + "\n")
+
+
+def binding(directory: str | Path) -> dict | None:
+    """The cell a run's manifest is bound to ({"id", "config"}), None when unbound (made before bindings)."""
+    path = Path(directory) / MANIFEST
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("cell") if isinstance(doc, dict) else None
+
+
 def read(directory: str | Path) -> dict | None:
     """The manifest's {name: sha256}, None when there is none; a malformed one is a one-line ValueError."""
     path = Path(directory) / MANIFEST
@@ -80,6 +121,16 @@ def problems(directory: str | Path) -> list[str]:
         elif sha256_file(p) != digest:
             out.append(f"{p}: sha256 differs from {MANIFEST} (edited or truncated after it was written)")
     return out
+
+
+def refuse_changed(directory: str | Path, names: list[str], what: str) -> None:
+    """A one-line ValueError when `directory`'s manifest lists one of `names` and that file no longer matches it (an
+    align table or gate run edited after it was written). No manifest, or a name it does not list: made before
+    manifests, read as before."""
+    d = Path(directory)
+    bad = [line for line in problems(d) if any(line.startswith(f"{d / n}: ") for n in names)]
+    if bad and not missing(d):
+        raise ValueError(f"{bad[0]}; this {what} is not read (rerun the command that wrote it)")
 
 
 def missing(directory: str | Path) -> bool:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import manifest
+
 GROWTH = 1.5
 ALIGNMENT_RULE = f"mean_abs_diff <= {GROWTH}x the baseline's + 1e-12"
 VERDICT_RULE = "a probe that passes in the baseline passes in the candidate"
@@ -27,6 +29,7 @@ def load_report(path, identity_keys=("suite", "suite_version")) -> dict:
     p = p / "gate.json" if p.is_dir() else p
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no gate.json (run `timbench gate run ... --out DIR` first)")
+    manifest.refuse_changed(p.parent, [p.name], "gate run")
     try:
         doc = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -60,6 +63,11 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
         was, now = f"{bi['suite']} v{bi['suite_version']}", f"{ci['suite']} v{ci['suite_version']}"
         return 2, [_finding("incomparable", None, None, "suite", was, now, "the same suite and suite version",
                             f"incomparable: baseline is suite {was}, candidate is {now}")]
+    was, now = bi.get("suite_sha256"), ci.get("suite_sha256")
+    if was and now and was != now:  # runs made before suites were hashed have none: compared by name and version
+        return 2, [_finding("incomparable", None, None, "suite_sha256", was, now, "the same suite content",
+                            f"incomparable: both ran suite {bi['suite']} v{bi['suite_version']}, but its content "
+                            f"differs (sha256 {was[:12]} vs {now[:12]}): a suite edited without a new version")]
     have = {(r["model"], r["probe"]) for r in cand["probes"]}
     # A probe that erred or was not tested (an HTTP server without the capability) in the baseline has no result.
     results = [r for r in base["probes"] if not r.get("error") and not r.get("not_tested")]

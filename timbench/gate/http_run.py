@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from .. import manifest
 from ..engine import SamplingParams
 from . import http_probes
 from .http_engine import NotTested
@@ -58,7 +59,8 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
              "trainer_attn": trainer.spec.attn, "transformers": transformers.__version__, "torch": torch.__version__,
              "torch_git": torch.version.git_version, "machine": machine(),
              "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
-             "suite": suite.name, "suite_version": suite.version, "timbench": __version__,
+             "suite": suite.name, "suite_version": suite.version, "suite_sha256": suite.content,
+             "timbench": __version__,
              "timbench_git": _git_revision(), "timbench_code": code_hash()}
     ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return ident
@@ -131,4 +133,5 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     atomic_write(out / "gate.md", render(report))
+    manifest.update(out, ["gate.json", "gate.md"])  # last: `gate check` refuses a gate.json edited after the run
     return report

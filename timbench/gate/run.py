@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from .. import manifest
 from .probes import PROBES, Probe
 from .suite import Suite
 
@@ -37,7 +38,8 @@ def identity(spec, suite: Suite) -> dict:
              "engine_version": _dist_version(package) if spec.engine == "vllm" else __version__,
              "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": _dist_version("numba"),
              "machine": machine(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
-             "suite": suite.name, "suite_version": suite.version, "timbench": __version__,
+             "suite": suite.name, "suite_version": suite.version, "suite_sha256": suite.content,
+             "timbench": __version__,
              "timbench_git": _git_revision(), "timbench_code": code_hash()}
     accelerator = describe(torch.device(spec.device))  # {} on the CPU: a CPU gate.json reads as before
     if accelerator:
@@ -72,6 +74,7 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     atomic_write(out / "gate.md", render(report))
+    manifest.update(out, ["gate.json", "gate.md"])  # last: `gate check` refuses a gate.json edited after the run
     return report
 
 

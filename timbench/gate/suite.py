@@ -24,6 +24,18 @@ class Suite:
     baseline: Path | None = None
     """The stored gate run `timbench gate run` compares with by default (the suite's `baseline:`, a path from the
     repository root), or None when the suite has none."""
+    content: str = ""
+    """sha256 of what the suite tests (`content_hash`): gate runs record it, and `gate check` refuses to compare
+    two runs of the same name and version whose suites differ."""
+
+
+def content_hash(doc: dict) -> str:
+    """sha256 of a suite document as parsed (comments and layout do not count; `baseline`, a path to compare
+    with, is not part of the test)."""
+    import hashlib
+    import json
+    return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k != "baseline"}, sort_keys=True,
+                                     default=str).encode()).hexdigest()
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -46,11 +58,16 @@ def load_suite(name_or_path: str) -> Suite:
     if bad:
         raise ValueError(f"gate suite {path}: unknown model(s) {bad}; valid: {', '.join(valid_models())} "
                          "(a shipped add-4d-v1 warm start or a production shape of timbench.gate.shapes)")
+    if not isinstance(doc["probes"], dict):
+        raise ValueError(f"gate suite {path}: probes must be a mapping of probe name to its parameters")
     unknown = sorted(set(doc["probes"]) - set(PROBES))
     if unknown:
         raise ValueError(f"gate suite {path}: unknown probe(s) {unknown}; valid: {', '.join(PROBES)}")
+    from .suite_values import check_values
+    check_values(doc, f"gate suite {path}")
     baseline = doc.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise ValueError(f"gate suite {path}: baseline must be a path (a gate run's directory), got {baseline!r}")
     return Suite(doc["name"], int(doc["version"]), tuple(doc["models"]), int(doc.get("seed", 0)),
-                 float(doc.get("temperature", 1.0)), dict(doc["probes"]), baseline and ROOT / baseline)
+                 float(doc.get("temperature", 1.0)), dict(doc["probes"]), baseline and ROOT / baseline,
+                 content_hash(doc))

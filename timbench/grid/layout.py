@@ -11,13 +11,14 @@ kill -9) sees a whole old file or a whole new one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
 
 import yaml
 
-from .. import manifest
+from .. import log_summary, manifest
 from ..atomic import atomic_write
 from ..dirlock import DirLock
 from ..readfile import read_json
@@ -106,7 +107,10 @@ def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
                              "use another --out or delete that directory")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "grid.yaml", yaml.safe_dump(grid.to_dict(), sort_keys=False))
-    atomic_write(path, _dumps(doc))
+    text = _dumps(doc)
+    if not path.is_file() or path.read_text() != text:  # unchanged: an older grid's manifest is left as it was
+        atomic_write(path, text)
+        manifest.update(out, ["cells.json"])  # swapped axes, a removed cell or another list then fail verify
     return out
 
 
@@ -165,38 +169,70 @@ def write_status(out: str | Path, cell_id: str, status: str, error: str | None, 
     return rec
 
 
-def run_finished(out: str | Path, cell_id: str) -> bool:
-    """True when the run's summary.json says it finished and its manifest still matches every file (the run
-    itself is the source of truth; one killed between its summary and its manifest is resumed, which seals it)."""
-    path = run_dir(out, cell_id) / "summary.json"
+def cell_binding(cell: dict) -> dict:
+    """What a run's manifest binds it to: the cell id and a sha256 of its config (plug-in directory dropped, as
+    in every resume check: a moved file is the same cell). `grid merge` and copied grids keep both identical."""
+    config = json.dumps(comparable_config(cell.get("config") or {}), sort_keys=True)
+    return {"id": cell["id"], "config": hashlib.sha256(config.encode()).hexdigest()}
+
+
+def binding_problems(d: Path, cell: dict) -> list[str]:
+    """[] when `d`'s manifest is bound to `cell`, or to no cell (made before bindings); else one line."""
+    bound, want = manifest.binding(d), cell_binding(cell)
+    if bound is None or bound == want:
+        return []
+    other = bound.get("id") if isinstance(bound, dict) else bound
+    what = "cell id" if not isinstance(bound, dict) or bound.get("id") != want["id"] else "config"
+    return [f"{d / manifest.MANIFEST}: bound to cell {other!r} with another {what}, not to cell {want['id']!r} "
+            "(a run directory copied from another cell is not this cell's result)"]
+
+
+def run_finished(out: str | Path, cell: dict) -> bool:
+    """True when the run's summary.json says it finished, its manifest still matches every file and it is bound
+    to `cell` or unbound (the run itself is the source of truth; one killed between its summary and its manifest
+    is resumed, which seals it)."""
+    path = run_dir(out, cell["id"]) / "summary.json"
     try:
         finished = json.loads(path.read_text()).get("status") == "finished"
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, AttributeError):
         return False
-    return finished and not manifest.problems(path.parent)
+    return finished and not manifest.problems(path.parent) and not binding_problems(path.parent, cell)
 
 
-def record_if_finished(out: str | Path, cell_id: str) -> dict | None:
-    """The cell's status if its run already finished (sealed and intact), recording it `done` first when a kill
-    landed between the run's end and cell.json; None when the run has to (re)start. Every backend asks this
-    before starting a cell, so the rule lives here once."""
-    if not run_finished(out, cell_id):
+def record_if_finished(out: str | Path, cell: dict) -> dict | None:
+    """The cell's status if its run already finished (sealed, intact, bound to `cell`), recording it `done` first
+    when a kill landed between the run's end and cell.json; None when the run has to (re)start. A run bound to
+    another cell is removed first (a resume would return its sealed result as this cell's). Every backend asks
+    this before starting a cell, so the rule lives here once."""
+    cid = cell["id"]
+    if manifest.binding(run_dir(out, cid)) is not None and binding_problems(run_dir(out, cid), cell):
+        reset_run(out, cid)
         return None
-    prev = read_status(out, cell_id) or {}
-    if prev.get("status") == "done":
+    if not run_finished(out, cell):
+        return None
+    prev = read_status(out, cid) or {}
+    if prev.get("status") == "done":  # an unbound (older) manifest stays as it was: results are not rewritten
         return prev
-    return write_status(out, cell_id, "done", None, prev.get("wall_s", 0.0), max(int(prev.get("attempts", 0)), 1))
+    return record_done(out, cell, prev.get("wall_s", 0.0), max(int(prev.get("attempts", 0)), 1))
 
 
-def integrity(out: str | Path, cell_id: str) -> list[str]:
+def record_done(out: str | Path, cell: dict, wall_s: float, attempts: int) -> dict:
+    """Bind the finished run's manifest to `cell`, then write cell.json done (a kill between: the next grid run
+    finds the run finished and records it)."""
+    manifest.bind(run_dir(out, cell["id"]), cell_binding(cell))
+    return write_status(out, cell["id"], "done", None, wall_s, attempts)
+
+
+def integrity(out: str | Path, cell: dict) -> list[str]:
     """Problems of a cell whose cell.json says done ([] when intact): done_problems of its run directory."""
-    return done_problems(run_dir(out, cell_id))
+    return done_problems(run_dir(out, cell["id"]), cell)
 
 
-def done_problems(d: Path) -> list[str]:
-    """Why a run directory does not hold a finished run: files that differ from its manifest, a manifest that
-    does not list every run file (an emptied one passes no check), or a summary that does not say finished
-    (a failed run whose cell.json was flipped to done)."""
+def done_problems(d: Path, cell: dict | None = None) -> list[str]:
+    """Why a run directory does not hold a finished run (of `cell`, when given): files that differ from its
+    manifest, a manifest that does not list every run file (an emptied one passes no check), a summary that does
+    not say finished (a failed run whose cell.json was flipped to done) or that its logs no longer give, or a
+    manifest bound to another cell."""
     bad = manifest.problems(d)
     if bad:
         return bad
@@ -210,7 +246,7 @@ def done_problems(d: Path) -> list[str]:
         status = None
     if status != "finished":
         return [f"{d / 'summary.json'}: the run ended {status!r}, not 'finished', though cell.json says done"]
-    return []
+    return (binding_problems(d, cell) if cell is not None else []) + log_summary.differences(d)
 
 
 def reset_run(out: str | Path, cell_id: str) -> None:

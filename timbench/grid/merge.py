@@ -27,6 +27,7 @@ import json
 import shutil
 from pathlib import Path
 
+from .. import manifest
 from ..atomic import atomic_write
 from ..remedies.identity import comparable_cell
 from .layout import load_cells, read_status, run_dir
@@ -198,5 +199,6 @@ def merge(sources: list[str | Path], out: str | Path) -> dict:
     atomic_write(out / "merged.json", json.dumps({"fingerprint": fingerprint_hash(fp), "sources": [
         str(s) for s in srcs]}, indent=1, sort_keys=True) + "\n")
     atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    manifest.update(out, ["cells.json"])
     done = sum(1 for cid in chosen if _status(out, cid) == "done")
     return {"cells": len(doc["cells"]), "done": done, "copied": copied, "fingerprint": fingerprint_hash(fp)}

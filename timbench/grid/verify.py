@@ -1,7 +1,9 @@
 """`timbench grid verify DIR [--adopt]`: every integrity problem of a grid result dir, one line each.
 
-Checks each done cell's run files against its manifest.json and the report's files against the grid dir's
-own manifest.json (written last by `grid report`, so a report killed half-way shows as two generations).
+Checks each done cell's run files against its manifest.json (and the cell it is bound to, and its summary.json
+against its logs), and cells.json and the report's files against the grid dir's own manifest.json (cells.json
+added by `grid run`, the report's written last by `grid report`, so a report killed half-way shows as two
+generations).
 `--adopt` stamps results made before manifests, once: a done cell with no manifest yet whose run finished whole
 (its logs and summary there and non-empty, summary.json saying finished, one metrics row per configured step; any
 other is listed as not adopted), and a report without one. It never re-stamps a file that differs from an
@@ -14,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import manifest
+from .. import log_summary, manifest
 
 REPORT_FILES = ("leaderboard.md", "leaderboard.html", "summary.csv", "seeds.csv")
 """The report's fixed files; its figures/*.png are listed in the report manifest as written."""
@@ -27,7 +29,7 @@ def report_files(out: Path) -> list[str]:
 
 def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
     """(problems, stamped): one line per problem left; how many manifests `adopt` wrote."""
-    from .layout import done_problems, load_cells, read_status, run_dir  # here: `timbench --help` stays torch-free
+    from .layout import cell_binding, done_problems, load_cells, read_status, run_dir  # here: --help stays torch-free
     out = Path(out)
     cells = load_cells(out)["cells"]
     found, stamped = [], 0
@@ -37,18 +39,19 @@ def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
             continue
         d = run_dir(out, cid)
         if adopt and manifest.missing(d):
-            refusal = _refusal(d, c)
+            refusal = _refusal(d, c) or next(iter(log_summary.differences(d)), None)
             if refusal:
                 found.append(f"cell {cid}: not adopted: {refusal}")
                 continue
             manifest.stamp_run(d)
+            manifest.bind(d, cell_binding(c))
             stamped += 1
-        found += [f"cell {cid}: {line}" for line in done_problems(d)]
-    if any((out / n).is_file() for n in REPORT_FILES):
+        found += [f"cell {cid}: {line}" for line in done_problems(d, c)]
+    if any((out / n).is_file() for n in REPORT_FILES) or not manifest.missing(out):
         if adopt and manifest.missing(out):
-            manifest.stamp(out, report_files(out))
+            manifest.stamp(out, report_files(out) + ["cells.json"])
             stamped += 1
-        found += [f"report: {line}" for line in manifest.problems(out)]
+        found += [f"{'grid' if 'cells.json' in line else 'report'}: {line}" for line in manifest.problems(out)]
     return found, stamped
 
 

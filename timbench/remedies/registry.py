@@ -19,6 +19,7 @@ from pathlib import Path
 from ..spec import SPEC_KEYS, parse_spec
 from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
+from .deadline import PluginError
 from .direction import DIRECTION_REMEDIES
 from .identity import is_file_spec
 from .rounding import ROUNDING_REMEDIES
@@ -61,10 +62,19 @@ def _import_file(path: Path):
     sys.modules[mod_name] = module  # dataclasses look their module up here while the file executes
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (ImportError, SyntaxError) as e:  # a missing dependency or not Python: the file cannot be used as given
         sys.modules.pop(mod_name, None)
         raise ValueError(f"remedy file {path} failed to import: {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:  # the plug-in's own code raised (OSError, KeyError ...): not the input's
+        sys.modules.pop(mod_name, None)
+        raise _plugin_error(f"remedy file {path}: importing it", e) from e
     return module
+
+
+def _plugin_error(what: str, e: BaseException) -> PluginError:
+    msg = " ".join(str(e).split())
+    return PluginError(f"{what} raised {type(e).__name__}" + (f": {msg}" if msg else "")
+                       + " (the plug-in's error, not the command's)")
 
 
 def _import_module(name: str):
@@ -144,7 +154,14 @@ def _check_class(obj, spec: str) -> None:
 def load_remedy(spec: str, args: dict | None = None) -> Remedy:
     """Resolve `spec` and instantiate it with parameter overrides `args` (unknown names rejected)."""
     cls = resolve(spec)
-    remedy = cls(**dict(args or {}))
+    try:
+        remedy = cls(**dict(args or {}))
+    except (ValueError, TypeError):  # the arguments given (Remedy.__init__ checks their names and values)
+        raise
+    except (Exception, SystemExit) as e:  # a plug-in's own __init__ raised (OSError, KeyError ...): not the input's
+        if not cls.__module__.startswith("timbench."):
+            raise _plugin_error(f"remedy {spec}: __init__", e) from e
+        raise
     if not cls.name:  # a plug-in without a name is known by its spec
         remedy.name = spec
     return remedy

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import manifest
 from .paper_claims import PaperData
 
 Setting = tuple[str, str, str]
@@ -57,6 +58,7 @@ class Evidence:
 def _align_rows(path: Path) -> list[dict]:
     rows = []
     for f in sorted(path.glob("align_*.json")):
+        manifest.refuse_changed(path, [f.name], "align table")
         data = json.loads(f.read_text())
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ValueError(f"{f}: expected a list of alignment rows (from `timbench align --table`)")

@@ -346,6 +346,7 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     dest = Path(out) if out is not None else grid.path
     # The report's manifest goes first and comes back last: a report killed half-way has none, so `grid verify`
     # names it instead of passing a mix of two generations.
+    had_cells = "cells.json" in ((manifest.read(dest) if dest.resolve() == grid.path.resolve() else None) or {})
     (dest / manifest.MANIFEST).unlink(missing_ok=True)
     rows = summarize(grid)
     command = command or f"timbench grid report {path}"
@@ -376,5 +377,8 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     # Link the claims page when `timbench paper` has written one beside it (make paper runs it first).
     links = [("paper claims", "paper.html")] if (dest / "paper.html").is_file() else []
     atomic_write(written["leaderboard.html"], render_html(title, preamble, tabs, pngs, links))
-    written["manifest.json"] = manifest.stamp(dest, [p.relative_to(dest).as_posix() for p in written.values()])
+    # The grid's own cells.json stays covered (grid.layout.prepare added it) when the report goes beside it.
+    cells = ["cells.json"] if dest.resolve() == grid.path.resolve() and had_cells else []
+    written["manifest.json"] = manifest.stamp(dest, [p.relative_to(dest).as_posix() for p in written.values()]
+                                              + cells)
     return written

@@ -110,7 +110,7 @@ def load_cell_results(cell: CellRun, out: Path) -> CellRun:
         cell.status, cell.error = st["status"], st.get("error")
     done = cell.status == "done"
     if done:
-        check_intact(out, run_dir)
+        check_intact(out, run_dir, {"id": cell.id, "config": cell.config})
     cell.metrics = read_jsonl(run_dir / "metrics.jsonl", tolerate_torn_tail=not done)
     cell.evals = read_jsonl(run_dir / "eval.jsonl", tolerate_torn_tail=not done)
     if (run_dir / "summary.json").is_file():
@@ -123,9 +123,10 @@ def load_cell_results(cell: CellRun, out: Path) -> CellRun:
     return cell
 
 
-def check_intact(out: Path, run_dir: Path) -> None:
-    """Refuse (one-line ValueError naming the file) a done cell whose files no longer match its manifest."""
-    bad = done_problems(run_dir)
+def check_intact(out: Path, run_dir: Path, cell: dict | None = None) -> None:
+    """Refuse (one-line ValueError naming the file) a done cell whose files no longer match its manifest (or whose
+    summary no longer matches its logs, or that is bound to another cell than `cell`)."""
+    bad = done_problems(run_dir, cell)
     if not bad:
         return
     if manifest.missing(run_dir):

@@ -73,6 +73,8 @@ def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict
     p = Path(path)
     if p.suffix == ".md":
         raise ValueError(f"{p}: the Markdown table; pass the JSON next to it ({p.with_suffix('.json')})")
+    from .. import manifest
+    manifest.refuse_changed(p.parent, [p.name], "align table")
     doc = read_json(p, "align table")
     rows = [doc] if isinstance(doc, dict) else doc
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):

@@ -12,6 +12,7 @@ over when there is none) and rewrites the status.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -26,7 +27,7 @@ from .. import manifest
 from ..manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
 from .config import load
-from ..schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX, REWARD_MEAN
+from ..log_summary import from_logs
 
 
 STATUSES = ("running", "finished", "failed")
@@ -100,6 +101,36 @@ def read_checkpoint(data: bytes, where) -> object:
                          "the run from step 0") from None
 
 
+CKPT_DIGEST = "sha256"
+"""The checkpoint key holding `state_digest` of the rest: checked before a resume trusts the state."""
+
+
+def state_digest(obj) -> str:
+    """sha256 over a checkpoint's content: every tensor's dtype, shape and bytes, every plain value's repr, in the
+    dicts' own order (pickling keeps it), so a bit flipped in the file after it was saved shows on load."""
+    h = hashlib.sha256()
+    _feed(h, obj)
+    return h.hexdigest()
+
+
+def _feed(h, obj) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous().reshape(-1)
+        h.update(f"T{t.dtype}{tuple(obj.shape)};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    elif isinstance(obj, dict):
+        h.update(f"D{len(obj)};".encode())
+        for k, v in obj.items():
+            _feed(h, k)
+            _feed(h, v)
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"{type(obj).__name__[0]}{len(obj)};".encode())
+        for v in obj:
+            _feed(h, v)
+    else:
+        h.update(f"{type(obj).__name__}:{obj!r};".encode())
+
+
 class RunDir:
     def __init__(self, out: str | os.PathLike, config: dict):
         self.path = Path(out)
@@ -121,6 +152,10 @@ class RunDir:
         if not isinstance(state, dict) or "step" not in state or "lanes" not in state:
             raise ValueError(f"{self.ckpt}: not a timbench run checkpoint (no step/lanes); delete it to rerun "
                              "the run from step 0")
+        digest = state.pop(CKPT_DIGEST, None)  # absent in checkpoints saved before digests: resumed as before
+        if digest is not None and digest != state_digest(state):
+            raise ValueError(f"{self.ckpt}: refused: its content no longer matches the sha256 it was saved with "
+                             "(a flipped bit or an edit); not resumed; delete it to rerun the run from step 0")
         return state
 
     def check_sealed(self) -> None:
@@ -146,7 +181,7 @@ class RunDir:
 
     def save_state(self, state: dict) -> None:
         buf = io.BytesIO()
-        torch.save(state, buf)
+        torch.save({**state, CKPT_DIGEST: state_digest(state)}, buf)
         atomic_write(self.ckpt, buf.getvalue())
 
     def logs(self, resume_step: int) -> dict[str, JsonlLog]:
@@ -194,17 +229,9 @@ def summarize(path, cfg, status: str, error, extra: dict) -> dict:
     loaded = load(cfg)
     rows = [json.loads(l) for l in (path / "metrics.jsonl").read_text().splitlines()]
     evals = [json.loads(l) for l in (path / "eval.jsonl").read_text().splitlines()]
-    s = {"status": status, "error": error, "steps_done": len(rows), "task": loaded.task,
+    s = {"status": status, "error": error, "task": loaded.task,
          "task_version": loaded.task_impl.version, "algorithm": loaded.algorithm, "mode": loaded.mode,
          "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
          **extra}
-    if evals:
-        s.update(initial_accuracy_t1=evals[0][ACCURACY_T1], final_accuracy_t1=evals[-1][ACCURACY_T1],
-                 final_accuracy_greedy=evals[-1][ACCURACY_GREEDY],
-                 peak_accuracy_t1=max(e[ACCURACY_T1] for e in evals))
-    if rows:
-        for k in (K3_KL, PROBS_DIFF_MAX, MEAN_ABS_DELTA,
-                  "drift/diff_mean", "drift/diff_abs_mean"):
-            s[f"mean/{k}"] = sum(r[k] for r in rows) / len(rows)
-        s["final/critic/rewards/mean"] = rows[-1][REWARD_MEAN]
+    s.update(from_logs(rows, evals))  # the part `grid verify` recomputes (timbench.log_summary)
     return s
