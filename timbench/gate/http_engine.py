@@ -168,6 +168,8 @@ class HttpEngine:
         self.spec = client.spec  # what the probes print; an OpenAISpec, never a timbench Spec
         self.top_ids: dict[int, list[int]] = {}
         """request id -> the server's top-1 token id at each sampled position (argmax flips), when it gave one."""
+        self.prompt_counts: dict[int, tuple[int, int]] = {}
+        """request id -> (prompt tokens sent, prompt tokens the server's usage counted), where the two differ."""
 
     def _map(self, fn, items):
         with ThreadPoolExecutor(max_workers=max(1, min(self.client.spec.concurrency, len(items)))) as pool:
@@ -185,7 +187,11 @@ class HttpEngine:
                 "top_p": params.top_p, "seed": request_seed(params.seed, r.request_id), "logprobs": 1,
                 "max_tokens": min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
                 "return_tokens_as_token_ids": True, **({"top_k": params.top_k} if params.top_k else {})}
-        ch = _choice(self.client.post("/v1/completions", body))
+        doc = self.client.post("/v1/completions", body)
+        ch = _choice(doc)
+        counted = (doc.get("usage") or {}).get("prompt_tokens")
+        if isinstance(counted, int) and counted != len(r.prompt_ids):
+            self.prompt_counts[r.request_id] = (len(r.prompt_ids), counted)
         lp = ch.get("logprobs") or {}
         ids, lps = _ids(lp.get("tokens") or []), lp.get("token_logprobs") or []
         if len(ids) != len(lps) or not ids or any(not isinstance(x, (int, float)) for x in lps):
