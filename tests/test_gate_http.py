@@ -89,6 +89,10 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
         ("timbench-fake", "fake-0", "fake-model")
     assert ident["checkpoint"] == CKPT.name and len(ident["checkpoint_hash"]) == 16 and ident["transformers"]
     assert "not tested" in (tmp_path / "a" / "gate.md").read_text()
+    # An exact server's mismatch lies below every committed setting: placed nowhere, saying why (gate.placement).
+    (place,) = json.loads((tmp_path / "a" / "gate.json").read_text())["placement"]
+    assert place["model"] == CKPT.name and not place["placed"] and "outside the committed" in place["lines"][0]
+    assert "## Where this mismatch sits" in (tmp_path / "a" / "gate.md").read_text()
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED_PROBE))

@@ -7,7 +7,8 @@ model, labelled by the trainer checkpoint's directory name (so two runs of one c
 compare by `gate check`): determinism, batch invariance (each request alone, then among concurrent requests),
 prefill vs decode (prompt logprobs), alignment against the HF trainer, the sampling probe, and always the
 logprob-semantics probe. A probe the server cannot serve (no prompt logprobs, no weight loading, RL over HTTP)
-is a `not_tested` row with the reason: never passed, never failed.
+is a `not_tested` row with the reason: never passed, never failed. gate.json's `placement` and gate.md's last
+section place the alignment probe's mismatch among timbench's committed conditions (gate.placement).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from ..engine import SamplingParams
 from . import http_probes
 from .http_engine import NotTested
+from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
 from .suite import Suite
@@ -127,8 +129,18 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
     report = {"identity": identity(spec, engine.offer, trainer, suite), "passed": all(r["passed"] for r in judged),
               "probes": rows, "errors": sum(r["error"] is not None for r in rows),
               "not_tested": sum(bool(r["not_tested"]) for r in rows), "seconds": time.perf_counter() - t0}
+    report["placement"] = placement(report, committed_rows())
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "gate.md", render(report))
+    atomic_write(out / "gate.md", render(report) + render_placement(report["placement"]))
     return report
+
+
+def committed_rows() -> list:
+    """The committed grids' risk rows, or none where this install has no results/ (a wheel, not a checkout)."""
+    from ..report.risk_data import gather
+    try:
+        return gather()
+    except FileNotFoundError:
+        return []
