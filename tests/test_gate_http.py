@@ -189,13 +189,38 @@ def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
 
 
 def test_gate_check_between_two_http_runs(server, suite, tmp_path, capsys):
+    """A server upgrade checked by `gate check`: the runs' identities compare, and each changed probe is one line
+    (a regression per probe that now fails, an improvement per probe that now passes, a change of what the
+    logprobs fit even when both pass, a note when the two scored different checkpoints)."""
     assert gate(server.url, suite, tmp_path / "base") == 0
-    with FaultProxy(server.url, "bf16_logprobs") as proxy:
+    with FaultProxy(server.url, "zero_logprobs") as proxy:
         assert gate(proxy.url, suite, tmp_path / "cand") == 1
+    with FakeServer(CKPT, top_p_logprobs="full") as full:
+        assert gate(full.url, suite, tmp_path / "full") == 0
     capsys.readouterr()
+    base = json.loads((tmp_path / "base" / "gate.json").read_text())
+    for k in ("engine_package", "engine_version", "served_model", "checkpoint_hash", "trainer_spec", "offers"):
+        assert k in base["identity"]
     assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "base")]) == 0
+    assert capsys.readouterr().out == "gate check: no regression\n"
     assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "cand")]) == 1
-    assert "regression: add-4d-v1-tiny-dense logprob_semantics passed in the baseline" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" passed in")[0] for line in out] == [
+        f"regression: {CKPT.name} alignment", f"regression: {CKPT.name} logprob_semantics"]
+    assert main(["gate", "check", str(tmp_path / "cand"), str(tmp_path / "base")]) == 0  # the fix, the other way
+    assert capsys.readouterr().out.splitlines() == [
+        f"improved: {CKPT.name} alignment failed in the baseline and passes now",
+        f"improved: {CKPT.name} logprob_semantics failed in the baseline and passes now", "gate check: no regression"]
+    assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "full")]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"regression: {CKPT.name} logprob_semantics top_p_fits renormalised -> full: the returned logprobs are of "
+        "another distribution than the baseline's (rule: what the returned logprobs fit is the baseline's)"]
+    other = json.loads((tmp_path / "base" / "gate.json").read_text())
+    other["identity"]["checkpoint_hash"] = "0" * 16
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "gate.json").write_text(json.dumps(other))
+    assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "other")]) == 0
+    assert capsys.readouterr().out.startswith(f"context: the runs scored different checkpoints ({CKPT.name} ")
 
 
 def test_api_key_is_sent_from_the_environment_and_never_written(suite, tmp_path, capsys, monkeypatch):

@@ -112,7 +112,7 @@ def _check(args) -> int:
     if args.json:
         print(json.dumps({"exit": code, "findings": found}))
     else:
-        print("\n".join(f["line"] for f in found) if found else "gate check: no regression")
+        print("\n".join([f["line"] for f in found] + ([] if code else ["gate check: no regression"])))
     return code
 
 
