@@ -78,6 +78,7 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
     assert "tokenizer agreement: vocabulary 99 on both sides; 96 token ids detokenize alike" in err
     got = rows(tmp_path / "a")
     assert got["weight_sync"]["not_tested"] and not got["weight_sync"]["passed"]  # not tested is never passed
+    assert "the server lists no routes (/openapi.json)" in got["weight_sync"]["not_tested"]
     for probe in ("determinism", "batch_invariance", "prefill_vs_decode"):
         assert got[probe]["passed"] and got[probe]["numbers"]["max_abs_diff"] == 0.0
     a = got["alignment"]["numbers"]
@@ -169,6 +170,20 @@ def test_top_p_keep_is_the_samplers_nucleus():
     for top_p in (0.5, 0.8, 0.95):
         want = sampling_support(lp, SamplingParams(top_p=top_p), get_kernels("exact"))
         assert torch.equal(top_p_keep(lp, top_p), want)
+
+
+def test_weight_sync_names_the_weight_load_routes_the_server_lists():
+    from timbench.gate.http_client import Client
+    from timbench.gate.http_engine import discover, weight_sync_reason
+    for routes, want, says in [(("/v1/completions", "/sleep", "/collective_rpc"), ["/collective_rpc", "/sleep"],
+                                "the server lists /collective_rpc, /sleep"),
+                               (("/v1/completions",), [], "lists none of /collective_rpc, /update_weights"),
+                               (None, None, "lists no routes")]:
+        with FakeServer(CKPT, routes=routes) as s:
+            offer = discover(Client(parse_openai_spec(f"openai={s.url}")))
+        assert offer.weight_routes == want
+        reason = weight_sync_reason(offer)
+        assert reason.startswith("this adapter drives no weight load over HTTP") and says in reason
 
 
 def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..engine import SamplingParams
 from . import http_probes
-from .http_engine import NotTested
+from .http_engine import NotTested, weight_sync_reason
 from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
@@ -30,7 +30,7 @@ from .suite import Suite
 SERVER_PROBES = ("determinism", "batch_invariance", "prefill_vs_decode", "sampling_semantics")
 """Suite probes that run over HTTP as they are (the engine factory hands them the HTTP engine)."""
 NOT_OVER_HTTP = {
-    "weight_sync": "weight sync over HTTP is not implemented (the adapter drives no weight-load endpoint)",
+    "weight_sync": "",  # http_engine.weight_sync_reason: it names the weight-load routes the server lists
     "rl_outcome": "RL runs over HTTP would need the server to load each step's weights (not implemented)",
 }
 
@@ -54,7 +54,7 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
     ident = {"engine_spec": str(spec), "engine_package": offer.server, "engine_version": offer.version,
              "served_model": offer.model, "max_model_len": offer.max_model_len,
              "offers": {"token_ids": offer.token_ids, "prompt_logprobs": offer.prompt_logprobs, "top_k": offer.top_k,
-                        "tokenize": offer.tokenize},
+                        "tokenize": offer.tokenize, "weight_routes": offer.weight_routes},
              "trainer_spec": str(trainer.spec), "checkpoint": trainer.spec.dir.name,
              "checkpoint_hash": checkpoint_hash(trainer.spec.dir), "trainer_dtype": trainer.spec.dtype,
              "trainer_attn": trainer.spec.attn, "transformers": transformers.__version__, "torch": torch.__version__,
@@ -105,7 +105,7 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
         t, error, skipped, r = time.perf_counter(), None, None, Probe(False, {})
         try:
             if probe in NOT_OVER_HTTP:
-                raise NotTested(NOT_OVER_HTTP[probe])
+                raise NotTested(NOT_OVER_HTTP[probe] or weight_sync_reason(engine.offer))
             if probe in SERVER_PROBES:
                 r = PROBES[probe](lambda m: engine, _Stub(engine.config), {**p, "model": name}, params, spec)
             elif probe == "alignment":
