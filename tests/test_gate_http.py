@@ -94,6 +94,7 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
     (place,) = json.loads((tmp_path / "a" / "gate.json").read_text())["placement"]
     assert place["model"] == CKPT.name and not place["placed"] and "outside the committed" in place["lines"][0]
     assert "## Where this mismatch sits" in (tmp_path / "a" / "gate.md").read_text()
+    assert "logprob_semantics" in (tmp_path / "a" / "gate.html").read_text()
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED_PROBE))

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..engine import SamplingParams
 from . import http_probes
 from .http_engine import NotTested, weight_sync_reason
+from .html import render_gate_html
 from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
@@ -91,7 +92,8 @@ def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, pro
 
 def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_remote: bool = False,
                   progress=None) -> dict:
-    """Run the suite's probes that apply over HTTP; write gate.json and gate.md to `out`; return the report."""
+    """Run the suite's probes that apply over HTTP; write gate.json, gate.md and gate.html to `out`; return the
+    report."""
     from ..atomic import atomic_write
 
     t0 = time.perf_counter()
@@ -134,6 +136,7 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     atomic_write(out / "gate.md", render(report) + render_placement(report["placement"]))
+    atomic_write(out / "gate.html", render_gate_html(report))
     return report
 
 
