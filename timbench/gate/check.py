@@ -5,8 +5,12 @@ are not comparable (another suite or suite version, or a candidate without some 
 results) or a probe erred in the candidate and nothing regressed. Exact probes compare verdicts; the alignment
 probe's mean |delta| also regresses when it grows past 1.5x the baseline's (plus 1e-12, so an exact 0.0
 baseline flags any nonzero value: a release that switches its rollouts to bf16 stays within the 0.1 bound of
-`gate run` and fails here). Each finding is a dict with the fields `--json` prints (kind, model, probe, metric,
-baseline, candidate, rule) and `line`, the sentence the command prints.
+`gate run` and fails here). Over HTTP the logprob-semantics probe also regresses when what the logprobs fit
+changes while both pass (renormalised over the top-p nucleus -> the full distribution: a trainer built for the old
+convention now mismatches). Findings that do not change the exit code: `improved` (a probe that failed in the
+baseline passes now) and, between two HTTP runs, `context` (the two scored different checkpoints, so a change
+may be the weights', not the server's). Each finding is a dict with the fields `--json` prints (kind, model,
+probe, metric, baseline, candidate, rule) and `line`, the sentence the command prints: one per changed probe.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ from .. import manifest
 GROWTH = 1.5
 ALIGNMENT_RULE = f"mean_abs_diff <= {GROWTH}x the baseline's + 1e-12"
 VERDICT_RULE = "a probe that passes in the baseline passes in the candidate"
+SEMANTICS_RULE = "what the returned logprobs fit is the baseline's"
+SEMANTICS_KEYS = ("fits", "top_p_fits")
+"""logprob_semantics numbers whose change is a regression even when both runs pass."""
+INFORMATIONAL = ("improved", "context")
+"""Finding kinds that leave the exit code alone."""
 ROW_KEYS = ("model", "probe", "passed", "numbers")
 
 
@@ -80,7 +89,7 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
                             f"({', '.join(lack[:3])}{', ...' if len(lack) > 3 else ''}); a partial gate run is not "
                             "checked")]
     old = {(r["model"], r["probe"]): r for r in base["probes"]}
-    found = []
+    found = _context(bi, ci)
     for r in cand["probes"]:
         b = old.get((r["model"], r["probe"]))
         if b is None:
@@ -100,14 +109,38 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
                               if b["numbers"].get(k) != v) or _numbers(r["numbers"]) or "no numbers"
             found.append(_finding("regression", m, p, "passed", True, False, VERDICT_RULE,
                                   f"regression: {where} passed in the baseline and fails now: {moved}"))
+        elif not b["passed"] and r["passed"] and not b.get("not_tested") and not b.get("error"):
+            found.append(_finding("improved", m, p, "passed", False, True, VERDICT_RULE,
+                                  f"improved: {where} failed in the baseline and passes now"))
+        elif p == "logprob_semantics" and any(_moved(b, r, k) for k in SEMANTICS_KEYS):
+            k = next(k for k in SEMANTICS_KEYS if _moved(b, r, k))
+            was, now = b["numbers"][k], r["numbers"][k]
+            found.append(_finding("regression", m, p, k, was, now, SEMANTICS_RULE,
+                                  f"regression: {where} {k} {was} -> {now}: the returned logprobs are of another "
+                                  f"distribution than the baseline's (rule: {SEMANTICS_RULE})"))
         elif p == "alignment" and "mean_abs_diff" in b["numbers"] and "mean_abs_diff" in r["numbers"]:
             was, now = b["numbers"]["mean_abs_diff"], r["numbers"]["mean_abs_diff"]
             if now > GROWTH * was + 1e-12:
                 found.append(_finding("regression", m, p, "mean_abs_diff", was, now, ALIGNMENT_RULE,
                                       f"regression: {where} mean_abs_diff {was:.3g} -> {now:.3g} "
                                       f"(rule: {ALIGNMENT_RULE})"))
-    kinds = {f["kind"] for f in found}
+    kinds = {f["kind"] for f in found} - set(INFORMATIONAL)
     return (1 if "regression" in kinds else 2 if kinds else 0), found
+
+
+def _moved(b: dict, r: dict, key: str) -> bool:
+    return key in b["numbers"] and key in r["numbers"] and b["numbers"][key] != r["numbers"][key]
+
+
+def _context(bi: dict, ci: dict) -> list[dict]:
+    """Between two HTTP runs (a server upgrade): a note when they scored different checkpoints."""
+    was, now = bi.get("checkpoint_hash"), ci.get("checkpoint_hash")
+    if was is None or now is None or was == now:
+        return []
+    return [_finding("context", None, None, "checkpoint_hash", was, now,
+                     "a server upgrade is checked on one checkpoint",
+                     f"context: the runs scored different checkpoints ({bi.get('checkpoint')} {was} -> "
+                     f"{ci.get('checkpoint')} {now}): a change below may be the weights', not the server's")]
 
 
 def _finding(kind, model, probe, metric, baseline, candidate, rule, line) -> dict:

@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     r.add_argument("--allow-remote", action="store_true",
                    help="with --engine openai=URL: allow a server that is not on a loopback address")
     r.add_argument("--suite", default="default", help="suite name (bench/gates/NAME.yaml) or path to a suite .yaml")
-    r.add_argument("--out", default="build/gate", help="output directory for gate.json and gate.md")
+    r.add_argument("--out", default="build/gate", help="output directory for gate.json and gate.md (and gate.html over HTTP)")
     b = r.add_mutually_exclusive_group()
     b.add_argument("--baseline", metavar="DIR",
                    help="gate run to compare with by `gate check`'s rules (default: the suite's stored baseline, "
@@ -112,7 +112,7 @@ def _check(args) -> int:
     if args.json:
         print(json.dumps({"exit": code, "findings": found}))
     else:
-        print("\n".join(f["line"] for f in found) if found else "gate check: no regression")
+        print("\n".join([f["line"] for f in found] + ([] if code else ["gate check: no regression"])))
     return code
 
 

@@ -10,7 +10,9 @@ Knobs make it a broken server for the gate's bad-input tests: `logprobs=False` (
 (requests without it get 401), `delay` (seconds before each completion answer), `swap_tokens` (its tokenizer
 swaps two token ids' texts), `logprobs_mode="raw"` (the sampled tokens' logprobs of the raw distribution, vLLM's
 default `raw_logprobs`), `prompt_scoring` ("prompt_logprobs", "echo": prompt logprobs only through `echo` with
-`logprobs`, as OpenAI's legacy API, or "none").
+`logprobs`, as OpenAI's legacy API, or "none"), `top_p_logprobs="full"` (with top-k / top-p the sampled tokens'
+logprobs of the full tempered distribution, not renormalised over the kept set), `routes` (the paths its
+/openapi.json lists, as a FastAPI server's; None: no /openapi.json).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class LoopbackServer(ThreadingHTTPServer):
 class FakeServer:
     def __init__(self, checkpoint, name: str = "fake-model", logprobs: bool = True, api_key: str | None = None,
                  delay: float = 0.0, swap_tokens: tuple[int, int] | None = None, logprobs_mode: str = "processed",
-                 prompt_scoring: str = "prompt_logprobs"):
+                 prompt_scoring: str = "prompt_logprobs", top_p_logprobs: str = "renormalised",
+                 routes: tuple[str, ...] | None = None):
         from tokenizers import Tokenizer
 
         from ..engine import Engine
@@ -53,6 +56,7 @@ class FakeServer:
         self.tok = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
         self.name, self.logprobs, self.api_key, self.delay = name, logprobs, api_key, delay
         self.swap, self.logprobs_mode, self.prompt_scoring = swap_tokens, logprobs_mode, prompt_scoring
+        self.top_p_logprobs, self.routes = top_p_logprobs, routes
         self.lock = threading.Lock()
         self.requests = 0
         self.httpd = LoopbackServer(_handler(self))
@@ -93,9 +97,12 @@ class FakeServer:
                     "echo" if body.get("echo") else None)
             rows = self._prompt_rows(prompt) if want and want == self.prompt_scoring else None
             lps = [float(x) for x in c.logprobs]
-            if self.logprobs_mode == "raw":  # vLLM's raw_logprobs: temperature 1, before any processing
+            full_t = 1.0 if self.logprobs_mode == "raw" else params.temperature if (
+                params.truncates and self.top_p_logprobs == "full") else None
+            if full_t is not None:  # raw: vLLM's raw_logprobs (temperature 1, before any processing)
                 from ..diagnose.forward import score
-                lps = [float(x) for x in score(self.model, self.engine.spec, [(prompt, c.token_ids)], 1.0).logprobs[0]]
+                seqs = [(prompt, c.token_ids)]
+                lps = [float(x) for x in score(self.model, self.engine.spec, seqs, full_t).logprobs[0]]
         ids = [f"token_id:{t}" if body.get("return_tokens_as_token_ids") else self._text([t]) for t in c.token_ids]
         choice = {"index": 0, "text": self._text(c.token_ids), "finish_reason": c.finish_reason, "stop_reason": None}
         if self.logprobs and body.get("logprobs") is not None:
@@ -176,6 +183,8 @@ def _handler(server: FakeServer):
             if not self._authorized():
                 return
             answers = {"/v1/models": server.models, "/version": lambda: {"version": "fake-0"}, "/health": dict}
+            if server.routes is not None:
+                answers["/openapi.json"] = lambda: {"openapi": "3.1.0", "paths": {r: {} for r in server.routes}}
             fn = answers.get(self.path)
             self._send(200, fn()) if fn else self._send(404, {"detail": "Not Found"})
 

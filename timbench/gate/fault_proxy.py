@@ -8,10 +8,18 @@ layer or client library would:
 - `shifted_logprobs`: each sampled token gets the next token's logprob (an off-by-one in the logprob path);
 - `temperature_twice`: the temperature applied twice (a logits processor and the sampler both divide by T): the
   request reaches the server with T^2, so its tokens and logprobs are of the T^2 distribution;
-- `bf16_logprobs`: the returned logprobs rounded to bf16 on the way out (a dtype regression in the output path).
+- `bf16_logprobs`: the returned logprobs rounded to bf16 on the way out (a dtype regression in the output path);
+- `raw_logprobs`: raw and processed swapped: each sampled token's logprob replaced by its raw one (temperature 1,
+  no top-k / top-p), read from the upstream's prompt logprobs of prompt + response (vLLM's `raw_logprobs` mode);
+- `stale_checkpoint`: /v1/completions forwarded to `stale=URL`, a server holding other weights (a weight sync
+  that never reached the server); discovery and /tokenize still go to the upstream;
+- `bos_twice`: a changed tokenizer or template: every completion prompt reaches the server with one more BOS
+  (`bos_id`) in front, as a chat template that adds BOS to an already tokenized prompt does; the prompt
+  logprobs are trimmed back to the prompt the client sent, so the server stays consistent with itself and
+  only a comparison with the trainer can see it.
 
-Prompt logprobs (teacher forcing) pass untouched: the faults are on the rollout path. `none` forwards only (the
-clean reruns). Loopback only; the upstream's answer is parsed as JSON, never executed.
+Prompt logprobs (teacher forcing) pass untouched by the other faults: they are on the rollout path. `none`
+forwards only (the clean reruns). Loopback only; the upstream's answer is parsed as JSON, never executed.
 """
 
 from __future__ import annotations
@@ -43,24 +51,51 @@ def _round(lp: dict) -> None:
     lp["token_logprobs"] = [_bf16(x) for x in lp["token_logprobs"]]
 
 
+def _bos_twice(bos_id: int):
+    return lambda body: {**body, "prompt": [bos_id] + list(body["prompt"])} if isinstance(body.get("prompt"), list) \
+        else body
+
+
+def _trim_bos(ch: dict, echo: bool) -> None:
+    """The server's answer for [BOS] + prompt as an answer for prompt: its first prompt logprob row dropped."""
+    rows = ch.get("prompt_logprobs")
+    if isinstance(rows, list) and len(rows) > 1:
+        ch["prompt_logprobs"] = [None] + rows[2:]
+    lp = ch.get("logprobs")
+    if echo and isinstance(lp, dict):  # the echoed prompt starts with the BOS the proxy added
+        for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            if isinstance(lp.get(k), list) and lp[k]:
+                lp[k] = lp[k][1:]
+        if lp.get("token_logprobs"):
+            lp["token_logprobs"][0] = None
+
+
 FAULTS = {
     "none": (None, None),
     "zero_logprobs": (None, _zero),
     "shifted_logprobs": (None, _shift),
     "temperature_twice": (lambda body: {**body, "temperature": float(body.get("temperature", 1.0)) ** 2}, None),
     "bf16_logprobs": (None, _round),
+    "raw_logprobs": (None, None),  # FaultProxy._raw: it needs the upstream
+    "stale_checkpoint": (None, None),  # FaultProxy.forward: another upstream
+    "bos_twice": (None, None),  # FaultProxy.forward: the prompt and its prompt logprobs
 }
 """fault -> (what it does to a /v1/completions request body, what it does to each choice's `logprobs`)."""
 EXPECTED_PROBE = {"zero_logprobs": "logprob_semantics", "shifted_logprobs": "logprob_semantics",
-                  "temperature_twice": "logprob_semantics", "bf16_logprobs": "logprob_semantics"}
+                  "temperature_twice": "logprob_semantics", "bf16_logprobs": "logprob_semantics",
+                  "raw_logprobs": "logprob_semantics", "stale_checkpoint": "alignment", "bos_twice": "alignment"}
 """The probe that must name each fault (others may fail too: zero and shifted logprobs also fail alignment)."""
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, fault: str = "none", timeout: float = 120.0):
+    def __init__(self, upstream: str, fault: str = "none", timeout: float = 120.0, stale: str | None = None,
+                 bos_id: int = 1):
         if fault not in FAULTS:
             raise ValueError(f"unknown HTTP fault {fault!r}; valid: {', '.join(FAULTS)}")
+        if (fault == "stale_checkpoint") != (stale is not None):
+            raise ValueError("the stale_checkpoint fault takes stale=URL (a server holding other weights), and only it")
         self.upstream, self.fault, self.timeout = upstream.rstrip("/"), fault, timeout
+        self.stale, self.bos_id = stale.rstrip("/") if stale else None, bos_id
         self.httpd = LoopbackServer(_handler(self))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -73,24 +108,49 @@ class FaultProxy:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def _send(self, url: str, method: str, headers: dict, body: bytes | None) -> tuple[int, bytes]:
+        req = urllib.request.Request(url, data=body, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
     def forward(self, method: str, path: str, headers: dict, body: bytes | None) -> tuple[int, bytes]:
         on_request, on_logprobs = FAULTS[self.fault]
         completions = path == "/v1/completions" and method == "POST"
+        if self.fault == "bos_twice":
+            on_request = _bos_twice(self.bos_id)
         if completions and on_request and body:
             body = json.dumps(on_request(json.loads(body))).encode()
-        req = urllib.request.Request(self.upstream + path, data=body, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                code, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        if completions and on_logprobs and code == 200:
-            doc = json.loads(raw)
-            for ch in doc.get("choices") or []:
-                if isinstance(ch.get("logprobs"), dict) and ch["logprobs"].get("token_logprobs"):
+        to = self.stale if completions and self.stale else self.upstream
+        code, raw = self._send(to + path, method, headers, body)
+        if not completions or code != 200 or self.fault not in ("bos_twice", "raw_logprobs") and not on_logprobs:
+            return code, raw
+        doc, sent = json.loads(raw), json.loads(body)
+        for ch in doc.get("choices") or []:
+            if self.fault == "bos_twice":
+                _trim_bos(ch, bool(sent.get("echo")))
+            elif isinstance(ch.get("logprobs"), dict) and ch["logprobs"].get("token_logprobs"):
+                if self.fault == "raw_logprobs":
+                    self._raw(sent, ch["logprobs"], headers)
+                else:
                     on_logprobs(ch["logprobs"])
-            raw = json.dumps(doc).encode()
-        return code, raw
+        return code, json.dumps(doc).encode()
+
+    def _raw(self, body: dict, lp: dict, headers: dict) -> None:
+        """The sampled tokens' raw logprobs: one prefill of prompt + response at temperature 1 (prompt logprobs)."""
+        if body.get("echo") or body.get("prompt_logprobs") is not None:
+            return  # a scoring request: its prompt logprobs are raw already
+        toks = [int(str(t).removeprefix("token_id:")) for t in lp.get("tokens") or []]
+        n = len(body["prompt"])
+        ask = {"model": body.get("model"), "prompt": list(body["prompt"]) + toks, "max_tokens": 1, "temperature": 1.0,
+               "seed": 0, "logprobs": 1, "prompt_logprobs": 1, "return_tokens_as_token_ids": True}
+        code, raw = self._send(self.upstream + "/v1/completions", "POST", headers, json.dumps(ask).encode())
+        rows = json.loads(raw)["choices"][0].get("prompt_logprobs") if code == 200 else None
+        if not isinstance(rows, list):
+            raise OSError(f"raw_logprobs: the upstream gave no prompt logprobs (HTTP {code})")
+        lp["token_logprobs"] = [float(r[str(t)]["logprob"]) for r, t in zip(rows[n:n + len(toks)], toks)]
 
 
 def _handler(proxy: FaultProxy):

@@ -7,9 +7,15 @@ call's requests sent concurrently (a server batches what arrives together, so th
 load on it). `score` is teacher forcing through prompt logprobs (vLLM's `prompt_logprobs`, or `echo` with
 `logprobs`): the response appended to the prompt, each token's logprob read back from one prefill.
 
-`discover` asks the server what it offers (/v1/models, /version, one probe request) before any probe runs; a
-capability that is missing makes the probes that need it raise `NotTested`, reported with the reason, never
-passed.
+`discover` asks the server what it offers (/v1/models, /version, one probe request, the routes /openapi.json
+lists) before any probe runs; a capability that is missing makes the probes that need it raise `NotTested`,
+reported with the reason, never passed.
+
+Weight sync over HTTP is not driven: the routes that load weights into a running vLLM server are its dev-mode
+ones (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc with a worker method such as `reload_weights`, which reloads the
+server's own model path from disk, /sleep and /wake_up, /reset_prefix_cache), plus /update_weights-style routes
+of RL frameworks' server extensions. None takes the trainer's weights from a client, so `weight_sync_reason`
+names which of WEIGHT_ROUTES the server lists and why the probe is not tested.
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ from .http_client import Client, OpenAISpec, ServerError
 
 TOKEN_ID_PREFIX = "token_id:"
 """How vLLM spells a token with `return_tokens_as_token_ids` (`token_id:42`)."""
+
+
+WEIGHT_ROUTES = ("/collective_rpc", "/update_weights", "/update_weights_from_disk", "/reload_weights",
+                 "/v1/load_lora_adapter", "/sleep", "/wake_up", "/reset_prefix_cache")
+"""Routes looked for in /openapi.json that load or refresh a running server's weights (vLLM dev mode, SGLang,
+RL frameworks' extensions)."""
 
 
 class NotTested(Exception):
@@ -49,6 +61,8 @@ class Offer:
     top_k: bool = False
     tokenize: bool = False
     """/tokenize and /detokenize exist (vLLM): the tokenizer agreement check can run."""
+    weight_routes: list[str] | None = None
+    """Which of WEIGHT_ROUTES /openapi.json lists; None when the server lists no routes."""
     notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -115,7 +129,25 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
         offer.tokenize = True
     except ServerError:
         pass
+    try:
+        paths = client.get("/openapi.json").get("paths")
+        if isinstance(paths, dict):
+            offer.weight_routes = [r for r in WEIGHT_ROUTES if r in paths]
+    except ServerError:
+        pass  # not a FastAPI server, or its schema is off: the weight-sync reason says the routes are unknown
     return offer
+
+
+def weight_sync_reason(offer: Offer) -> str:
+    """Why the weight-sync probe is not tested over HTTP, naming the weight-load routes the server lists."""
+    why = ("this adapter drives no weight load over HTTP (a dev-mode /collective_rpc reload_weights reloads the "
+           "server's own model path, not the trainer's weights)")
+    if offer.weight_routes is None:
+        return f"{why}; the server lists no routes (/openapi.json), so its weight-load routes are unknown"
+    if not offer.weight_routes:
+        return (f"{why}; the server lists none of {', '.join(WEIGHT_ROUTES)} (vLLM exposes /collective_rpc, "
+                "/sleep, /wake_up and /reset_prefix_cache with VLLM_SERVER_DEV_MODE=1)")
+    return f"{why}; the server lists {', '.join(offer.weight_routes)}"
 
 
 def _choice(doc: dict) -> dict:
@@ -168,6 +200,8 @@ class HttpEngine:
         self.spec = client.spec  # what the probes print; an OpenAISpec, never a timbench Spec
         self.top_ids: dict[int, list[int]] = {}
         """request id -> the server's top-1 token id at each sampled position (argmax flips), when it gave one."""
+        self.prompt_counts: dict[int, tuple[int, int]] = {}
+        """request id -> (prompt tokens sent, prompt tokens the server's usage counted), where the two differ."""
 
     def _map(self, fn, items):
         with ThreadPoolExecutor(max_workers=max(1, min(self.client.spec.concurrency, len(items)))) as pool:
@@ -185,7 +219,11 @@ class HttpEngine:
                 "top_p": params.top_p, "seed": request_seed(params.seed, r.request_id), "logprobs": 1,
                 "max_tokens": min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
                 "return_tokens_as_token_ids": True, **({"top_k": params.top_k} if params.top_k else {})}
-        ch = _choice(self.client.post("/v1/completions", body))
+        doc = self.client.post("/v1/completions", body)
+        ch = _choice(doc)
+        counted = (doc.get("usage") or {}).get("prompt_tokens")
+        if isinstance(counted, int) and counted != len(r.prompt_ids):
+            self.prompt_counts[r.request_id] = (len(r.prompt_ids), counted)
         lp = ch.get("logprobs") or {}
         ids, lps = _ids(lp.get("tokens") or []), lp.get("token_logprobs") or []
         if len(ids) != len(lps) or not ids or any(not isinstance(x, (int, float)) for x in lps):

@@ -7,7 +7,8 @@ model, labelled by the trainer checkpoint's directory name (so two runs of one c
 compare by `gate check`): determinism, batch invariance (each request alone, then among concurrent requests),
 prefill vs decode (prompt logprobs), alignment against the HF trainer, the sampling probe, and always the
 logprob-semantics probe. A probe the server cannot serve (no prompt logprobs, no weight loading, RL over HTTP)
-is a `not_tested` row with the reason: never passed, never failed.
+is a `not_tested` row with the reason: never passed, never failed. gate.json's `placement` and gate.md's last
+section place the alignment probe's mismatch among timbench's committed conditions (gate.placement).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from pathlib import Path
 from .. import manifest
 from ..engine import SamplingParams
 from . import http_probes
-from .http_engine import NotTested
+from .http_engine import NotTested, weight_sync_reason
+from .html import render_gate_html
+from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
 from .suite import Suite
@@ -29,7 +32,7 @@ from .suite import Suite
 SERVER_PROBES = ("determinism", "batch_invariance", "prefill_vs_decode", "sampling_semantics")
 """Suite probes that run over HTTP as they are (the engine factory hands them the HTTP engine)."""
 NOT_OVER_HTTP = {
-    "weight_sync": "weight sync over HTTP is not implemented (the adapter drives no weight-load endpoint)",
+    "weight_sync": "",  # http_engine.weight_sync_reason: it names the weight-load routes the server lists
     "rl_outcome": "RL runs over HTTP would need the server to load each step's weights (not implemented)",
 }
 
@@ -53,7 +56,7 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
     ident = {"engine_spec": str(spec), "engine_package": offer.server, "engine_version": offer.version,
              "served_model": offer.model, "max_model_len": offer.max_model_len,
              "offers": {"token_ids": offer.token_ids, "prompt_logprobs": offer.prompt_logprobs, "top_k": offer.top_k,
-                        "tokenize": offer.tokenize},
+                        "tokenize": offer.tokenize, "weight_routes": offer.weight_routes},
              "trainer_spec": str(trainer.spec), "checkpoint": trainer.spec.dir.name,
              "checkpoint_hash": checkpoint_hash(trainer.spec.dir), "trainer_dtype": trainer.spec.dtype,
              "trainer_attn": trainer.spec.attn, "transformers": transformers.__version__, "torch": torch.__version__,
@@ -91,7 +94,8 @@ def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, pro
 
 def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_remote: bool = False,
                   progress=None) -> dict:
-    """Run the suite's probes that apply over HTTP; write gate.json and gate.md to `out`; return the report."""
+    """Run the suite's probes that apply over HTTP; write gate.json, gate.md and gate.html to `out`; return the
+    report."""
     from ..atomic import atomic_write
 
     t0 = time.perf_counter()
@@ -105,7 +109,7 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
         t, error, skipped, r = time.perf_counter(), None, None, Probe(False, {})
         try:
             if probe in NOT_OVER_HTTP:
-                raise NotTested(NOT_OVER_HTTP[probe])
+                raise NotTested(NOT_OVER_HTTP[probe] or weight_sync_reason(engine.offer))
             if probe in SERVER_PROBES:
                 r = PROBES[probe](lambda m: engine, _Stub(engine.config), {**p, "model": name}, params, spec)
             elif probe == "alignment":
@@ -129,9 +133,20 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
     report = {"identity": identity(spec, engine.offer, trainer, suite), "passed": all(r["passed"] for r in judged),
               "probes": rows, "errors": sum(r["error"] is not None for r in rows),
               "not_tested": sum(bool(r["not_tested"]) for r in rows), "seconds": time.perf_counter() - t0}
+    report["placement"] = placement(report, committed_rows())
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "gate.md", render(report))
-    manifest.update(out, ["gate.json", "gate.md"])  # last: `gate check` refuses a gate.json edited after the run
+    atomic_write(out / "gate.md", render(report) + render_placement(report["placement"]))
+    atomic_write(out / "gate.html", render_gate_html(report))
+    manifest.update(out, ["gate.json", "gate.md", "gate.html"])  # last: `gate check` refuses a gate.json edited after the run
     return report
+
+
+def committed_rows() -> list:
+    """The committed grids' risk rows, or none where this install has no results/ (a wheel, not a checkout)."""
+    from ..report.risk_data import gather
+    try:
+        return gather()
+    except FileNotFoundError:
+        return []
