@@ -57,7 +57,7 @@ def verdicts(path: str) -> dict:
                          "dir of bench/grids/f5_powered.yaml")
     lr, learns, gains = d.learning()
     tests = []
-    for label, arm, ctl, kind in FAMILY:
+    for _label, arm, ctl, kind in FAMILY:
         ds = diffs(rec[arm], rec[ctl], acc)
         floor = at_floor(rec[arm], rec[ctl])
         name = f"{arm} - {ctl}"

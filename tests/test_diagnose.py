@@ -9,11 +9,11 @@ from timbench.cli import main
 from timbench.diagnose import diagnose, diagnose_rollouts
 from timbench.diagnose.attribution import attribute, changed_keys, errors, key_groups, key_shares
 from timbench.diagnose.figures import draw_all
-from timbench.diagnose.forward import REFERENCE, reference, score
+from timbench.diagnose.forward import reference, score
 from timbench.diagnose.layers import localise
 from timbench.diagnose.views import by_probability, flip_rate, routing_by_layer
 from timbench.model import load_model
-from timbench.spec import SPEC_KEYS, Spec, parse_spec
+from timbench.spec import SPEC_KEYS, parse_spec
 
 SMALL = (2, 5)  # engine batches: a slice of the align workload, enough tokens, seconds not minutes
 

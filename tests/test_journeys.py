@@ -8,7 +8,6 @@ repository root, writing only under a temporary directory. A few minutes on 2 co
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path

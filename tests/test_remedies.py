@@ -9,7 +9,7 @@ import torch
 
 from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
-from timbench.remedies import (METRIC_NAMES, REMEDIES, Remedy, RemedyBatch, RemedyResult, check_result,
+from timbench.remedies import (METRIC_NAMES, REMEDIES, RemedyBatch, RemedyResult, check_result,
                                list_remedies, load_remedy, replay_tensor)
 from timbench.rl import loop as loop_mod
 from timbench.rl import step as step_mod

@@ -59,7 +59,7 @@ def test_compute_carries_the_spec():
             assert getattr(c, key) == getattr(s, key), key
     assert (c.dtype, c.logits_dtype, c.router_dtype) == (s.torch_dtype, s.torch_logits_dtype, s.torch_router_dtype)
     with pytest.raises(AttributeError):
-        c.not_a_key
+        _ = c.not_a_key
 
 
 def test_noise_kinds_are_one_table():

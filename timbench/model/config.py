@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..coerce import field_kind
@@ -94,14 +94,13 @@ class ModelConfig:
         return d
 
     @classmethod
-    def from_hf_dict(cls, d: dict, source: str = "config") -> "ModelConfig":
+    def from_hf_dict(cls, d: dict, source: str = "config") -> ModelConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         if "rope_theta" not in kw and isinstance(d.get("rope_parameters"), dict):
             kw["rope_theta"] = d["rope_parameters"].get("rope_theta", cls.rope_theta)
-        if d.get("model_type") == "qwen3_moe":
-            if d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers"):
-                raise ValueError(f"{source}: only decoder_sparse_step=1 with no mlp_only_layers is supported")
+        if d.get("model_type") == "qwen3_moe" and (d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers")):
+            raise ValueError(f"{source}: only decoder_sparse_step=1 with no mlp_only_layers is supported")
         try:
             return cls(**kw)
         except (TypeError, ValueError) as e:
@@ -111,7 +110,7 @@ class ModelConfig:
         Path(directory, "config.json").write_text(json.dumps(self.to_hf_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> "ModelConfig":
+    def load(cls, directory: str | Path) -> ModelConfig:
         path = Path(directory, "config.json")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no config.json in checkpoint directory {directory}")

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .claims_data import Evidence
-from .leaderboard import fmt_interval as _ci
 from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds,
-                           paired, rel)
-from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, combine, paired_effect,
+                           rel)
+from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, paired_effect,
                             paired_no_difference)
 
 NOT_TESTABLE = "not testable here"

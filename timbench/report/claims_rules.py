@@ -12,7 +12,7 @@ from .claims_registry import (DEMO, FAR_BELOW, ICEPOP_BAND, NOT_TESTABLE, THRESH
                               damaged, effect, no_difference, remedy_gain, step_mean, untestable)
 from .leaderboard import fmt, fmt_interval as _ci
 from .paper_claims import (KL_LEAD, NOT, REPRODUCED, REVERSED, Sub, _by_seed, collapses, dose_points, kl_alarm_step,
-                           over_seeds, paired)
+                           over_seeds)
 from .verdict_rules import EQUIVALENT, NO_WARNING, NOT_TESTED, WARNS, warning_vs_false_alarms
 
 
