@@ -11,6 +11,8 @@ from timbench.report.plots_heatmap import heat_blocks, heat_text, relative_accur
 from timbench.report.seeds import NOTHING_TRAINED
 from timbench.report.summary import summarize_grid
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def row(mode, cond, remedy, rel=0.9, status="done", error=None, collapsed=False, step=None, kind="real"):
     return {"mode": mode, "condition": cond, "remedy": remedy, "kind": kind, "relative_accuracy_t1": rel,

@@ -4,6 +4,10 @@ tasks/base.py and tasks/io.py no longer import each other."""
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 TASKS = Path(__file__).resolve().parents[1] / "tasks"
 
 

@@ -3,6 +3,10 @@
 import tomllib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

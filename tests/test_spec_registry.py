@@ -12,6 +12,8 @@ from timbench.kernels import get_kernels
 from timbench.model import Compute
 from timbench.noise import NOISE_KINDS, Noise, parse_noise
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def _with_key():
     keys = {**S.SPEC_KEYS, "staleness_demo": S.SpecKey(

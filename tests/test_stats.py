@@ -7,6 +7,8 @@ import pytest
 from timbench.report.stats import (Interval, betainc, difference_interval, kaplan_meier, mean_interval,
                                    median_survival, proportion_difference, t_cdf, t_quantile, wilson)
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 # Student t 0.975 quantiles from the standard table (e.g. Abramowitz & Stegun 26.10).
 T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 20: 2.0860,
         30: 2.0423, 120: 1.9799}
