@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# One set of library versions for make quick, make test, the vLLM stage and CI (issue 23): see constraints.txt.
+# One set of library versions for make quick, make test, the vLLM stage and CI: see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
 .PHONY: setup setup-vllm lint format test-unit docs docs-ref quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-journeys test-vllm test-ray test-browser bench clean gate-matrix

@@ -1,4 +1,4 @@
-"""The powered F5 remedy ablation's pre-registered verdicts (issue 42 item 2; bench/grids/f5_powered.yaml).
+"""The powered F5 remedy ablation's pre-registered verdicts (bench/grids/f5_powered.yaml).
 
     python bench/f5_powered_verdict.py results/f5_powered
 

@@ -33,7 +33,7 @@ What emulation cannot cover: a real other microarchitecture's libm or microcode
 features this host lacks, and libraries that dispatch on the CPU vendor: MKL's
 vector math (behind torch.sqrt/exp/log on CPU) ignores MKL_ENABLE_INSTRUCTIONS
 on AMD, which is how a non-IEEE torch.sqrt in the GRPO std and the clip norm
-passed this test and still split Intel from AMD (issue 23). Real machines are
+passed this test and still split Intel from AMD. Real machines are
 checked by tests/test_fingerprint.py against committed golden hashes.
 """
 

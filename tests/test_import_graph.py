@@ -1,4 +1,4 @@
-"""The import graph inside tasks/ has no circle (issue 24 item 5): Problem lives in tasks/problem.py, so
+"""The import graph inside tasks/ has no circle: Problem lives in tasks/problem.py, so
 tasks/base.py and tasks/io.py no longer import each other."""
 
 import ast

@@ -24,7 +24,7 @@ def test_every_package_directory_is_declared():
 
 
 def test_installed_numerics_libraries_match_constraints():
-    """The venv runs exactly the library versions constraints.txt pins (issue 23): a drift, e.g. an extra's
+    """The venv runs exactly the library versions constraints.txt pins: a drift, e.g. an extra's
     install moving numba, fails here instead of silently changing bytes."""
     from importlib.metadata import PackageNotFoundError, version
 

@@ -1,4 +1,4 @@
-"""A plug-in remedy's hook that never returns fails its run in one line (issue 26: a timeout inside a step)."""
+"""A plug-in remedy's hook that never returns fails its run in one line (a timeout inside a step, not a hung grid)."""
 
 import signal
 import threading

@@ -1,4 +1,4 @@
-"""The condition-key registry is the one definition of a key (issue 24): a key added to a copy of
+"""The condition-key registry is the one definition of a key: a key added to a copy of
 `SPEC_KEYS` parses, validates, reaches the model's `Compute`, and a bad value is a one-line error."""
 
 import dataclasses

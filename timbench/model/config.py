@@ -132,7 +132,7 @@ PRESETS: dict[str, ModelConfig] = {
     # `timbench prune-experts`): the same layers, 4 or 2 experts per layer, still top-2.
     "tiny-moe-e4": ModelConfig(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128),
     "tiny-moe-e2": ModelConfig(model_type="qwen3_moe", num_experts=2, num_experts_per_tok=2, moe_intermediate_size=128),
-    # The wider/deeper dense proxy (issue 30, "proxy fidelity across sizes"): tiny-dense scaled 1.5x in width
+    # The wider/deeper dense proxy (do dense verdicts survive a change of size?): tiny-dense scaled 1.5x in width
     # and depth with its shape kept (intermediate = 2 x hidden, head_dim 32, heads * head_dim = hidden), 3.2x
     # the parameters (1.94M, a 7.8 MB fp32 checkpoint, near tiny-moe's 7.2 MB). 2 KV heads, not 3, so a real
     # tp=2 shards whole heads (3 query / 1 KV per rank); the simulated tp (kernels/tensor_parallel.py) only

@@ -1,7 +1,7 @@
 """The field's published claims about training-inference mismatch, each a rule over the committed evidence.
 
 One rule function per claim, registered with `@claim` (timbench.report.claims_registry) in the order claims.md
-lists them; each rule's docstring cites its source (the shared literature notes; issue 30's list). A rule reads
+lists them; each rule's docstring cites its source (the shared literature notes). A rule reads
 Evidence (timbench.report.claims_data) and returns its sub-claims with their numbers and verdicts.
 """
 
