@@ -116,8 +116,8 @@ align: setup
 # over FORMATTED, the files already in ruff's format that the floor-plan moves leave in place. The rest of the tree
 # is formatted in one pass (`make format`) after those moves are merged, so that no branch conflicts with it; that
 # commit replaces FORMATTED by `.` and adds "I" and "UP035" to select. CI's first stage; .pre-commit-config.yaml.
-FORMATTED := tasks/addchain.py tasks/countdown.py tasks/expr.py tasks/lineq.py tests/conftest.py \
-  tests/test_abs_delta_hist.py tests/test_mma_accum.py tests/test_optim.py tests/test_packaging.py \
+FORMATTED := tests/test_extension_folders.py tasks/addchain.py tasks/countdown.py tasks/expr.py tasks/lineq.py \
+  tests/conftest.py tests/test_abs_delta_hist.py tests/test_mma_accum.py tests/test_optim.py tests/test_packaging.py \
   tests/test_quant_determinism.py tests/test_silent_values.py timbench/diagnose/__init__.py timbench/gate/__init__.py \
   timbench/kernels/__init__.py timbench/kernels/fixed_grad.py timbench/kernels/logprobs.py \
   timbench/kernels/noise_ops.py timbench/kernels/numba_ops.py timbench/kernels/numba_ops64.py \
@@ -133,7 +133,7 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 # The unit tier: the test files marked `unit` (pytestmark; they build no model and run no training or engine step).
-# 450 tests in 30 files, ~30 s of CPU (1 min 10 s wall on 2 cores shared with 6 other jobs); `make test` runs them too.
+# 482 tests in 31 files, ~30 s of CPU (1 min 10 s wall on 2 cores shared with 6 other jobs); `make test` runs them too.
 # tests/conftest.py fails a `unit` test that builds a model or takes a model fixture, so the tier stays model-free.
 test-unit: setup
 	$(PY) -m pytest -q -m unit
