@@ -133,7 +133,7 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 # The unit tier: the test files marked `unit` (pytestmark; they build no model and run no training or engine step).
-# 482 tests in 31 files: 34 s of CPU, 1 min wall on 2 cores shared with other jobs; `make test` runs them too.
+# 483 tests in 31 files: 34 s of CPU, 1 min wall on 2 cores shared with other jobs; `make test` runs them too.
 # tests/conftest.py fails a `unit` test that builds a model or takes a model fixture, so the tier stays model-free.
 test-unit: setup
 	$(PY) -m pytest -q -m unit

@@ -1,5 +1,6 @@
 """The extension folders stay usable: every grid, track and gate suite in bench/ loads (and a grid expands to cells)
-without running anything, and each extension folder's README names tests and docs pages that exist."""
+without running anything, each extension folder's README names tests and docs pages that exist, and the unit
+tier's guard holds."""
 
 import re
 from pathlib import Path
@@ -53,3 +54,11 @@ def test_each_extension_folder_has_a_readme_whose_tests_and_links_exist(folder):
     broken = [t for t in links if not (ROOT / folder / t).resolve().exists()]
     assert not broken, f"{folder}/README.md links to missing files: {broken}"
     assert folder == "bench" or any("docs/" in t for t in links), f"{folder}/README.md links no docs page"
+
+
+def test_a_unit_test_that_builds_a_model_fails():
+    """tests/conftest.py's guard keeps the unit tier model-free: this file is marked `unit`, so a model is refused."""
+    from timbench.model import PRESETS, Qwen3ForCausalLM
+
+    with pytest.raises(AssertionError, match="a `unit` test built a model"):
+        Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=0)
