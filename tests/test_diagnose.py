@@ -176,7 +176,8 @@ def test_low_precision_keys_need_no_diagnose_code(moe):
 
 
 def test_diagnose_table_writes_under_build_unless_told_results(tmp_path, monkeypatch):
-    """A regeneration writes under build/ by default (never over a committed result); results/diagnose only with --out results/..."""
+    """A regeneration writes under build/ by default (never over a committed result); results/diagnose only with --out
+    results/..."""
     import timbench.diagnose.table as table
     outs = []
     monkeypatch.setattr(table, "run_table", lambda path, out, progress: outs.append(str(out)))

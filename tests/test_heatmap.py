@@ -1,6 +1,6 @@
-"""The relative-accuracy heatmap draws only the cells a grid has (a partial grid drew empty rows): full condition x remedy blocks, one
-square per cell, none for a pair the design lacks; squares without a score say why (failed, nothing trained,
-pending, no reference), and failed ones stay hatched."""
+"""The relative-accuracy heatmap draws only the cells a grid has (a partial grid drew empty rows): full condition x
+remedy blocks, one square per cell, none for a pair the design lacks; squares without a score say why (failed, nothing
+trained, pending, no reference), and failed ones stay hatched."""
 
 import matplotlib.pyplot as plt
 import numpy as np

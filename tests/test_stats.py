@@ -45,7 +45,8 @@ def test_mean_interval_by_hand():
 
 
 def test_wilson_by_hand():
-    # k = 40, n = 128, z = 1.959964: p = 0.3125, centre (p + z^2/2n) / (1 + z^2/n), hw z sqrt(p(1-p)/n + z^2/4n^2) / (...)
+    # k = 40, n = 128, z = 1.959964: p = 0.3125, centre (p + z^2/2n) / (1 + z^2/n), hw z sqrt(p(1-p)/n + z^2/4n^2) /
+    # (...)
     iv = wilson(40, 128)
     assert (iv.lo, iv.hi) == (pytest.approx(0.238655, abs=1e-6), pytest.approx(0.397271, abs=1e-6))
     assert wilson(0, 3).lo == 0.0 and wilson(0, 3).hi == pytest.approx(0.561497, abs=1e-6)

@@ -73,7 +73,8 @@ def test_track_run_writes_results_and_manifest(tiny):
 
 
 def test_track_run_writes_under_build_unless_told_results(tmp_path, monkeypatch):
-    """A regeneration writes under build/ by default (never over a committed result); the committed results only with --out results/..."""
+    """A regeneration writes under build/ by default (never over a committed result); the committed results only with
+    --out results/..."""
     import timbench.runners.driver as driver
     ran = []
     monkeypatch.setattr(driver, "run_cells", lambda cells, out, *a, **k: ran.append(Path(out)))  # no training here
@@ -94,7 +95,8 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     captured = capsys.readouterr()
     text = captured.out
     assert "rank " in text and "vs none: paired difference" in text and "vs tis_token:" in text
-    # the preflight's reproducibility probes report progress on stderr, one line per probe (a silent preflight looked hung)
+    # the preflight's reproducibility probes report progress on stderr, one line per probe (a silent preflight looked
+    # hung)
     probes = [line for line in captured.err.splitlines() if line.startswith("preflight: probes ")]
     assert [line[len("preflight: probes "):].split(",")[0] for line in probes] == ["0/3", "1/3", "2/3", "3/3"]
     assert all("ETA " in line for line in probes[:3]) and "took " in probes[3]
@@ -107,7 +109,8 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
         assert c["by_setting"][0]["remedy"]["mean"] is not None and c["by_setting"][0]["other"]["lo"] is not None
     assert "  - noise-g2/recompute: " in text and "paired difference" in text.split("noise-g2/recompute: ")[1]
     assert (out / "figures" / "remedy_scores.png").is_file()  # the forest plot, the submission highlighted
-    # known by name@content hash, never by its path (an edited file at the same path is another remedy): ids, run dirs, leaderboard, submission
+    # known by name@content hash, never by its path (an edited file at the same path is another remedy): ids, run dirs,
+    # leaderboard, submission
     ident = f"halve@{hashlib.sha256((root / 'plugins.py').read_bytes()).hexdigest()[:8]}"
     new = [d.name for d in (out / "runs").iterdir() if "halve" in d.name]
     assert len(new) == 2  # noise-g2 x 2 seeds; the reference cells come from the committed results

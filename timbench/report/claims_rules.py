@@ -208,7 +208,8 @@ def triage(ev: Evidence) -> list[Sub]:
     (1) it rose, its mean over the 3 steps before the collapse above its step-0 value, in >= 2/3 of them;
     (2) it leads: `timbench early-warning`'s rule (leave-one-seed-out envelopes, a warning after step 0) over every
     grid that logs it, warns >= 1 step early in >= 2/3 of all collapsed runs, and its verdict is `warns`
-    (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the control, not central) the A > 0 ratio does not rise the same way."""
+    (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the
+    control, not central) the A > 0 ratio does not rise the same way."""
     from .early_warning import Candidate, Run, score_candidate
     key, ctl = "tim/neg_adv_imbalance", "tim/pos_adv_imbalance"
     runs, nv = [], []
