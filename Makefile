@@ -115,7 +115,8 @@ align: setup
 # The linter: `ruff check` over the tree ([tool.ruff] in pyproject.toml; a second or two), then `ruff format --check`
 # over FORMATTED, the files already in ruff's format that the floor-plan moves leave in place. The rest of the tree
 # is formatted in one pass (`make format`) after those moves are merged, so that no branch conflicts with it; that
-# commit replaces FORMATTED by `.` and adds "I" and "UP035" to select. CI's first stage; .pre-commit-config.yaml.
+# commit replaces FORMATTED by `.`, selects "I" and "UP035" and stops ignoring E501 (pyproject.toml). CI's first
+# stage; .pre-commit-config.yaml.
 FORMATTED := tests/test_extension_folders.py tasks/addchain.py tasks/countdown.py tasks/expr.py tasks/lineq.py \
   tests/conftest.py tests/test_abs_delta_hist.py tests/test_mma_accum.py tests/test_optim.py tests/test_packaging.py \
   tests/test_quant_determinism.py tests/test_silent_values.py timbench/diagnose/__init__.py timbench/gate/__init__.py \
