@@ -1,4 +1,4 @@
-"""Does verl's dual-clip change the 4-bit bypass collapse? The verdicts of results/dual_clip (issue 42 item 1).
+"""Does verl's dual-clip change the 4-bit bypass collapse? The verdicts of results/dual_clip.
 
     python bench/dual_clip_verdict.py results/dual_clip
 

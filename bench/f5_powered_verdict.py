@@ -1,4 +1,4 @@
-"""The powered F5 remedy ablation's pre-registered verdicts (issue 42 item 2; bench/grids/f5_powered.yaml).
+"""The powered F5 remedy ablation's pre-registered verdicts (bench/grids/f5_powered.yaml).
 
     python bench/f5_powered_verdict.py results/f5_powered
 
@@ -57,7 +57,7 @@ def verdicts(path: str) -> dict:
                          "dir of bench/grids/f5_powered.yaml")
     lr, learns, gains = d.learning()
     tests = []
-    for label, arm, ctl, kind in FAMILY:
+    for _label, arm, ctl, kind in FAMILY:
         ds = diffs(rec[arm], rec[ctl], acc)
         floor = at_floor(rec[arm], rec[ctl])
         name = f"{arm} - {ctl}"

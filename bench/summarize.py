@@ -10,7 +10,7 @@ spread column gives the lowest and highest per-run ratio (both kernel sets from
 the same file), which shows how much machine load moved the numbers. Engine
 rows measured with vLLM as well (`kernels` = vllm) add a vLLM tok/s column and
 exact_time / vllm_time, the median over files holding both (same machine load).
-Every row has a target (issue 25: exact/torch <= 1.0 for the trainer and the RL
+Every row has a target (exact kernels no slower than PyTorch: exact/torch <= 1.0 for the trainer and the RL
 step, <= 0.9 for the engine); the ratios are also printed one per line, marked met
 or missed.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "results" / "bench"
-# exact time / torch time each bench should stay under (issue 25: exact and faster than plain PyTorch).
+# exact time / torch time each bench should stay under: exact and no slower than plain PyTorch.
 TARGETS = {"trainer": 1.0, "rl_step": 1.0, "engine": 0.9}
 
 

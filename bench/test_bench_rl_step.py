@@ -5,7 +5,7 @@ tiny-dense warm start (32 prompts x 8 responses: rollout, trainer recompute,
 remedy, two mini-batch updates, weight sync), as `timbench train` runs it minus
 eval and file IO. The `torch` case is the same config with
 `engine.kernels=torch` and `trainer.kernels=torch`, so the two cases differ in
-the kernel set only and `bench/summarize.py` reports exact/torch (issue 18.5
+the kernel set only and `bench/summarize.py` reports exact/torch (the
 target: <= 1.15). Steps advance between rounds, so each round samples a fresh
 batch, as in training; both cases see the same prompts.
 

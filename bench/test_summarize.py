@@ -34,7 +34,7 @@ def test_rl_step_ratio_is_pooled_and_judged_against_the_target(tmp_path, capsys)
     # pooled: median of per-file medians (1.2, 1.0) -> 1.1 against torch 1.0; per-run range 1.0-1.2
     assert abs(rows["rl_step"]["ratio"] - 1.1) < 1e-12 and rows["rl_step"]["ratio_range"] == (1.0, 1.2)
     text = out.read_text()
-    # issue 25's targets: the RL step <= 1.0 (missed at 1.10), the engine <= 0.9 (met at 0.50)
+    # the targets: the RL step <= 1.0 (missed at 1.10), the engine <= 0.9 (met at 0.50)
     assert "- rl_step tiny-dense 32x8 fp32: exact/torch 1.10 (1.100 s vs 1.000 s), target <= 1.0: MISSED" in text
     assert "- engine tiny-dense 64 fp32: exact/torch 0.50 (0.500 s vs 1.000 s), target <= 0.9: met" in text
     assert text == capsys.readouterr().out

@@ -78,7 +78,7 @@ class Task(abc.ABC):
             self.name = f"{self.family}-v{self.version}[{args}]"
         self.validate()
 
-    def validate(self) -> None:
+    def validate(self) -> None:  # noqa: B027 - an optional hook: a task without parameters to check keeps this
         """Check `self.difficulty`; raise ValueError on impossible parameters."""
 
     # ---- generation -----------------------------------------------------

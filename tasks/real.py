@@ -126,7 +126,7 @@ def load_real(path: str | os.PathLike, kind: str = "auto", limit: int | None = N
     problems = [p for p in loaded if p]
     if len(problems) < len(loaded):
         warnings.warn(f"{path}: skipped {len(loaded) - len(problems)} of {len(loaded)} rows "
-                      "without a gold answer")
+                      "without a gold answer", stacklevel=2)
     return problems[:limit] if limit is not None else problems
 
 

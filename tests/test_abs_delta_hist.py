@@ -5,6 +5,8 @@ import torch
 
 from timbench.metrics import ABS_DELTA_BINS, abs_delta_histogram
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def test_bins_are_documented_and_contiguous():
     assert len(ABS_DELTA_BINS) == 12 and ABS_DELTA_BINS[0] == (0.0, 0.0) and ABS_DELTA_BINS[1] == (0.0, 1e-9)

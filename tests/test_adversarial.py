@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 40): crafted checkpoints and results dirs, paths from data, reruns over finished runs,
+"""Hostile inputs: crafted checkpoints and results dirs, paths from data, reruns over finished runs,
 plug-ins that fight their limits, malformed values. Each case ends in a refusal, a one-line error or the correct
 result: no code run from data, no traceback, no data loss, no hang (docs/reliability.md lists them)."""
 

@@ -10,6 +10,8 @@ from timbench.rl import (
     kl_penalty, ppo_clip_loss, reinforce_advantage, reinforce_pp_advantage, rloo_advantage,
 )
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 D = torch.float64
 REWARDS = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0], dtype=D)  # two groups of G = 4
 

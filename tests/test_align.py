@@ -60,7 +60,7 @@ def test_align_table_writes_and_resumes(tmp_path):
     said = []
     rows = run_table(table, tmp_path / "out", progress=said.append)
     assert rows[0]["max_abs_diff"] == 0.0
-    # counts and an ETA on every row, so a long table is never silent (issue 29)
+    # counts and an ETA on every row, so a long table is never silent
     assert "2 rows to run" in said[0]
     assert said[1].startswith("[row 1/2, ETA ") and said[2].startswith("[row 2/2, took "), said
     res = tmp_path / "out" / "t.json"

@@ -16,6 +16,8 @@ from timbench.report.paper_claims import CONSISTENT, NOT, REPRODUCED, REVERSED, 
 from timbench.report.verdict_rules import EQUIVALENT, NOT_TESTED
 from timbench.report.results import CellRun
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 KINDS = {"baseline": "reference", "production": "precision", "bf16-engine": "precision", "fp16-engine": "precision", "fp8-rollout": "quant",
          "nvfp4-rollout": "quant", "vllm-bf16": "vllm", "noise-a": "noise", "noise-b": "noise", "noise-c": "noise"}
 

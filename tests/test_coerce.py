@@ -6,6 +6,8 @@ import pytest
 
 from timbench.coerce import coerce
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 @pytest.mark.parametrize("value, kind, want", [
     ("yes", "bool", True), ("FALSE", "bool", False), (1, "bool", True), (False, "bool", False),

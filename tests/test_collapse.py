@@ -6,6 +6,8 @@ import pytest
 
 from timbench.report.collapse import CollapseRule, detect_collapse, moving_average, rule_from_dict
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def rows(rewards, grads=None, k3=None, loss=None):
     out = []

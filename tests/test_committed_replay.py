@@ -1,4 +1,4 @@
-"""Every committed grid, track and run still reproduces at this code (issue 39 item 1).
+"""Every committed grid, track and run still reproduces at this code (a result no code can remake is not a result).
 
 One cell of each committed grid (timbench.grid.replay.replay_cell: a `none` cell under a mismatched condition,
 exact kernels on timbench's CPU engine, so the same bits on any x86-64 CPU) replays its first two steps and must

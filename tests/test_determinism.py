@@ -12,8 +12,8 @@ SSE2 code instead of AVX-512 or AVX2 + FMA) and glibc's ifunc
 choice (GLIBC_TUNABLES hwcaps, on an AVX-512 host only: see below). Besides two updates per case, each variant runs
 the golden fingerprint's short RL runs (`timbench.fingerprint.RUNS`: noise +
 remedy + bypass + twin, bf16, MoE with routing replay, NVFP4 with unified
-precision) and their metrics.jsonl and eval.jsonl must match byte for byte. The older CPU is AVX2 (Haswell) on an AVX-512
-host, and the no-SIMD floor (x86-64) on an AVX2 host, so the two variants differ
+precision) and their metrics.jsonl and eval.jsonl must match byte for byte. The older CPU is AVX2 (Haswell) on an
+AVX-512 host, and the no-SIMD floor (x86-64) on an AVX2 host, so the two variants differ
 on any machine. The host variant runs the C kernels' best build, forced (TIMBENCH_NATIVE_ISA=avx512 or avx2),
 the emulated one the SSE2 build; on an AVX-512 host a third variant emulates the same AVX2 CPU running the
 AVX2 build (what a real Haswell runs), so all three builds log the same bytes. Negative controls prove the
@@ -33,7 +33,7 @@ What emulation cannot cover: a real other microarchitecture's libm or microcode
 features this host lacks, and libraries that dispatch on the CPU vendor: MKL's
 vector math (behind torch.sqrt/exp/log on CPU) ignores MKL_ENABLE_INSTRUCTIONS
 on AMD, which is how a non-IEEE torch.sqrt in the GRPO std and the clip norm
-passed this test and still split Intel from AMD (issue 23). Real machines are
+passed this test and still split Intel from AMD. Real machines are
 checked by tests/test_fingerprint.py against committed golden hashes.
 """
 

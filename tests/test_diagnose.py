@@ -9,11 +9,11 @@ from timbench.cli import main
 from timbench.diagnose import diagnose, diagnose_rollouts
 from timbench.diagnose.attribution import attribute, changed_keys, errors, key_groups, key_shares
 from timbench.diagnose.figures import draw_all
-from timbench.diagnose.forward import REFERENCE, reference, score
+from timbench.diagnose.forward import reference, score
 from timbench.diagnose.layers import localise
 from timbench.diagnose.views import by_probability, flip_rate, routing_by_layer
 from timbench.model import load_model
-from timbench.spec import SPEC_KEYS, Spec, parse_spec
+from timbench.spec import SPEC_KEYS, parse_spec
 
 SMALL = (2, 5)  # engine batches: a slice of the align workload, enough tokens, seconds not minutes
 
@@ -176,7 +176,8 @@ def test_low_precision_keys_need_no_diagnose_code(moe):
 
 
 def test_diagnose_table_writes_under_build_unless_told_results(tmp_path, monkeypatch):
-    """A regeneration writes under build/ by default (issue 29); results/diagnose only with --out results/..."""
+    """A regeneration writes under build/ by default (never over a committed result); results/diagnose only with --out
+    results/..."""
     import timbench.diagnose.table as table
     outs = []
     monkeypatch.setattr(table, "run_table", lambda path, out, progress: outs.append(str(out)))

@@ -7,6 +7,8 @@ import torch
 
 from timbench.rl import objective_drift
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 D = torch.float64
 KEYS = ["drift/c_train_mean", "drift/c_rollout_mean", "drift/diff_mean", "drift/diff_abs_mean",
         "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean", "drift/frac_pos_adv"]

@@ -6,7 +6,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from gridfab import cell_decl, cell_id, write_cell, write_cells_json
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("dual_clip_verdict", ROOT / "bench" / "dual_clip_verdict.py")

@@ -7,8 +7,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from gridfab import standard_grid
 from timbench.report.early_warning import Candidate, Run, rank, score_candidate, score_fixed_kl, warning_step
 from timbench.report.early_warning_md import headline

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from gridfab import cell_decl, write_cell, write_cells_json
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("f5_powered_verdict", ROOT / "bench" / "f5_powered_verdict.py")
 f5 = importlib.util.module_from_spec(spec)

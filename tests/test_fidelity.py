@@ -15,6 +15,8 @@ from timbench.report.fidelity import (ACCURACY, CONTROL, GT, LT, MISSING, NO_DIF
 from timbench.report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
 from timbench.cli import main
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 R2, R3 = "routing_replay_r2", "routing_replay_r3"

@@ -33,7 +33,8 @@ probes:
 """
 
 FAST = SUITE.split("probes:")[0].replace("http-tiny", "http-fast") + \
-    "probes:\n  determinism: {requests: 3, max_new_tokens: 4}\n  alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}\n"
+    "probes:\n  determinism: {requests: 3, max_new_tokens: 4}\n" + \
+    "  alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}\n"
 """The fault, check and key tests' suite: the faults are named by logprob_semantics, which every HTTP run adds."""
 
 

@@ -1,6 +1,6 @@
-"""The relative-accuracy heatmap draws only the cells a grid has (issue 29): full condition x remedy blocks, one
-square per cell, none for a pair the design lacks; squares without a score say why (failed, nothing trained,
-pending, no reference), and failed ones stay hatched."""
+"""The relative-accuracy heatmap draws only the cells a grid has (a partial grid drew empty rows): full condition x
+remedy blocks, one square per cell, none for a pair the design lacks; squares without a score say why (failed, nothing
+trained, pending, no reference), and failed ones stay hatched."""
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -10,6 +10,8 @@ from gridfab import standard_grid
 from timbench.report.plots_heatmap import heat_blocks, heat_text, relative_accuracy_heatmap
 from timbench.report.seeds import NOTHING_TRAINED
 from timbench.report.summary import summarize_grid
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 
 def row(mode, cond, remedy, rel=0.9, status="done", error=None, collapsed=False, step=None, kind="real"):

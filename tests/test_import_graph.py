@@ -1,8 +1,12 @@
-"""The import graph inside tasks/ has no circle (issue 24 item 5): Problem lives in tasks/problem.py, so
+"""The import graph inside tasks/ has no circle: Problem lives in tasks/problem.py, so
 tasks/base.py and tasks/io.py no longer import each other."""
 
 import ast
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 TASKS = Path(__file__).resolve().parents[1] / "tasks"
 

@@ -1,4 +1,4 @@
-"""A user's whole command sequences, as the README runs them, on committed data (issue 39 item 2; CI's own stage,
+"""A user's whole command sequences, as the README runs them, on committed data (CI's own stage,
 `make test-journeys`): submit a built-in and a masking plug-in on the mini track until they are ranked, remake
 the paper page of results/paper byte for byte, gate the exact engine and check it against the stored baseline,
 and every README block marked `<!-- journey -->`. Each step is the `timbench` command in a subprocess from the
@@ -8,7 +8,6 @@ repository root, writing only under a temporary directory. A few minutes on 2 co
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -92,7 +92,8 @@ def test_unknown_kernel_set_is_a_clear_error():
 def _grad_err(f_exact, f_ref, xs, seed, dtype=torch.float32):
     """Max over inputs of max|g_exact - g_ref| / max(max|g_ref|, 1e-2), g_ref by float64 autograd of f_ref.
 
-    The floor judges gradients that are zero in exact arithmetic (a k=1 renormalised router) absolutely, against N(0, 1) upstream gradients.
+    The floor judges gradients that are zero in exact arithmetic (a k=1 renormalised router) absolutely, against N(0, 1)
+    upstream gradients.
     """
     xs_e = [x.to(dtype).requires_grad_() for x in xs]
     y = f_exact(*xs_e)

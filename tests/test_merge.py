@@ -11,6 +11,8 @@ from timbench.report.leaderboard import remedy_ranking
 from timbench.report.results import load_results
 from timbench.report.summary import summarize
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def part(root, cells, name="fab"):
     """A result dir with the given (cond, remedy, seed, final_acc) cells, all done."""

@@ -2,9 +2,12 @@
 
 import math
 
+import pytest
 import torch
 
 from timbench.metrics import mismatch_metrics, routing_agreement
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 
 def test_zero_mismatch_is_exactly_zero():

@@ -8,6 +8,8 @@ import torch
 from timbench.kernels.fixed_grad import embed, scale_rows
 from timbench.trainer.optim import AdamW, clip_grad_norm
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def _params(seed):
     g = torch.Generator().manual_seed(seed)

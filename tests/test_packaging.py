@@ -3,6 +3,10 @@
 import tomllib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,7 +24,7 @@ def test_every_package_directory_is_declared():
 
 
 def test_installed_numerics_libraries_match_constraints():
-    """The venv runs exactly the library versions constraints.txt pins (issue 23): a drift, e.g. an extra's
+    """The venv runs exactly the library versions constraints.txt pins: a drift, e.g. an extra's
     install moving numba, fails here instead of silently changing bytes."""
     from importlib.metadata import PackageNotFoundError, version
 

@@ -17,6 +17,8 @@ from timbench.report.plots import plt
 from timbench.report.plots_paper import Setting, kl_warning_figure
 from timbench.report.results import CellRun
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):

@@ -19,6 +19,8 @@ from timbench.rl.rundir import RunDir
 from timbench.schema import is_known
 from timbench.submit.extras import markdown_lines, plugin_metrics
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 PLUGIN = HEADER + HALVE + '''
 class Nameless(Remedy):
     doc = "no name"

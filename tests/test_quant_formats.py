@@ -11,6 +11,8 @@ import torch
 
 from timbench.quant import FORMATS, QuantError, e8m0_floor, round_to_format, round_to_int
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 TORCH_DTYPE = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 

@@ -8,6 +8,8 @@ import torch
 from timbench.quant import (ACT_QUANT, KV_CACHE, WEIGHT_QUANT, QuantCache, QuantError, fake_quant,
                             format_table, quantize_act, quantize_kv, quantize_weight)
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 F8 = torch.float8_e4m3fn
 
 

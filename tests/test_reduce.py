@@ -2,9 +2,12 @@
 
 import math
 
+import pytest
 import torch
 
 from timbench.kernels.reduce import fmean, fsum, masked_mean, masked_sum
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 
 def test_fsum_is_left_to_right_float64():

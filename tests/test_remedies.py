@@ -9,7 +9,7 @@ import torch
 
 from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
-from timbench.remedies import (METRIC_NAMES, REMEDIES, Remedy, RemedyBatch, RemedyResult, check_result,
+from timbench.remedies import (METRIC_NAMES, REMEDIES, RemedyBatch, RemedyResult, check_result,
                                list_remedies, load_remedy, replay_tensor)
 from timbench.rl import loop as loop_mod
 from timbench.rl import step as step_mod
@@ -497,7 +497,7 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
 def test_readme_example_remedy_loads_and_computes(tmp_path):
     text = open("docs/guides/remedy.md").read()  # the plug-in example, as the docs show it
     code = text.split("```python\n# my_remedy.py")[1].split("```")[0]
-    assert "fexp(" in code and ".exp()" not in code  # CPU-independent maths, as the built-ins (issue 29)
+    assert "fexp(" in code and ".exp()" not in code  # CPU-independent maths, as the built-ins
     (tmp_path / "my_remedy.py").write_text("# my_remedy.py" + code)
     r = load_remedy(f"{tmp_path / 'my_remedy.py'}:MyRemedy", {"C": 3})
     out = check_result(r(_batch()), _batch(), r.name)

@@ -6,7 +6,7 @@ import shutil
 import matplotlib.pyplot as plt
 import pytest
 
-from gridfab import (CONDITIONS, STEPS, cell_decl, cell_id, group_id, isclose, read_csv, seeded_grid,
+from gridfab import (CONDITIONS, STEPS, cell_decl, cell_id, isclose, read_csv, seeded_grid,
                      standard_grid, write_cell, write_cells_json)
 from timbench.cli import main
 from timbench.report.cli import add_report_parser

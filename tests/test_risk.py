@@ -13,6 +13,8 @@ from timbench.report.risk import answer, safe_levels, the_map, units, validity
 from timbench.report.risk_data import ROOT, RiskRow, gather, mapped
 from timbench.report.risk_input import from_align, from_gate, from_numbers
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 ALIGN = ROOT / "align" / "align_lowprec.json"
 GATE = ROOT / "gates" / "raw_logprobs" / "gate.json"
 

@@ -6,9 +6,13 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from gridfab import cell_decl, write_cell, write_cells_json
 
 from timbench.manifest import stamp_run
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("same_metrics", ROOT / "bench" / "same_metrics.py")

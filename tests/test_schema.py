@@ -11,6 +11,8 @@ import pytest
 
 from timbench import schema
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 ROOT = Path(__file__).resolve().parents[1]
 METRIC_LIKE = re.compile(r"^((rollout_corr|mismatch|training|actor|critic|drift|batch|response_length|quantized|cum"
                          r"|final|mean|max|collapse|twin|tim)/[A-Za-z0-9_./]+"

@@ -1,4 +1,4 @@
-"""Values that used to train silently wrong are refused in one line, or mean what the messages say (issue 26)."""
+"""Values that used to train silently wrong are refused in one line, or mean what the messages say."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The small-dense preset (issue 30, proxy fidelity across sizes): shapes every kernel and condition accepts,
+"""The small-dense preset (the dense proxy-fidelity check's larger model): shapes every kernel and condition accepts,
 exact engine = exact trainer bit for bit, quantized rollouts that run and bite, a bitwise-reproducible RL
 step from its shipped warm start, and the proxy_dense grid that plans with it."""
 

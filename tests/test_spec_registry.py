@@ -1,4 +1,4 @@
-"""The condition-key registry is the one definition of a key (issue 24): a key added to a copy of
+"""The condition-key registry is the one definition of a key: a key added to a copy of
 `SPEC_KEYS` parses, validates, reaches the model's `Compute`, and a bad value is a one-line error."""
 
 import dataclasses
@@ -11,6 +11,8 @@ from timbench import spec as S
 from timbench.kernels import get_kernels
 from timbench.model import Compute
 from timbench.noise import NOISE_KINDS, Noise, parse_noise
+
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 
 def _with_key():
@@ -59,7 +61,7 @@ def test_compute_carries_the_spec():
             assert getattr(c, key) == getattr(s, key), key
     assert (c.dtype, c.logits_dtype, c.router_dtype) == (s.torch_dtype, s.torch_logits_dtype, s.torch_router_dtype)
     with pytest.raises(AttributeError):
-        c.not_a_key
+        _ = c.not_a_key
 
 
 def test_noise_kinds_are_one_table():

@@ -7,6 +7,8 @@ import pytest
 from timbench.report.stats import (Interval, betainc, difference_interval, kaplan_meier, mean_interval,
                                    median_survival, proportion_difference, t_cdf, t_quantile, wilson)
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 # Student t 0.975 quantiles from the standard table (e.g. Abramowitz & Stegun 26.10).
 T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 20: 2.0860,
         30: 2.0423, 120: 1.9799}
@@ -43,7 +45,8 @@ def test_mean_interval_by_hand():
 
 
 def test_wilson_by_hand():
-    # k = 40, n = 128, z = 1.959964: p = 0.3125, centre (p + z^2/2n) / (1 + z^2/n), hw z sqrt(p(1-p)/n + z^2/4n^2) / (...)
+    # k = 40, n = 128, z = 1.959964: p = 0.3125, centre (p + z^2/2n) / (1 + z^2/n), hw z sqrt(p(1-p)/n + z^2/4n^2) /
+    # (...)
     iv = wilson(40, 128)
     assert (iv.lo, iv.hi) == (pytest.approx(0.238655, abs=1e-6), pytest.approx(0.397271, abs=1e-6))
     assert wilson(0, 3).lo == 0.0 and wilson(0, 3).hi == pytest.approx(0.561497, abs=1e-6)

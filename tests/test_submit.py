@@ -73,7 +73,8 @@ def test_track_run_writes_results_and_manifest(tiny):
 
 
 def test_track_run_writes_under_build_unless_told_results(tmp_path, monkeypatch):
-    """A regeneration writes under build/ by default (issue 29); the committed results only with --out results/..."""
+    """A regeneration writes under build/ by default (never over a committed result); the committed results only with
+    --out results/..."""
     import timbench.runners.driver as driver
     ran = []
     monkeypatch.setattr(driver, "run_cells", lambda cells, out, *a, **k: ran.append(Path(out)))  # no training here
@@ -94,20 +95,22 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     captured = capsys.readouterr()
     text = captured.out
     assert "rank " in text and "vs none: paired difference" in text and "vs tis_token:" in text
-    # the preflight's reproducibility probes report progress on stderr, one line per probe (issue 29)
+    # the preflight's reproducibility probes report progress on stderr, one line per probe (a silent preflight looked
+    # hung)
     probes = [line for line in captured.err.splitlines() if line.startswith("preflight: probes ")]
     assert [line[len("preflight: probes "):].split(",")[0] for line in probes] == ["0/3", "1/3", "2/3", "3/3"]
     assert all("ETA " in line for line in probes[:3]) and "took " in probes[3]
     rec = json.loads((out / "submission.json").read_text())
     assert rec["of"] == 3 and [c["vs"] for c in rec["comparisons"]] == ["none", "tis_token"]
     assert all(len(c["seeds"]) == 2 and c["lo"] is not None for c in rec["comparisons"])
-    # per condition too, so a loss under one condition is not hidden by an overall tie (issue 29)
+    # per condition too, so a loss under one condition is not hidden by an overall tie
     for c in rec["comparisons"]:
         assert [p["setting"] for p in c["by_setting"]] == ["noise-g2/recompute"]
         assert c["by_setting"][0]["remedy"]["mean"] is not None and c["by_setting"][0]["other"]["lo"] is not None
     assert "  - noise-g2/recompute: " in text and "paired difference" in text.split("noise-g2/recompute: ")[1]
     assert (out / "figures" / "remedy_scores.png").is_file()  # the forest plot, the submission highlighted
-    # known by name@content hash, never by its path (issue 29): ids, run dirs, leaderboard, submission
+    # known by name@content hash, never by its path (an edited file at the same path is another remedy): ids, run dirs,
+    # leaderboard, submission
     ident = f"halve@{hashlib.sha256((root / 'plugins.py').read_bytes()).hexdigest()[:8]}"
     new = [d.name for d in (out / "runs").iterdir() if "halve" in d.name]
     assert len(new) == 2  # noise-g2 x 2 seeds; the reference cells come from the committed results
@@ -122,7 +125,7 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
         rest = "\n".join(ln for ln in body.splitlines() if "timbench submit " not in ln)
         assert "plugins.py" not in rest and "plugins-py" not in rest, f
         assert all(f"{root / 'plugins.py'}:Halve" in ln for ln in cmds), (f, cmds)
-    # a plug-in's own `extra` metrics reach summary.csv and the submission (issue 29)
+    # a plug-in's own `extra` metrics reach summary.csv and the submission
     header = (out / "summary.csv").read_text().splitlines()[0].split(",")
     assert header[-1] == "remedy_extra/halve/scale"
     assert rec["extra_metrics"] == {"halve/scale": {"mean": 0.5, "cells": 2, "by_setting": {"noise-g2/recompute": 0.5}}}
@@ -165,7 +168,7 @@ def test_a_failed_submission_exits_1_and_retry_failed_reruns_it_after_the_fix(ti
     assert "0 of 2 cells to run" in capsys.readouterr().err
     assert main(args + ["--retry-failed"]) == 1  # rerun, and the same file fails the same way
     assert "2 of 2 cells to run" in capsys.readouterr().err
-    # the fixed file is another remedy (name@hash, issue 29): not mixed into the broken version's board
+    # the fixed file is another remedy (name@hash): not mixed into the broken version's board
     plugin.write_text(plugin.read_text().replace("-1.0)", "0.5)"))
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -212,7 +215,7 @@ def test_other_code_is_refused_only_when_it_changes_results(tiny, tmp_path):
     said = []
     notes = check_committed(track, other, say=said.append)  # same results: the replayed step matches
     assert len(notes) == 1 and "logged every committed value unchanged" in notes[0]
-    # the preflight says what it does while it runs, with counts (issue 29)
+    # the preflight says what it does while it runs, with counts
     assert len(said) == 2 and "step 0/1" in said[0] and said[1].startswith("preflight: step 1/1, took ")
     metrics = other / "runs" / m["replay_cell"] / "metrics.jsonl"
     lines = metrics.read_text().splitlines(keepends=True)
@@ -262,7 +265,7 @@ def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
     lines = []
     warning = reproducibility_warning(f"{tmp_path / 'plug.py'}:Threads", {}, settings=two, say=lines.append)
     assert warning and "2 threads" in warning and "fexp" in warning and "\n" not in warning
-    # progress while it works (issue 29): a line before the first probe and one per probe, with counts and an ETA
+    # progress while it works: a line before the first probe and one per probe, with counts and an ETA
     assert [line.split(":")[1].strip().split(",")[0] for line in lines] == ["probes 0/2", "probes 1/2", "probes 2/2"]
     assert "ETA ?" in lines[0] and "ETA " in lines[1] and "1 thread done" in lines[1]
     assert "took " in lines[2] and "2 threads done" in lines[2]

@@ -16,6 +16,8 @@ from timbench.tasks import cli, expr
 from timbench.tasks.addition import AdditionTask
 from timbench.tasks.countdown import CountdownTask, parse_prompt
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 NAMES = task_names()
 REQUIRED = {"add-3d-v1", "add-4d-v1", "mul-v1", "lineq-v1", "countdown-v1", "addchain-v1"}
 GARBAGE = ["", " ", "#", "##", "x=", "x=-", "x=-0", "=", "((((", "1/0", "9" * 100_000,

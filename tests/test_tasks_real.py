@@ -13,6 +13,8 @@ from timbench.tasks import load_split, save_split
 from timbench.tasks.answers import answers_match, extract_boxed, extract_final_answer, normalize_answer
 from timbench.tasks.real import RealTask, load_dapo, load_gsm8k, load_math, load_real, real_reward
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def _jsonl(path, rows):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")

@@ -154,7 +154,7 @@ def test_a_failed_start_leaves_a_failed_status_and_a_rerun_finishes(ckpt, tmp_pa
     monkeypatch.setattr(loop_mod, "make_lane", real)
     s = run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False)
     assert s["status"] == "finished" and read_status(tmp_path / "r") == {"status": "finished", "error": None}
-    # A finished, sealed run started again is not started at all: its result stands (issue 40, nothing
+    # A finished, sealed run started again is not started at all: its result stands (nothing
     # destroyed by a rerun), so a start that would fail cannot take its summary.json away.
     monkeypatch.setattr(loop_mod, "make_lane", broken)
     assert run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False) == s

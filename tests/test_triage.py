@@ -10,6 +10,8 @@ import torch
 from timbench.remedies import RemedyBatch, load_remedy
 from timbench.remedies.direction import TriageParams, segment_gates, triage_weights
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def _batch(delta, adv, mask=None):
     delta = torch.tensor(delta, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""The small defects a newcomer met submitting a remedy (issue 39's list), one test each, each failing before its fix:
+"""The small defects a newcomer met submitting a remedy, one test each, each failing before its fix:
 did-you-mean for a mistyped remedy, a FILE.py without :Class naming its classes, sub-command errors naming the
 choices, `track list` and `submit` telling a track with committed results from one without, a refused grid run
 leaving no .lock, the submission's regenerate command being runnable, a plug-in whose step raises stopping before

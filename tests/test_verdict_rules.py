@@ -10,6 +10,8 @@ from timbench.report import verdict_rules as vr
 from timbench.report.endpoint import DEFAULT, endpoint_value, label
 from timbench.report.stats import fisher_exact, holm, t_test, tost
 
+pytestmark = pytest.mark.unit  # builds no model (make test-unit)
+
 
 def test_fisher_exact_matches_scipy():
     # scipy.stats.fisher_exact([[2, 4], [2, 1]]) etc.

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_diagnose(sub)
     from .warmstart_cli import add_parser as add_warmstart
     add_warmstart(sub)
-    from .prune_cli import add_parser as add_prune  # `timbench prune-experts` (issue 30: proxy fidelity)
+    from .prune_cli import add_parser as add_prune  # `timbench prune-experts`: expert-pruned proxy models
     add_prune(sub)
     from .rl.cli import add_parser as add_train
     add_train(sub)
@@ -122,23 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(grid_sub)
     add_report_parser(grid_sub)
 
-    from .report.cli import add_paper_parser  # `timbench paper DIR` (issue 16)
+    from .report.cli import add_paper_parser  # `timbench paper DIR`: the paper's F1-F5 verdicts
     add_paper_parser(sub)
-    from .report.cli import add_claims_parser  # `timbench claims DIR...` (issue 30)
+    from .report.cli import add_claims_parser  # `timbench claims DIR...`: the field's other claims
     add_claims_parser(sub)
-    from .report.cli import add_early_warning_parser  # `timbench early-warning DIR...` (issue 28)
+    from .report.cli import add_early_warning_parser  # `timbench early-warning DIR...`
     add_early_warning_parser(sub)
-    from .report.cli import add_proxy_fidelity_parser  # `timbench proxy-fidelity DIR...` (issue 30)
+    from .report.cli import add_proxy_fidelity_parser  # `timbench proxy-fidelity DIR...`
     add_proxy_fidelity_parser(sub)
-    from .report.risk_cli import add_risk_parser  # `timbench risk` (issue 42 item 5)
+    from .report.risk_cli import add_risk_parser  # `timbench risk`: the risk map over committed grids
     add_risk_parser(sub)
 
-    from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track` (issue 15)
+    from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track`
     add_submit(sub)
 
-    from .fingerprint import add_parser as add_fingerprint  # cross-machine golden hashes (issue 23)
+    from .fingerprint import add_parser as add_fingerprint  # cross-machine golden hashes
     add_fingerprint(sub)
-    from .gate.cli import add_parser as add_gate  # the release gate (issue 27)
+    from .gate.cli import add_parser as add_gate  # the release gate
     add_gate(sub)
 
     try:

@@ -1,4 +1,4 @@
-"""The fault library: real engine bug classes, injected by the engine spec key `fault=NAME` (issue 27).
+"""The fault library: real engine bug classes, injected by the engine spec key `fault=NAME`.
 
 Each fault is data plus small functions: what it does to a weight sync, to the
 engine's model config, or to the completions an engine returns. The engine

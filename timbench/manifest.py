@@ -95,7 +95,7 @@ def read(directory: str | Path) -> dict | None:
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e.__class__.__name__}); `timbench grid run` redoes the cell")
+        raise ValueError(f"{path}: not valid JSON ({e.__class__.__name__}); `timbench grid run` redoes the cell") from None
     if not isinstance(doc, dict) or doc.get("manifest") != VERSION or not isinstance(doc.get("files"), dict):
         raise ValueError(f"{path}: expected {{\"manifest\": {VERSION}, \"files\": {{name: sha256}}}}")
     return doc["files"]

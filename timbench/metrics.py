@@ -1,4 +1,5 @@
-"""Training-inference mismatch metrics between the trainer's old_logprobs (pi_old) and the engine's rollout_logprobs (mu).
+"""Training-inference mismatch metrics between the trainer's old_logprobs (pi_old) and the engine's rollout_logprobs
+(mu).
 
 Pure functions over per-token tensors. Names follow verl's `rollout_corr/*` and
 `training/rollout_probs_diff_*` (see shared/reference/tim-literature.md); the ratio quantities

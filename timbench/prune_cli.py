@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from .warmstart_cli import _band_arg
 
 

@@ -257,7 +257,7 @@ class _SpecMethods:
     def __str__(self) -> str:
         return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.to_dict().items())
 
-    def override(self, changes: dict | None, what: str = "spec", side: str | None = None) -> "Spec":
+    def override(self, changes: dict | None, what: str = "spec", side: str | None = None) -> Spec:
         """This spec with some keys replaced (raw `key: value` pairs, parsed like a spec string)."""
         if not changes:
             return self

@@ -73,7 +73,7 @@ class CharTokenizer:
             json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "CharTokenizer":
+    def load(cls, directory: str | os.PathLike) -> CharTokenizer:
         path = Path(directory) / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no tokenizer.json in checkpoint directory {directory}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The release gate on an NVIDIA GPU, against timbench's exact reference on the same host's CPU (issue 27, item 6).
+# The release gate on an NVIDIA GPU, against timbench's exact reference on the same host's CPU.
 #
 # Runs as is on any machine with a CUDA GPU and a CUDA build of PyTorch (no network needed):
 #   bash bench/device/gpu_gate.sh [OUT]            # default OUT: results/gates/gpu

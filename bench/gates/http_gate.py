@@ -1,4 +1,4 @@
-"""The HTTP gate's wall time and its detection matrix on the HTTP path (issue 44).
+"""The HTTP gate's wall time and its detection matrix on the HTTP path.
 
 Gates an OpenAI-compatible server (by default the in-process fake server backed by timbench's exact engine, on
 the shipped tiny dense checkpoint; or `--url URL --trainer DIR` for a running server, its key in OPENAI_API_KEY)

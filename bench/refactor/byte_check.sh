@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Byte-identity check for refactors (issue 24): short runs covering dense + MoE, fp32 + bf16, noise, quant,
+# Byte-identity check for refactors: short runs covering dense + MoE, fp32 + bf16, noise, quant,
 # TP, routing replay, bypass + a remedy, align and diagnose. Run before and after a change and compare:
 #   bench/refactor/byte_check.sh /tmp/before && (after the change) bench/refactor/byte_check.sh /tmp/after
 #   diff -r /tmp/before /tmp/after   # (timing.jsonl excluded: wall-clock)

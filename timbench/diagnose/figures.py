@@ -74,7 +74,7 @@ def attribution(rows, out):
 
 def keys(rows, out):
     fig, ax = plt.subplots(figsize=(8, max(3, len(rows) * 0.35)))
-    for i, (label, r) in enumerate(rows):
+    for i, (_label, r) in enumerate(rows):
         left = 0.0
         for k in r.get("keys", {}).get("keys", []):
             if k["share"]:

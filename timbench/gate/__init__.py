@@ -1,4 +1,4 @@
-"""`timbench gate`: a versioned suite of engine probes for regression-testing a framework release (issue 27).
+"""`timbench gate`: a versioned suite of engine probes for regression-testing a framework release.
 
 `suite` loads bench/gates/<name>.yaml, `probes` holds the probes, `run` runs a suite on one engine spec and
 records what was tested, `check` compares a candidate with a baseline, `matrix` tables several releases'

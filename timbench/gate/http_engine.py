@@ -29,7 +29,7 @@ import torch
 
 from ..engine import Completion, Request, SamplingParams
 from ..engine.score import EngineScores
-from .http_client import Client, OpenAISpec, ServerError
+from .http_client import Client, ServerError
 
 TOKEN_ID_PREFIX = "token_id:"
 """How vLLM spells a token with `return_tokens_as_token_ids` (`token_id:42`)."""

@@ -151,8 +151,9 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
 
 
 def frequency_test(counts: dict[int, int], probs: dict[int, float], n: int, min_expected: float = 5.0) -> dict:
-    """Pearson's chi-square of `n` draws' token `counts` against the probabilities the engine returned for them. Tokens expected fewer than `min_expected` times are pooled with the mass of every token never drawn
-    (1 - the returned probabilities' sum), so the test needs no access to the engine's full distribution.
+    """Pearson's chi-square of `n` draws' token `counts` against the probabilities the engine returned for them. Tokens
+    expected fewer than `min_expected` times are pooled with the mass of every token never drawn (1 - the returned
+    probabilities' sum), so the test needs no access to the engine's full distribution.
     Returned probabilities summing past 1 cannot be one distribution: chi2 = inf."""
     mass = math.fsum(probs.values())
     if mass > 1 + 1e-6:

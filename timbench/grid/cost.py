@@ -41,7 +41,7 @@ CELL_OVERHEAD_S = 2.0
 """Per-cell start-up: a fresh process imports torch/numba and loads the warm start."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mean_response_tokens(task: str) -> float:
     from ..tasks import get_task
     from ..tasks.registry import response_stats

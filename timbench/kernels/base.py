@@ -1,7 +1,7 @@
 """The kernel interface shared by the rollout engine and the trainer forward.
 
-A model calls only these seven operations (and compositions of them: `tensor_parallel`) for arithmetic whose rounding could
-depend on the batch; everything else it does is indexing or IEEE-exact
+A model calls only these seven operations (and compositions of them: `tensor_parallel`) for arithmetic whose rounding
+could depend on the batch; everything else it does is indexing or IEEE-exact
 elementwise `+ - * /`, which no kernel choice can change. Swapping the kernel
 set is therefore the whole difference between an engine and a trainer that
 agree bitwise (`exact` on both sides) and a classic kernel mismatch.

@@ -47,7 +47,7 @@ class _Exact(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.saved_tensors  # raises if an input was modified in place since the forward
+        _ = ctx.saved_tensors  # raises if an input was modified in place since the forward
         grads = ctx.bwd(ctx.saved, grad, ctx.needs_input_grad[2:])
         ctx.saved = None
         return (None, None, *grads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..coerce import field_kind
@@ -94,14 +94,13 @@ class ModelConfig:
         return d
 
     @classmethod
-    def from_hf_dict(cls, d: dict, source: str = "config") -> "ModelConfig":
+    def from_hf_dict(cls, d: dict, source: str = "config") -> ModelConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         if "rope_theta" not in kw and isinstance(d.get("rope_parameters"), dict):
             kw["rope_theta"] = d["rope_parameters"].get("rope_theta", cls.rope_theta)
-        if d.get("model_type") == "qwen3_moe":
-            if d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers"):
-                raise ValueError(f"{source}: only decoder_sparse_step=1 with no mlp_only_layers is supported")
+        if d.get("model_type") == "qwen3_moe" and (d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers")):
+            raise ValueError(f"{source}: only decoder_sparse_step=1 with no mlp_only_layers is supported")
         try:
             return cls(**kw)
         except (TypeError, ValueError) as e:
@@ -111,7 +110,7 @@ class ModelConfig:
         Path(directory, "config.json").write_text(json.dumps(self.to_hf_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> "ModelConfig":
+    def load(cls, directory: str | Path) -> ModelConfig:
         path = Path(directory, "config.json")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no config.json in checkpoint directory {directory}")
@@ -133,7 +132,7 @@ PRESETS: dict[str, ModelConfig] = {
     # `timbench prune-experts`): the same layers, 4 or 2 experts per layer, still top-2.
     "tiny-moe-e4": ModelConfig(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128),
     "tiny-moe-e2": ModelConfig(model_type="qwen3_moe", num_experts=2, num_experts_per_tok=2, moe_intermediate_size=128),
-    # The wider/deeper dense proxy (issue 30, "proxy fidelity across sizes"): tiny-dense scaled 1.5x in width
+    # The wider/deeper dense proxy (do dense verdicts survive a change of size?): tiny-dense scaled 1.5x in width
     # and depth with its shape kept (intermediate = 2 x hidden, head_dim 32, heads * head_dim = hidden), 3.2x
     # the parameters (1.94M, a 7.8 MB fp32 checkpoint, near tiny-moe's 7.2 MB). 2 KV heads, not 3, so a real
     # tp=2 shards whole heads (3 query / 1 KV per rank); the simulated tp (kernels/tensor_parallel.py) only

@@ -20,6 +20,8 @@ from ..kernels import KernelSet, get_kernels
 from ..kernels.fixed_grad import embed, scale_rows
 from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
+from ..quant import QuantCache
+from ..quant.aligned import RolloutCodes
 from . import quantized as Q
 from ..spec import ZERO_MISMATCH, Spec
 from .config import ModelConfig
@@ -38,10 +40,10 @@ class Compute:
     kernels: KernelSet
     spec: Spec = ZERO_MISMATCH
     """The side's spec (`timbench.spec.Spec`); its kernels name is the kernel set's."""
-    quant_cache: "QuantCache | None" = None
+    quant_cache: QuantCache | None = None
     """Quantized weights kept between forwards (the engine's `timbench.quant.QuantCache`, cleared at each
     weight sync); None = quantize at every forward (a trainer)."""
-    rollout_codes: "RolloutCodes | None" = None
+    rollout_codes: RolloutCodes | None = None
     """A trainer's rounding-aligned quantization (`timbench.quant.aligned.RolloutCodes`): the codewords the
     rollout's weights used, which its quantized weights round toward; None = round to nearest."""
 
@@ -54,7 +56,7 @@ class Compute:
             self.kernels.mma_accum = accum
 
     @classmethod
-    def from_spec(cls, spec: Spec) -> "Compute":
+    def from_spec(cls, spec: Spec) -> Compute:
         """The Compute a `timbench.spec.Spec` asks for (a fresh kernel set instance)."""
         return cls(get_kernels(spec.kernels), spec)
 

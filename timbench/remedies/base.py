@@ -1,10 +1,10 @@
 """The remedy plug-in API: the batch a remedy sees, what it returns, the base class, the shared metrics.
 
 A remedy turns one step's correction ratios rho_t = pi_old / mu (trainer's recomputed logprob over
-the engine's; the quantities and their names are timbench.ratios') into per-token loss weights and a keep-mask, as a pure function of the batch. It may
-also act earlier through declarative hooks: `replay` (MoE routing replay) and spec overrides for
-the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never touches
-the loop.
+the engine's; the quantities and their names are timbench.ratios') into per-token loss weights and a keep-mask, as a
+pure function of the batch. It may also act earlier through declarative hooks: `replay` (MoE routing replay) and spec
+overrides for the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never
+touches the loop.
 
 Metric names follow verl's `rollout_corr/*` (verl/trainer/ppo/rollout_corr_helper.py); every
 remedy logs the same set through `finish`, so runs with different remedies line up column for

@@ -1,9 +1,9 @@
 """The built-in remedies: importance weighting, masking, sequence rejection, routing replay, precision.
 
 Formulas and defaults as restated in shared/reference/tim-literature.md ("Remedies and defaults"),
-with rho_t = exp(clamp(log pi_old - log mu, +-20)) (verl's clamp) and k1/k2/k3 as in timbench.ratios. Sequence quantities run over a
-sequence's masked-in tokens. Thresholds are inclusive on the kept side: a token or sequence exactly
-at a bound is kept.
+with rho_t = exp(clamp(log pi_old - log mu, +-20)) (verl's clamp) and k1/k2/k3 as in timbench.ratios. Sequence
+quantities run over a sequence's masked-in tokens. Thresholds are inclusive on the kept side: a token or sequence
+exactly at a bound is kept.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A spec is a registered name (`tis_token`), a verl / TRL vocabulary name (`verl` with verl's keys as
 parameters, `verl:decoupled_geo_rs`, `trl:sequence_mask`: timbench.remedies.verl / .trl), an installed
-entry point in the group `timbench.remedies`, `pkg.module:ClassName`, or `path/to/file.py:ClassName`. Every failure is a one-line ValueError or
-FileNotFoundError that names what is wrong and what is valid.
+entry point in the group `timbench.remedies`, `pkg.module:ClassName`, or `path/to/file.py:ClassName`. Every failure is a
+one-line ValueError or FileNotFoundError that names what is wrong and what is valid.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ consistent, no difference detected (a claim of no difference whose interval cont
 detectable effect), not reproduced, reversed; plus `not testable here` (no committed grid or table holds the
 cells, with which would) and `reproduced (demonstration, one seed)` for a one-seed alignment measurement.
 A claim's headline is its weakest central sub-claim (`headline`). Sources: shared/reference/tim-literature.md
-and issue 30. Pure functions of Evidence (timbench.report.claims_data).
+and each rule's docstring. Pure functions of Evidence (timbench.report.claims_data).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .claims_data import Evidence
-from .leaderboard import fmt_interval as _ci
 from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds,
-                           paired, rel)
-from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, combine, paired_effect,
+                           rel)
+from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, paired_effect,
                             paired_no_difference)
 
 NOT_TESTABLE = "not testable here"

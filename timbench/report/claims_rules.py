@@ -1,7 +1,7 @@
 """The field's published claims about training-inference mismatch, each a rule over the committed evidence.
 
 One rule function per claim, registered with `@claim` (timbench.report.claims_registry) in the order claims.md
-lists them; each rule's docstring cites its source (the shared literature notes; issue 30's list). A rule reads
+lists them; each rule's docstring cites its source (the shared literature notes). A rule reads
 Evidence (timbench.report.claims_data) and returns its sub-claims with their numbers and verdicts.
 """
 
@@ -12,7 +12,7 @@ from .claims_registry import (DEMO, FAR_BELOW, ICEPOP_BAND, NOT_TESTABLE, THRESH
                               damaged, effect, no_difference, remedy_gain, step_mean, untestable)
 from .leaderboard import fmt, fmt_interval as _ci
 from .paper_claims import (KL_LEAD, NOT, REPRODUCED, REVERSED, Sub, _by_seed, collapses, dose_points, kl_alarm_step,
-                           over_seeds, paired)
+                           over_seeds)
 from .verdict_rules import EQUIVALENT, NO_WARNING, NOT_TESTED, WARNS, warning_vs_false_alarms
 
 
@@ -208,7 +208,8 @@ def triage(ev: Evidence) -> list[Sub]:
     (1) it rose, its mean over the 3 steps before the collapse above its step-0 value, in >= 2/3 of them;
     (2) it leads: `timbench early-warning`'s rule (leave-one-seed-out envelopes, a warning after step 0) over every
     grid that logs it, warns >= 1 step early in >= 2/3 of all collapsed runs, and its verdict is `warns`
-    (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the control, not central) the A > 0 ratio does not rise the same way."""
+    (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the
+    control, not central) the A > 0 ratio does not rise the same way."""
     from .early_warning import Candidate, Run, score_candidate
     key, ctl = "tim/neg_adv_imbalance", "tim/pos_adv_imbalance"
     runs, nv = [], []

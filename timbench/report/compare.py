@@ -35,7 +35,6 @@ Exact entries are checked exactly, everything else by intervals (timbench.report
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from ..grid.layout import experiment_difference, load_cells, run_dir

@@ -1,5 +1,5 @@
 """Early warnings of a collapse: which per-step metric leaves the healthy range first, and how many steps before
-the collapse (issue 28 item 3, issue 41; `timbench early-warning DIR...`).
+the collapse (`timbench early-warning DIR...`; docs/findings/early-warning.md).
 
 The seed paper (arXiv 2605.14220) finds the KL "nearly flat" while reward falls; the public GPU study of
 Qwen3-1.7B/8B saw the KL rise ~25 steps before the reward fell; TRIAGE (arXiv 2610.07043) names a quadrant

@@ -1,5 +1,5 @@
-"""Proxy fidelity across sizes (issue 30 item 4; `timbench proxy-fidelity DIR... --out OUT`): does each verdict a
-grid reaches on its reference model survive the change to a smaller (or other) proxy model?
+"""Proxy fidelity across sizes (docs/findings/proxy-fidelity.md; `timbench proxy-fidelity DIR... --out OUT`): does each
+verdict a grid reaches on its reference model survive the change to a smaller (or other) proxy model?
 
 Reads grid result dirs whose cells vary the `model` axis (bench/grids/proxy_moe.yaml: tiny-moe with 8 experts and
 its expert-pruned proxies tiny-moe-e4 and tiny-moe-e2). Each model is read from one dir, the one holding most of
@@ -12,17 +12,17 @@ its finished cells, so every comparison paired by seed stays inside one grid. Pe
   3. remedy order, per condition: every pair of its remedies (R3 vs none, R2 vs none, R3 vs R2) on the endpoint
      accuracy and, where the runs log `mismatch/routing_agreement`, on routing disagreement (1 - its mean).
 
-Per model, comparisons are paired by seed (report.paper_claims.paired: a 95% Student t interval over seeds):
-"A > B detected" / "A < B detected" when the interval excludes 0, else "no difference detected"; fewer than
-MIN_SEEDS finished (paired) seeds: "missing". Whether a verdict survives the change of size is then *tested*, not
-read off the labels (issue 41): per proxy model, the interaction, i.e. the proxy's A - B minus the reference
-model's per seed, by verdict_rules.size_interaction (equivalence within half the reference model's learning range
-by TOST: `transfers`; a detected interaction: `differs by size`), and a collapse rate against the reference
-model's by verdict_rules.rate_interaction (Fisher); Holm within each proxy's family; `not tested` when nothing
-happened at any size. "Same direction" is the claim (arXiv 2608.10823), not equal numbers. The control: on a model
-whose routing cannot disagree (every expert routed, num_experts <= top-k: tiny-moe-e2) a routing-replay remedy
-replays nothing, so each of them vs none must be "no difference detected". Pure functions; `write_fidelity`
-writes fidelity.md and fidelity.json atomically.
+Per model, comparisons are paired by seed (report.paper_claims.paired: a 95% Student t interval over seeds): "A > B
+detected" / "A < B detected" when the interval excludes 0, else "no difference detected"; fewer than MIN_SEEDS finished
+(paired) seeds: "missing". Whether a verdict survives the change of size is then *tested*, not read off the labels (two
+labels can agree by chance at few seeds): per proxy model, the interaction, i.e. the proxy's A - B minus the reference
+model's per seed, by verdict_rules.size_interaction (equivalence within half the reference model's learning range by
+TOST: `transfers`; a detected interaction: `differs by size`), and a collapse rate against the reference model's by
+verdict_rules.rate_interaction (Fisher); Holm within each proxy's family; `not tested` when nothing happened at any
+size. "Same direction" is the claim (arXiv 2608.10823), not equal numbers. The control: on a model whose routing cannot
+disagree (every expert routed, num_experts <= top-k: tiny-moe-e2) a routing-replay remedy replays nothing, so each of
+them vs none must be "no difference detected". Pure functions; `write_fidelity` writes fidelity.md and fidelity.json
+atomically.
 """
 
 from __future__ import annotations

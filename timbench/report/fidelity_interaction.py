@@ -1,4 +1,4 @@
-"""Proxy fidelity's test: does a verdict on the reference model transfer to a proxy model (issue 41)?
+"""Proxy fidelity's test: does a verdict on the reference model transfer to a proxy model?
 
 Not by comparing the two models' labels ("detected" / "not detected") but by testing the size x setting
 interaction with timbench.report.verdict_rules: for an effect or a remedy order, the proxy's A - B minus the

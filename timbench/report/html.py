@@ -56,7 +56,8 @@ def table_html(t) -> str:
                       f"<td>{escape(str(v))}</td>" for v in row)
         body.append(f"<tr{cls}>{tds}</tr>")
     note = f'<p class="note">{escape(t.note)}</p>' if t.note else ""
-    return (f"<h2 id=\"{anchor(t.title)}\">{escape(t.title)}</h2>\n{note}\n<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>\n"
+    return (f"<h2 id=\"{anchor(t.title)}\">{escape(t.title)}</h2>\n{note}\n"
+            f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>\n"
             "<tbody>\n" + "\n".join(body) + "\n</tbody></table></div>")
 
 

@@ -10,8 +10,8 @@ run` / `timbench submit`): it kept the warm start by training on nothing. The sc
 the mean of the per-seed scores with a 95% Student t interval over seeds; with one seed, the interval
 propagates each cell's eval-set binomial error (SE = sqrt(p(1-p)/eval_n) / reference accuracy).
 Ranks whose intervals overlap are listed as tied. A cell counts once it is done, or failed with a
-collapse (a non-finite loss is the remedy's failure) or with nothing trained; cells still running, pending, failed for other
-reasons, or whose reference has no accuracy yet are listed but not scored. A remedy with any cell that failed,
+collapse (a non-finite loss is the remedy's failure) or with nothing trained; cells still running, pending, failed for
+other reasons, or whose reference has no accuracy yet are listed but not scored. A remedy with any cell that failed,
 trained on nothing or has not finished ranks after every complete remedy, whatever its score: the quick track's
 trm_avg, whose 3 nothing-trained cells kept the warm start, ranked first before this rule.
 
@@ -220,7 +220,8 @@ def _ranking_table(rows: list[dict], stamp: str) -> Table:
         f"mean over seeds with a 95% Student t interval (one seed: the eval-set binomial error, propagated). "
         f"A rank is a tie unless its interval separates it from the next one's (overlapping neighbours chain into "
         f"one tie group, printed e.g. 1-3 (tied); timbench/report/verdict_rules.py rank_labels). failed: the "
-        f"remedy's cells that failed, trained on nothing or have not finished; such a remedy ranks after every complete one, whatever its score. "
+        f"remedy's cells that failed, trained on nothing or have not finished; such a remedy ranks after every "
+        f"complete one, whatever its score. "
         f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.")
 
 

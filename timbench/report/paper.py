@@ -155,9 +155,9 @@ def _f5_title(cond: str | None, bars: list[tuple]) -> str:
 def remedy_variants(d: PaperData) -> dict[str, dict]:
     """Remedy label -> {remedy, remedy_args, eps_low, eps_high} as the cells ran it (from their configs)."""
     out = {}
-    for (cond, label, mode), cells in d.cells.items():
+    for (_cond, remedy_label, _mode), cells in d.cells.items():
         cfg = cells[0].config
-        out.setdefault(label, {"remedy": cfg.get("remedy", label), "remedy_args": cfg.get("remedy_args") or {},
+        out.setdefault(remedy_label, {"remedy": cfg.get("remedy", remedy_label), "remedy_args": cfg.get("remedy_args") or {},
                                "eps_low": cfg.get("eps_low"), "eps_high": cfg.get("eps_high")})
     return dict(sorted(out.items(), key=lambda kv: (kv[0] != "none", kv[0])))
 

@@ -43,7 +43,7 @@ def f1(d: PaperData) -> Verdict:
     return family("F1", subs)
 
 
-F2_SUBS = (f"recompute degrades (relative accuracy < 1, paired) with grad-norm spikes (the seed's max grad norm over "
+F2_SUBS = ("recompute degrades (relative accuracy < 1, paired) with grad-norm spikes (the seed's max grad norm over "
            "the same seed's zero-mismatch max > 1 on the log scale, paired)",
            f"bypass degrades silently (collapses more often than zero mismatch, Fisher; and its max grad norm is "
            f"within {SPIKE:g}x the same seed's zero-mismatch max, TOST on the log scale)",

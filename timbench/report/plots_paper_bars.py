@@ -23,7 +23,7 @@ def _err(iv: Interval):
 
 def _drift_bars(ax, bars: list[tuple[str, Interval, Interval]], title: str) -> None:
     """Per condition the mean over steps of the A > 0 and the A < 0 drift, with their 95% intervals."""
-    for i, (label, pos, neg) in enumerate(bars):
+    for i, (_label, pos, neg) in enumerate(bars):
         for off, iv, color in ((-0.18, pos, "tab:green"), (0.18, neg, "tab:purple")):
             if iv.mean is None:
                 continue

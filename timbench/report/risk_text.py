@@ -92,7 +92,7 @@ def validation_markdown(v: dict, command: str) -> str:
            f"percentile, bootstrap over conditions ({v['bootstrap']} draws, seed {v['seed']}). `{MODE_ONLY}` is "
            "the control without any statistic. `dose AUC` is mean |delta| refitted on the same rows; `AUC - dose` "
            "is the paired difference (a statistic beats mean |delta| only when its interval is above 0).", ""]
-    for name, o in v["outcomes"].items():
+    for o in v["outcomes"].values():
         out += [f"## Damage = {o['definition']}", "", f"**{o['verdict']}.**", "",
                 "| statistic | rows / conditions | damaged rows | LOCO AUC | LOCO threshold accuracy | dose AUC | "
                 "AUC - dose |", "|---|---:|---:|---:|---:|---:|---:|"]

@@ -147,7 +147,7 @@ class Interval:
     def half_width(self) -> float | None:
         return None if self.lo is None or self.hi is None else (self.hi - self.lo) / 2.0
 
-    def overlaps(self, other: "Interval") -> bool:
+    def overlaps(self, other: Interval) -> bool:
         """True when the two intervals share a point (a missing bound counts as unbounded)."""
         lo1, hi1 = (-math.inf if self.lo is None else self.lo), (math.inf if self.hi is None else self.hi)
         lo2, hi2 = (-math.inf if other.lo is None else other.lo), (math.inf if other.hi is None else other.hi)

@@ -42,8 +42,9 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 def grpo_advantage(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """GRPO: A_i = (r_i - mean_g) / (std_g + eps), eps = 1e-6.
 
-    std_g is unbiased (divides by G - 1, torch.std's default, here the fixed-order fstd), as verl's compute_grpo_outcome_advantage; a
-    group of one gets mean 0 and std 1, also as verl (so A = r / (1 + eps)). All-equal groups give 0.
+    std_g is unbiased (divides by G - 1, torch.std's default, here the fixed-order fstd), as verl's
+    compute_grpo_outcome_advantage; a group of one gets mean 0 and std 1, also as verl (so A = r / (1 + eps)). All-equal
+    groups give 0.
     """
     g = _groups(rewards, group_size)
     mean = fmean(g, 1, keepdim=True) if group_size > 1 else torch.zeros_like(g)
@@ -264,7 +265,8 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One RL algorithm: advantage(rewards, group_size) -> adv[N]; loss(logprobs, old_logprobs, adv, mask, **loss_kwargs)."""
+    """One RL algorithm: advantage(rewards, group_size) -> adv[N]; loss(logprobs, old_logprobs, adv, mask,
+    **loss_kwargs)."""
 
     name: str
     advantage: Callable[..., torch.Tensor]

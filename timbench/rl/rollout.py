@@ -66,7 +66,8 @@ def pad_support(rows: list[torch.Tensor | None], width: int) -> torch.Tensor | N
 
 
 def pad_dist(rows: list[torch.Tensor | None], width: int) -> torch.Tensor | None:
-    """[N, width, V] float32 from per-response [len, V] log-distributions (0 past each end); None unless all have one."""
+    """[N, width, V] float32 from per-response [len, V] log-distributions (0 past each end); None unless all have
+    one."""
     return None if any(r is None for r in rows) else _pad_rows(rows, width, 0.0, torch.float32)
 
 

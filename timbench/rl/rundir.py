@@ -57,7 +57,7 @@ class JsonlLog:
                 if row.get("step", -1) < resume_step:
                     kept.append(line)
         atomic_write(path, "".join(line + "\n" for line in kept))
-        self.f = open(path, "a")
+        self.f = open(path, "a")  # noqa: SIM115 - held open for the run's appends; close() closes it
 
     def write(self, row: dict) -> None:
         try:
