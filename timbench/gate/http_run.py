@@ -139,7 +139,8 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     atomic_write(out / "gate.md", render(report) + render_placement(report["placement"]))
     atomic_write(out / "gate.html", render_gate_html(report))
-    manifest.update(out, ["gate.json", "gate.md", "gate.html"])  # last: `gate check` refuses a gate.json edited after the run
+    # last: `gate check` refuses a gate.json edited after the run
+    manifest.update(out, ["gate.json", "gate.md", "gate.html"])
     return report
 
 
