@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timbench.atomic import atomic_write  # noqa: E402
+from timbench.util.atomic import atomic_write  # noqa: E402
 from timbench.report.leaderboard import fmt, fmt_interval  # noqa: E402
 from timbench.report.paper import paper_data  # noqa: E402
 from timbench.report.paper_claims import acc, at_floor, collapses, diffs, over_seeds, paired, rel  # noqa: E402

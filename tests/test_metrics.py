@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from timbench.metrics import mismatch_metrics, routing_agreement
+from timbench.metrics.mismatch import mismatch_metrics, routing_agreement
 
 
 def test_zero_mismatch_is_exactly_zero():

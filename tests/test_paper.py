@@ -14,7 +14,7 @@ import pytest
 from gridfab import write_cells_json
 
 from timbench.cli import main
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 from timbench.report.paper import paper_data, verdicts, write_paper
 from timbench.report.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
                                           rose_before_collapse, spearman)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gridfab import cell_decl, write_cell, write_cells_json
 
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("same_metrics", ROOT / "bench" / "same_metrics.py")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from timbench import spec as S
+from timbench.spec import keys as S
 from timbench.kernels import get_kernels
 from timbench.model import Compute
-from timbench.noise import NOISE_KINDS, Noise, parse_noise
+from timbench.spec.noise import NOISE_KINDS, Noise, parse_noise
 
 
 def _with_key():

@@ -15,11 +15,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from .align import ENGINE_BATCHES, align
-from .atomic import atomic_write
+from .util.atomic import atomic_write
 from .eta import Eta
 from .model import load_model
-from .readfile import read_yaml
-from .spec import parse_spec
+from .util.readfile import read_yaml
+from .spec.keys import parse_spec
 
 _KEYS = {"models", "seed", "conditions", "batches"}
 _COND_KEYS = {"name", "engine", "trainer", "models", "kind"}
@@ -46,7 +46,7 @@ def read_table(path: str | Path) -> dict:
 
 
 def _worker_init(threads: int) -> None:
-    from .threads import set_threads
+    from .util.threads import set_threads
     set_threads(threads)
 
 

@@ -1,7 +1,7 @@
 """The `timbench` command: one subcommand per job, each a thin layer over the library.
 
 Building the parser imports no torch/numba (each command imports its library when it runs, packages export
-lazily: timbench.lazy), so `timbench --help`, `--version` and argument errors answer in well under a second.
+lazily: timbench.util.lazy), so `timbench --help`, `--version` and argument errors answer in well under a second.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from . import __version__
 def _cmd_align(args) -> int:
     if args.table:
         from .align_table import run_table
-        from .atomic import check_output_dir
+        from .util.atomic import check_output_dir
         out = args.out or "build/align"
         check_output_dir(out)
         from .grid.cli import default_workers
@@ -30,7 +30,7 @@ def _cmd_align(args) -> int:
     check_seed(args.seed, "--seed")
     from .align import align
     from .model import load_model
-    from .spec import parse_spec
+    from .spec.keys import parse_spec
     engine = parse_spec(args.engine, "engine spec", side="engine")
     trainer = parse_spec(args.trainer, "trainer spec", side="trainer")
     model = load_model(args.model, seed=args.seed)
@@ -105,9 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .diagnose.cli import add_parser as add_diagnose
     add_diagnose(sub)
-    from .warmstart_cli import add_parser as add_warmstart
+    from .warmstart.cli import add_parser as add_warmstart
     add_warmstart(sub)
-    from .prune_cli import add_parser as add_prune  # `timbench prune-experts` (issue 30: proxy fidelity)
+    from .warmstart.prune_cli import add_parser as add_prune  # `timbench prune-experts` (issue 30: proxy fidelity)
     add_prune(sub)
     from .rl.cli import add_parser as add_train
     add_train(sub)
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
         except BrokenPipeError:
             raise  # a closed stdout (`| head`), handled below: not an error of the command
         except OSError as e:  # a refused write (disk full, read-only, permissions): one line naming the path
-            from .atomic import write_error
+            from .util.atomic import write_error
             print(f"timbench {args.command}: error: {write_error(e, 'at', e.filename or '?')}", file=sys.stderr)
             return 2
     except BrokenPipeError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from ..atomic import atomic_path
+from ..util.atomic import atomic_path
 from ..report.style import DPI, legend, plt
 
 

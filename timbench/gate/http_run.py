@@ -90,7 +90,7 @@ def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, pro
 def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_remote: bool = False,
                   progress=None) -> dict:
     """Run the suite's probes that apply over HTTP; write gate.json and gate.md to `out`; return the report."""
-    from ..atomic import atomic_write
+    from ..util.atomic import atomic_write
 
     t0 = time.perf_counter()
     engine, trainer, spec = connect(engine_spec, trainer_spec, allow_remote, progress)

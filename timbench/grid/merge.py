@@ -27,7 +27,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from ..remedies.identity import comparable_cell
 from .layout import load_cells, read_status, run_dir
 

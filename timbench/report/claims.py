@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from .claims_data import Evidence, load_evidence
 from . import claims_rules  # noqa: F401  (registers every claim)
 from .claims_registry import CLAIMS, headline

@@ -204,7 +204,7 @@ def fp8_rl(ev: Evidence) -> list[Sub]:
 def triage(ev: Evidence) -> list[Sub]:
     """TRIAGE (arXiv 2610.07043): splits delta by the sign of A and of delta; the (A < 0, delta < 0) share of
     the update grows before the collapse (their precursor 1.02 -> 2.32). Read from the per-step
-    `tim/neg_adv_imbalance` (timbench.metrics_direction) of untreated nvfp4 runs (rollout or W4A4) that collapsed:
+    `tim/neg_adv_imbalance` (timbench.metrics.direction) of untreated nvfp4 runs (rollout or W4A4) that collapsed:
     (1) it rose, its mean over the 3 steps before the collapse above its step-0 value, in >= 2/3 of them;
     (2) it leads: `timbench early-warning`'s rule (leave-one-seed-out envelopes, a warning after step 0) over every
     grid that logs it, warns >= 1 step early in >= 2/3 of all collapsed runs, and its verdict is `warns`
@@ -226,7 +226,7 @@ def triage(ev: Evidence) -> list[Sub]:
                     nv.append((f"{cond}/{mode} s{c.axes['seed']}", c.metrics, step))
     if not runs:
         why = ("no committed grid logs the per-step quadrant metrics (tim/quadrant_mass/*, tim/neg_adv_imbalance: "
-               "timbench.metrics_direction); run bench/grids/nvfp4.yaml")
+               "timbench.metrics.direction); run bench/grids/nvfp4.yaml")
         return [Sub(t, NOT_TESTABLE, why) for t in ("the quadrant imbalance rises before the collapse",
                                                       "the quadrant imbalance leads the collapse")]
 

@@ -16,7 +16,7 @@ import sys
 
 
 def _cmd_report(args) -> int:
-    from ..atomic import check_output_dir
+    from ..util.atomic import check_output_dir
     from .leaderboard import write_report
     from pathlib import Path
     d = args.dir.rstrip("/")
@@ -31,7 +31,7 @@ def _cmd_report(args) -> int:
     # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone; the report line
     # names --out only where it is not the default, so it regenerates exactly these files.
     command = f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}"
-    from ..dirlock import DirLock
+    from ..util.dirlock import DirLock
     with DirLock(out, "timbench grid report"):  # one writer per directory: a grid run or another report waits
         written = write_report(d, command=command + (f" --out {out}" if out != default else ""), out=out)
     for p in written.values():
@@ -61,7 +61,7 @@ def default_out(source: str, fallback: str) -> str:
 
 def _written(command: str, out: str, write) -> int:
     """Refuse an unwritable `out` first (one line), then run `write()` and list the files it wrote."""
-    from ..atomic import check_output_dir
+    from ..util.atomic import check_output_dir
     check_output_dir(out)
     written = write()
     for p in written.values():

@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
 from .results import load_results
 from .stats import mean_interval, wilson

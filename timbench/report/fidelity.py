@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from .endpoint import DEFAULT, ENDPOINTS, with_endpoint
 from .paper_claims import collapses, over_seeds, paired
 from .results import load_results

@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import manifest
-from ..atomic import atomic_write
+from ..util import manifest
+from ..util.atomic import atomic_write
 from ..grid.layout import PENDING
 from . import stats
 from .collapse import rule_from_dict

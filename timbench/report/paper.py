@@ -18,7 +18,7 @@ import re
 from html import escape
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from .collapse import rule_from_dict
 from .endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
 from .leaderboard import fmt, fmt_interval

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from .plots_cells import KIND_MARKERS
 from .style import legend, plt, png_bytes
 

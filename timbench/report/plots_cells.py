@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..grid.conditions import KINDS
-from ..metrics import ABS_DELTA_BINS
+from ..metrics.mismatch import ABS_DELTA_BINS
 from .plots import _no_data, condition_colors, plt, representatives
 from .results import CellRun, column
 from .style import legend, place_labels
@@ -77,7 +77,7 @@ def delta_histogram_figure(cells: list[CellRun]):
                 if h is not None:
                     if len(h) != len(ABS_DELTA_BINS):
                         raise ValueError(f"cell {c.id} step {r['step']}: {HIST_KEY} has {len(h)} bins; "
-                                         f"expected {len(ABS_DELTA_BINS)} (timbench.metrics.ABS_DELTA_BINS)")
+                                         f"expected {len(ABS_DELTA_BINS)} (timbench.metrics.mismatch.ABS_DELTA_BINS)")
                     total += np.asarray(h, dtype=float)
             frac = total / total.sum() if total.sum() else total
             ax.bar(np.arange(len(frac)) + i * width, frac, width=width, color=colors[c.axes["condition"]],

@@ -48,7 +48,7 @@ def _queries(args) -> list[tuple[str, dict]]:
 
 def _validate(args, rows) -> int:
     from pathlib import Path
-    from ..atomic import atomic_write, check_output_dir
+    from ..util.atomic import atomic_write, check_output_dir
     from .risk import safe_levels, the_map, units, validity
     from .risk_data import mapped
     from .risk_text import map_markdown, validation_markdown

@@ -69,7 +69,7 @@ def _align_query(row: dict, where: str) -> dict:
 
 def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict]]:
     """The rows of an align table (JSON), or those whose label contains `row`; zero-mismatch rows are skipped."""
-    from ..readfile import read_json
+    from ..util.readfile import read_json
     p = Path(path)
     if p.suffix == ".md":
         raise ValueError(f"{p}: the Markdown table; pass the JSON next to it ({p.with_suffix('.json')})")
@@ -94,7 +94,7 @@ def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict
 def gate_suites() -> list[str]:
     """Gate suites (bench/gates/*.yaml) that run the alignment probe: the gate.json files `risk` understands."""
     from ..gate.suite import SUITES_DIR
-    from ..readfile import read_yaml
+    from ..util.readfile import read_yaml
     out = []
     for f in sorted(SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []:
         doc = read_yaml(f, "gate suite") or {}

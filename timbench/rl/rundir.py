@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from ..atomic import atomic_write, write_error
-from .. import manifest
-from ..manifest import MANIFEST, stamp_run
+from ..util.atomic import atomic_write, write_error
+from ..util import manifest
+from ..util.manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
 from .config import load
-from ..schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX, REWARD_MEAN
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX, REWARD_MEAN
 
 
 STATUSES = ("running", "finished", "failed")

@@ -55,7 +55,7 @@ STEP_KEYS: dict[str, str] = {
     "drift/diff_pos_adv_mean": "drift on positive-advantage tokens",
     "drift/diff_neg_adv_mean": "drift on negative-advantage tokens",
     "drift/frac_pos_adv": "fraction of positive-advantage tokens",
-    ABS_DELTA_HIST: "histogram of |log pi - log mu| (timbench.metrics.ABS_DELTA_BINS)",
+    ABS_DELTA_HIST: "histogram of |log pi - log mu| (timbench.metrics.mismatch.ABS_DELTA_BINS)",
     "mismatch/extreme_frac_1.5": "fraction of tokens with rho outside [1/1.5, 1.5]",
     "mismatch/extreme_frac_2": "outside [1/2, 2]", "mismatch/extreme_frac_5": "outside [1/5, 5]",
     "mismatch/frac_tokens_differ": "fraction of tokens whose logprobs differ at all",
@@ -80,14 +80,14 @@ STEP_KEYS: dict[str, str] = {
     "replica/mask_jaccard": "Jaccard overlap of the tokens the remedy rejects on each pass (1 when both empty)",
     "replica/kept_jaccard": "Jaccard overlap of the tokens the remedy keeps on each pass",
     "replica/weight_max_abs_delta": "max |w - w'| of the remedy's weights on tokens both passes keep",
-    # direction-aware metrics (timbench.metrics_direction, TRIAGE arXiv 2610.07043)
+    # direction-aware metrics (timbench.metrics.direction, TRIAGE arXiv 2610.07043)
     **{f"tim/quadrant_mass/{q}": f"share of sum |A| |delta| with {q.replace('_', ' ')}"
        for q in ("pos_adv_pos_delta", "pos_adv_neg_delta", "neg_adv_pos_delta", "neg_adv_neg_delta")},
     "tim/neg_adv_imbalance": "mass(A < 0, delta < 0) / mass(A < 0, delta > 0): TRIAGE's precursor (1 = balanced)",
     "tim/pos_adv_imbalance": "mass(A > 0, delta < 0) / mass(A > 0, delta > 0) (the control)",
     "tim/tail_seg_concentration": "share of the top-1% |delta| tail inside the worst tenth of 64-token segments",
     TIM_BITWISE_EQUAL_FRAC: "positions whose whole next-token distribution the trainer matches bitwise "
-                            "(timbench.metrics_dist, arXiv 2610.05458; timbench engine only)",
+                            "(timbench.metrics.dist, arXiv 2610.05458; timbench engine only)",
     TIM_TV_MEAN: "mean total variation 0.5 * sum_v |pi_v - mu_v| of the full distributions per position",
     TIM_TV_MAX: "max total variation over the step's response positions",
     TIM_TOP1_AGREEMENT: "positions where trainer and engine argmax agree (greedy token agreement; ties to lower id)",
@@ -106,7 +106,7 @@ STEP_KEY_FAMILIES: dict[str, str] = {
     r"mismatch/extreme_frac_[0-9.]+": "fraction of tokens with rho outside [1/tau, tau] (any tau)",
     r"rollout_corr/rollout_rs_[a-z0-9_]+_(seq_)?masked_fraction": "verl rejection sampling, one per criterion",
     r"tim/top[0-9]+_consistency": "mean overlap |top-K(pi) & top-K(mu)| / K of the full distributions "
-                                  "(timbench.metrics_dist.TOP_K: 5)",
+                                  "(timbench.metrics.dist.TOP_K: 5)",
 }
 """Keys logged under a parameter (regular expressions of the whole key)."""
 _FAMILY = re.compile("|".join(f"(?:{p})" for p in STEP_KEY_FAMILIES))
@@ -161,6 +161,6 @@ def _is_step_key(key: str) -> bool:
 def check_key(key: str, where: str = "metric") -> str:
     """`key` itself, or a one-line SchemaError naming it and where the valid names are."""
     if not is_known(key):
-        raise SchemaError(f"{where}: unknown metric {key!r}; valid: the names in timbench.schema "
+        raise SchemaError(f"{where}: unknown metric {key!r}; valid: the names in timbench.metrics.schema "
                           f"(STEP_KEYS, EVAL_KEYS, SUMMARY_KEYS, or {'|'.join(SUMMARY_PREFIXES)} + a step key)")
     return key

@@ -1,14 +1,14 @@
-"""`timbench warmstart`: the command over timbench.warmstart (kept apart so the CLI parser needs no torch)."""
+"""`timbench warmstart`: the command over timbench.warmstart.run (kept apart so the CLI parser needs no torch)."""
 
 from __future__ import annotations
 
 import argparse
 
-DEFAULT_MODEL = "tiny-dense"  # the one definition (timbench.warmstart imports it)
+DEFAULT_MODEL = "tiny-dense"  # the one definition (timbench.warmstart.run imports it)
 
 
 def _band_arg(text: str) -> tuple[float, float]:
-    from .warmstart import WarmstartError, parse_band
+    from .run import WarmstartError, parse_band
     try:
         return parse_band(text)
     except WarmstartError as e:
@@ -16,8 +16,8 @@ def _band_arg(text: str) -> tuple[float, float]:
 
 
 def _cmd(args) -> int:
-    from .atomic import check_output_dir
-    from .warmstart import warmstart
+    from ..util.atomic import check_output_dir
+    from .run import warmstart
     check_output_dir(args.out)  # before minutes of training, not after
     card = warmstart(args.task, args.model, args.out, seed=args.seed, band=args.band, eval_n=args.eval_n,
                      max_steps=args.max_steps, threads=args.threads, batch_size=args.batch_size,
@@ -31,7 +31,7 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register `timbench warmstart` on the CLI's subparsers."""
-    from .tasks import DEFAULT_TASK
+    from ..tasks import DEFAULT_TASK
     w = sub.add_parser("warmstart", help="supervised warm start of a preset on a task, stopped inside an accuracy band")
     w.add_argument("--task", default=DEFAULT_TASK, help=f"task name (default {DEFAULT_TASK})")
     w.add_argument("--model", default=DEFAULT_MODEL, help="preset: a name in timbench.model.config.PRESETS "

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from .kernels.reduce import fsum, masked_sum
-from .threads import set_threads
+from ..kernels.reduce import fsum, masked_sum
+from ..util.threads import set_threads
 
-from .warmstart_cli import DEFAULT_MODEL  # noqa: E402  (one definition, in the torch-free CLI module)
+from .cli import DEFAULT_MODEL  # noqa: E402  (one definition, in the torch-free CLI module)
 TRAINER_SPEC = "kernels=torch,dtype=fp32"
 ENGINE_SPEC = "kernels=exact,dtype=fp32"
 
@@ -56,7 +56,7 @@ def _in_band(acc: float, band) -> bool:
 
 def sft_batch(problems) -> list[tuple[tuple[int, ...], list[int]]]:
     """(prompt ids, solution + EOS ids) per problem: what the warm start imitates."""
-    from .data import encode_prompt, encode_response
+    from ..data import encode_prompt, encode_response
     return [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
 
 
@@ -67,7 +67,7 @@ def sft_objective(out, rows=None) -> tuple[torch.Tensor, dict]:
 
 def sft_loss(model, compute, problems) -> torch.Tensor:
     """Mean cross-entropy over response tokens (solution + EOS) given the prompt."""
-    from .trainer import sequence_logprobs
+    from ..trainer import sequence_logprobs
     return sft_objective(sequence_logprobs(model, compute, sft_batch(problems), temperature=1.0))[0]
 
 
@@ -78,17 +78,17 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     """Run a warm start; write the checkpoint (with card.json) to `out` if given; return the card.
 
     `init` (a Qwen3ForCausalLM, default None: a fresh `model` preset from `seed`) is trained in place
-    instead, and `model` is then only its name on the card (a pruned proxy's recovery: timbench.proxy).
+    instead, and `model` is then only its name on the card (a pruned proxy's recovery: timbench.warmstart.proxy).
 
     Phases: check the arguments, build the model / optimizer / engine, train until the eval accuracy
     is in the band (`_train_to_band`), write the card. Raises WarmstartError when the band is not
     reached within `max_steps` (or is overshot between two evaluations), UnknownTaskError for a bad
     task, ValueError for bad arguments.
     """
-    from .engine import make_engine
-    from .model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
-    from .spec import parse_spec
-    from .trainer.optim import AdamW
+    from ..engine import make_engine
+    from ..model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
+    from ..spec.keys import parse_spec
+    from ..trainer.optim import AdamW
 
     t_obj, band = _check_args(task, model if init is None else None, band, eval_n=eval_n, max_steps=max_steps,
                               batch_size=batch_size, eval_every=eval_every, probe_n=probe_n, threads=threads)
@@ -144,8 +144,8 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
 def _check_args(task: str, model: str | None, band, **counts: int):
     """The task object and the band as a (lo, hi) tuple; WarmstartError on a bad preset (None: no preset
     to check), band or count."""
-    from .model import PRESETS
-    from .tasks import get_task
+    from ..model import PRESETS
+    from ..tasks import get_task
 
     t_obj = get_task(task)
     if model is not None and model not in PRESETS:
@@ -167,8 +167,8 @@ def _train_to_band(net, opt, compute, engine, t_obj, eval_set, probe, band, task
     """
     from tqdm import tqdm
 
-    from .evaluate import evaluate, evaluate_both
-    from .trainer import MiniBatch, update_policy
+    from ..evaluate import evaluate, evaluate_both
+    from ..trainer import MiniBatch, update_policy
 
     history: list[list] = []  # [step, probe accuracy at T=1]
     loss_v = float("nan")

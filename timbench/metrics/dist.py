@@ -1,6 +1,6 @@
 """Distribution-level mismatch metrics: the trainer's and the engine's whole next-token distributions compared.
 
-The per-token metrics (timbench.metrics) see one number per position, the
+The per-token metrics (timbench.metrics.mismatch) see one number per position, the
 sampled token's logprob. The cross-vendor study (arXiv 2610.05458, NVIDIA vs
 AMD) found that bitwise equality barely moves while the distributions move most
 of the way, so no single metric suffices, and reports five families: bitwise
@@ -23,15 +23,15 @@ does and as the sampler's top-k does (timbench.engine.sampler), so the sets and
 the argmax never depend on the CPU. Masked-out positions are selected away
 before any arithmetic (NaN / -inf padding cannot leak), every float reduction
 is fixed-order (kernels.reduce), and an empty mask gives the zero-mismatch
-values (TV 0, agreements and fractions 1), as timbench.metrics does.
+values (TV 0, agreements and fractions 1), as timbench.metrics.mismatch does.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .kernels.pointwise import fexp
-from .kernels.reduce import fmean, fsum
+from ..kernels.pointwise import fexp
+from ..kernels.reduce import fmean, fsum
 from .schema import TIM_BITWISE_EQUAL_FRAC as BITWISE_EQUAL_FRAC
 from .schema import TIM_TOP1_AGREEMENT as TOP1_AGREEMENT
 from .schema import TIM_TV_MAX as TV_MAX

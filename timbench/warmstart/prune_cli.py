@@ -1,14 +1,14 @@
-"""`timbench prune-experts`: the command over timbench.proxy (kept apart so the CLI parser needs no torch)."""
+"""`timbench prune-experts`: the command over timbench.warmstart.proxy (kept apart so the CLI parser needs no torch)."""
 
 from __future__ import annotations
 
 import argparse
 
-from .warmstart_cli import _band_arg
+from .cli import _band_arg
 
 
 def _cmd(args) -> int:
-    from .atomic import check_output_dir
+    from ..util.atomic import check_output_dir
     from .proxy import make_proxy
     check_output_dir(args.out)  # before the calibration and the recovery, not after
     card = make_proxy(args.model, args.task, args.keep, args.out, calib_n=args.calib_n, seed=args.seed,
@@ -24,7 +24,7 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register `timbench prune-experts` on the CLI's subparsers."""
-    from .tasks import DEFAULT_TASK
+    from ..tasks import DEFAULT_TASK
     p = sub.add_parser("prune-experts", help="a smaller MoE proxy: keep each layer's most frequently routed experts")
     p.add_argument("--model", default="tiny-moe",
                    help="MoE preset (its shipped checkpoint for --task) or checkpoint directory (default tiny-moe)")

@@ -24,7 +24,7 @@ import torch
 from .faults import FAULTS, VALID as FAULT_VALID
 from .mma import VALID as MMA_VALID, MmaAccum, parse_mma_accum
 from .noise import NOISE_KINDS, Noise, parse_noise  # noqa: F401  (re-exported: the noise= key)
-from .quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
+from ..quant.schemes import ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT
 
 # fp64: the float64 reference of `timbench diagnose` (trainer side; the engine's KV cache is fp32).
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
@@ -197,10 +197,10 @@ SPEC_KEYS: dict[str, SpecKey] = {
     "mma_accum": SpecKey(parse_mma_accum, MMA_VALID,
                          "the exact linear's K reduction in blocks of width B, partials added in ascending order "
                          "into an fp32 (or M-bit-mantissa) accumulator: a matrix instruction's accumulation order "
-                         "(timbench.mma; arXiv 2610.05458, 2412.19437)", default=MmaAccum(),
+                         "(timbench.spec.mma; arXiv 2610.05458, 2412.19437)", default=MmaAccum(),
                          check=_needs_exact_engine),
     "fault": SpecKey(_choice("none", *FAULTS), FAULT_VALID,
-                     "inject one real engine bug class (timbench.faults: stale weights, zeroed or bf16 logprobs, "
+                     "inject one real engine bug class (timbench.spec.faults: stale weights, zeroed or bf16 logprobs, "
                      "batch-size leak, rotary base), for proving the release gate catches it", ("engine",), "none"),
     "noise": SpecKey(parse_noise, "none|" + "|".join(f"{k}:SIGMA" + ":DF" * (n.n_params - 1)
                                                      for k, n in NOISE_KINDS.items()),

@@ -14,9 +14,9 @@ from typing import Callable
 
 import torch
 
-from .kernels import KernelSet
-from .kernels.logprobs import token_logprobs_all
-from .kernels.noise_ops import keyed_normal, keyed_student_t, one_minus_prob
+from ..kernels import KernelSet
+from ..kernels.logprobs import token_logprobs_all
+from ..kernels.noise_ops import keyed_normal, keyed_student_t, one_minus_prob
 
 NOISE_STREAM_SAMPLING = 0
 NOISE_STREAM_LOGITS = 1  # student_t also uses streams 2 .. 1 + df for its chi-square draws

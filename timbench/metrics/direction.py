@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .kernels.reduce import fsum
+from ..kernels.reduce import fsum
 
 SEGMENT = 64
 """Segment length in tokens: TRIAGE's 64."""

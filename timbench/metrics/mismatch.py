@@ -2,7 +2,7 @@
 
 Pure functions over per-token tensors. Names follow verl's `rollout_corr/*` and
 `training/rollout_probs_diff_*` (see shared/reference/tim-literature.md); the ratio quantities
-(delta, log_rho, rho, k3, the +-20 clamp, masked means) are those of `timbench.ratios`. Every mean is
+(delta, log_rho, rho, k3, the +-20 clamp, masked means) are those of `timbench.metrics.ratios`. Every mean is
 fixed-order (timbench.kernels.reduce), so the logged bits do not depend on the CPU or thread count.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from .kernels.pointwise import fexp
-from .kernels.reduce import fmean
+from ..kernels.pointwise import fexp
+from ..kernels.reduce import fmean
 from .ratios import k1, k3, log_rho, masked_mean, select, seq_log_ratio, seq_mean
 from .schema import K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, P99_ABS_DELTA, PROBS_DIFF_MAX, PROBS_DIFF_MEAN
 

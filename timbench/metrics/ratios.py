@@ -1,6 +1,6 @@
 """Ratio maths between the policies' logprobs of the sampled tokens: one name per quantity, defined once.
 
-Metrics (timbench.metrics), losses (timbench.rl.algorithms), objective drift (timbench.rl.drift) and
+Metrics (timbench.metrics.mismatch), losses (timbench.rl.algorithms), objective drift (timbench.rl.drift) and
 remedies (timbench.remedies) all take their log-ratios, divergences and masked reductions from here.
 Names follow verl (`verl/trainer/ppo/core_algos.py`, `rollout_corr_helper.py`), in the plural form
 timbench's tensors already use:
@@ -36,8 +36,8 @@ import math
 
 import torch
 
-from .kernels.pointwise import fexp
-from .kernels.reduce import masked_mean, masked_sum  # fixed-order: the same bits on every CPU and thread count
+from ..kernels.pointwise import fexp
+from ..kernels.reduce import masked_mean, masked_sum  # fixed-order: the same bits on every CPU and thread count
 
 LOG_RATIO_BOUND = 20.0
 """|log r| is clamped here before exponentiating (verl's SAFETY_BOUND): exp(20) ~ 4.9e8 stays finite in fp32."""

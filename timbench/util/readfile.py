@@ -3,7 +3,7 @@
 A missing file is a FileNotFoundError "<what> <path> does not exist"; a file that does not parse is a
 ValueError "<path>: malformed YAML|JSON (<first line of the parser's message>)", and one that is not
 UTF-8 text (a binary file) is a ValueError "<path>: not UTF-8 text (...)". Callers then check the
-shape of what they got. Writes go through `timbench.atomic`.
+shape of what they got. Writes go through `timbench.util.atomic`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The pruning itself is `timbench.model.prune`; this is the pipeline behind
 `timbench prune-experts`. Pruning the shipped tiny MoE from 8 to 4 or 2 experts drops
 its T=1 accuracy from 0.32 to <= 0.004 (docs/findings/proxy-fidelity.md), so a proxy meant for RL
 gets a short recovery fine-tune with the warm start's own machinery
-(`timbench.warmstart`, stopped in the same accuracy band) before it is shipped.
+(`timbench.warmstart.run`, stopped in the same accuracy band) before it is shipped.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shlex
 import time
 from pathlib import Path
 
-from .warmstart import ENGINE_SPEC
+from .run import ENGINE_SPEC
 
 
 def _sha256(path: Path) -> str:
@@ -23,7 +23,7 @@ def _sha256(path: Path) -> str:
 
 def resolve_source(model: str, task: str) -> tuple[Path, str | None]:
     """(checkpoint directory, preset name or None): a preset names the shipped warm start of (task, preset)."""
-    from .model import PRESETS
+    from ..model import PRESETS
     from .shipped import default_checkpoint
     if model in PRESETS:
         return default_checkpoint(task, model), model
@@ -40,17 +40,17 @@ def make_proxy(model: str, task: str, keep: int, out: str | Path | None = None, 
     """Prune `model` (a preset's shipped checkpoint for `task`, or a directory) to `keep` experts per layer.
 
     Routes are counted on `calibration_set(task, calib_n, seed)`. `recover` (a (lo, hi) T=1 accuracy
-    band, default None: none) fine-tunes the pruned model with `timbench.warmstart` (seed `seed`, its
+    band, default None: none) fine-tunes the pruned model with `timbench.warmstart.run` (seed `seed`, its
     defaults otherwise) until its accuracy is in the band. Returns the card; writes the checkpoint
     (with card.json) to `out` if given.
     """
-    from .evaluate import evaluate_both
-    from .model import load_checkpoint, save_checkpoint
-    from .model.prune import (CALIBRATION_SPEC, calibration_set, check_keep, expert_frequencies, kept_experts,
+    from ..evaluate import evaluate_both
+    from ..model import load_checkpoint, save_checkpoint
+    from ..model.prune import (CALIBRATION_SPEC, calibration_set, check_keep, expert_frequencies, kept_experts,
                               prune_experts)
-    from .tasks import get_task
-    from .threads import set_threads
-    from .warmstart import warmstart
+    from ..tasks import get_task
+    from ..util.threads import set_threads
+    from .run import warmstart
 
     if eval_n < 1:
         raise ValueError(f"eval_n must be >= 1, got {eval_n}")
