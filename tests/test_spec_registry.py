@@ -75,7 +75,7 @@ def test_noise_kinds_are_one_table():
 
 def test_condition_kinds_are_one_table():
     from timbench.grid.conditions import KINDS, load_conditions
-    from timbench.report.plots_cells import KIND_MARKERS
+    from timbench.report.figures.cells import KIND_MARKERS
     assert KIND_MARKERS is KINDS and len(set(KINDS.values())) == len(KINDS)  # one distinct marker per family
     table = Path(__file__).resolve().parents[1] / "timbench/grid/conditions.yaml"
     assert {c.kind for c in load_conditions(table).values()} <= set(KINDS)

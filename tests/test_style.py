@@ -1,9 +1,9 @@
-"""The figure style (timbench.report.style): resolution, legends off the data, domain-clipped bands,
+"""The figure style (timbench.report.figures.style): resolution, legends off the data, domain-clipped bands,
 labels that do not collide."""
 
 from matplotlib.text import Text
 
-from timbench.report.style import DPI, clip_band, emptiest_corner, legend, place_labels, plt, png_bytes
+from timbench.report.figures.style import DPI, clip_band, emptiest_corner, legend, place_labels, plt, png_bytes
 
 
 def test_resolution_is_at_least_150_dpi():

@@ -103,7 +103,7 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
     _MODELS.clear()
     atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
     if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
-        from .report.plots_align import save_delta_axis
+        from .report.figures.align import save_delta_axis
         save_delta_axis(rows, out / f"{Path(path).stem}.png", f"timbench align --table {path}")
     return rows
 

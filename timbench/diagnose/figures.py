@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 from ..util.atomic import atomic_path
-from ..report.style import DPI, legend, plt
+from ..report.figures.style import DPI, legend, plt
 
 
 def _pos(x):

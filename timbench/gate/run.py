@@ -204,7 +204,7 @@ def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: 
         verdict = "pass" if table[f]["gate_passed"] else "**FAIL**"
         lines.append(f"| {f} | " + " | ".join(cells) + f" | {verdict} |")
     lines += ["", "Every fault must fail the gate and the clean engine (`none`) must pass. Faults: "
-              "timbench/spec/faults.py (each with its source)."]
+              "timbench/faults.py (each with its source)."]
     if reruns:
         alarms = [r for r in reruns if r["failed"]]
         lines += ["", f"False alarms: the clean engine rerun with seeds {reruns[0]['seed']}..{reruns[-1]['seed']} "

@@ -7,7 +7,7 @@ timbench.report.leaderboard.remedy_ranking entries.
 
 from __future__ import annotations
 
-from .plots import _no_data
+from .curves import _no_data
 from .style import plt
 
 

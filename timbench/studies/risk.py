@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .risk_data import DOSE, FIRST_STEPS, HORIZON, STATS, RiskRow, mapped
 from .risk_validate import LOSS
-from .stats import mean_interval, wilson
+from ..report.stats import mean_interval, wilson
 
 NEAREST = 3
 """Settings shown per mode."""

@@ -8,8 +8,8 @@ count out of its finished seeds. Coinciding curves are drawn a hair apart (< 0.0
 
 from __future__ import annotations
 
-from .plots import _no_data, plt
-from .seeds import SeedGroup
+from .curves import _no_data, plt
+from ..seeds import SeedGroup
 from .style import legend
 
 

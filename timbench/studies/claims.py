@@ -1,8 +1,8 @@
 """`timbench claims DIR...`: the field's published claims about mismatch, each checked against committed results.
 
 Reads every DIR (grid result dirs such as results/paper, results/lowprec, results/vllm_moe; alignment
-dirs such as results/align; timbench.report.claims_data), runs every rule of the registry
-(timbench.report.claims_rules.CLAIMS) and writes, atomically, claims.md (per claim: its source, the claim
+dirs such as results/align; timbench.studies.claims_data), runs every rule of the registry
+(timbench.studies.claims_rules.CLAIMS) and writes, atomically, claims.md (per claim: its source, the claim
 as published, a headline verdict and each sub-claim with its numbers and rule) and claims.json (the same,
 machine-readable) into OUT. The verdict words are `timbench paper`'s, plus "not testable here".
 

@@ -6,9 +6,9 @@ seed reached. Training reward is smoothed per seed first with the collapse rule'
 (the same curve the rule reads). On log axes mean and band are taken over log10 values (a geometric
 mean over seeds and its interval) and an exact 0 is drawn at LOG_FLOOR, the bottom; on linear axes a band
 is clipped to the quantity's domain (`DOMAINS`: a rate stays in [0, 1], a norm >= 0). Sizes, fonts and
-legend placement come from timbench.report.style. The figure functions take `Setting`s built by
-timbench.report.paper and return matplotlib Figures; F4 and F5, whose bar panels need more care, are in
-timbench.report.plots_paper_bars.
+legend placement come from timbench.report.figures.style. The figure functions take `Setting`s built by
+timbench.studies.paper and return matplotlib Figures; F4 and F5, whose bar panels need more care, are in
+timbench.report.figures.paper_bars.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .collapse import moving_average
-from .plots import _no_data, plt
-from .results import CellRun
-from .stats import Interval, mean_interval
+from ..collapse import moving_average
+from .curves import _no_data, plt
+from ..results import CellRun
+from ..stats import Interval, mean_interval
 from .style import BAND_ALPHA, clip_band, place_labels
 
 REWARD = "critic/rewards/mean"
@@ -142,7 +142,7 @@ def modes_figure(settings: list[Setting], title: str, smooth: int):
 
 def _relative_to_start(vals: list[float], smooth: int = 1, first: int = 5) -> list[float]:
     """The trailing moving average over `smooth` steps of `vals`, divided by the mean of its first `first` raw
-    values: the quantity the F3 rule (timbench.report.paper_claims.kl_alarm_step) compares with KL_RISE."""
+    values: the quantity the F3 rule (timbench.studies.paper_claims.kl_alarm_step) compares with KL_RISE."""
     base = math.fsum(vals[:first]) / max(1, len(vals[:first]))
     return [v / base if base > 0 else float("nan") for v in moving_average(vals, smooth)]
 

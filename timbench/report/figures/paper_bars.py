@@ -3,14 +3,14 @@
 F4 draws the real conditions' bars in a panel of their own: beside the noise sweep's (up to 0.11) their means
 (~1e-3) were flat lines at zero. F5 writes each bar's note (seeds, collapses, rejected share) in black beside
 the end of its bar and error bar, never inside it: a near-zero bar has no inside, and an error bar crossed the
-white in-bar text. Curves and bands come from timbench.report.plots_paper; both functions return Figures.
+white in-bar text. Curves and bands come from timbench.report.figures.paper; both functions return Figures.
 """
 
 from __future__ import annotations
 
-from .plots import plt
-from .plots_paper import Setting, _figure_legend, draw_band, empty
-from .stats import Interval
+from .curves import plt
+from .paper import Setting, _figure_legend, draw_band, empty
+from ..stats import Interval
 from .style import legend
 
 NOTE_PAD = 4

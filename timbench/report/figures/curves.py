@@ -2,14 +2,14 @@
 
 Each figure draws one curve per condition against the zero-mismatch reference (black): for each
 (mode, condition) the remedy `none` when the grid has it (the mismatch untreated), else the first remedy
-by name, as the mean over its seeds with a 95% band (timbench.report.plots_paper.draw_band). Every
-function returns a matplotlib Figure; `png_bytes` (timbench.report.style) renders it at the project's
+by name, as the mean over its seeds with a 95% band (timbench.report.figures.paper.draw_band). Every
+function returns a matplotlib Figure; `png_bytes` (timbench.report.figures.style) renders it at the project's
 resolution, with no timestamp in the metadata, so the same input gives the same bytes.
 """
 
 from __future__ import annotations
 
-from .results import CellRun
+from ..results import CellRun
 from .style import legend, png_bytes, plt  # noqa: F401  (png_bytes: part of this module's API)
 
 
@@ -48,7 +48,7 @@ def _no_data(fig, what: str):
 def mode_settings(cells: list[CellRun]) -> dict[str, list]:
     """mode -> one seed-band Setting per condition: every seed of the representative's remedy (`none` when the
     grid has it), reference first, so each curve is a mean with its 95% interval over seeds."""
-    from .plots_paper import Setting
+    from .paper import Setting
     colors = condition_colors(cells)
     out = {}
     for mode, group in representatives(cells).items():
@@ -66,7 +66,7 @@ def mode_settings(cells: list[CellRun]) -> dict[str, list]:
 def _band_rows(cells: list[CellRun], panels: list[tuple], width: float = 5.2):
     """One row per mode, one panel per (title, key, rows, log) with every condition's seed band; the legend
     of each row goes where its first panel has no data (or outside)."""
-    from .plots_paper import Setting, draw_band
+    from .paper import Setting, draw_band
     by_mode = mode_settings(cells)
     fig, axes = _grid_axes(max(len(by_mode), 1), len(panels), width=width)
     if not by_mode:

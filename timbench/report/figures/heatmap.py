@@ -22,9 +22,9 @@ from matplotlib.colors import Normalize
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
 
-from .plots import _no_data, plt
-from .seeds import is_finished, trained_nothing
-from .stats import mean
+from .curves import _no_data, plt
+from ..seeds import is_finished, trained_nothing
+from ..stats import mean
 
 CELL_W, CELL_H = 0.82, 0.46
 """One square in inches: wide enough for "C 3/3@16" in bold, tall enough for three lines of 7.5-pt text."""

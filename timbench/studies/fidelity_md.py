@@ -1,4 +1,4 @@
-"""fidelity.md: the proxy-fidelity document (timbench.report.fidelity) as markdown tables.
+"""fidelity.md: the proxy-fidelity document (timbench.studies.fidelity) as markdown tables.
 
 A summary (per proxy model and family, how many verdicts the interaction rule words transfers / differs by size /
 inconclusive / not tested), one table per verdict family with every model's verdict and numbers beside the
@@ -9,8 +9,8 @@ statistics the verdicts rest on. Pure function of the document; fidelity.py writ
 from __future__ import annotations
 
 from .fidelity import COLLAPSES, CONTROL, FAMILIES, MIN_SEEDS, MISSING, WORDS
-from .leaderboard import fmt
-from .verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
+from ..report.leaderboard import fmt
+from ..report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
 
 LEGEND = (f"Legend (timbench/report/verdict_rules.py): per proxy, the *interaction* is tested, not the labels: for an "
           f"effect or a remedy order, the proxy's A - B minus the reference model's, per seed (the difference of "

@@ -1,8 +1,8 @@
 """What `timbench claims` reads: every given grid result dir (as `timbench paper` reads one) and alignment table.
 
 `load_evidence(dirs)` turns each DIR into either a grid (a dir holding cells.json, loaded by
-timbench.report.paper.paper_data into a PaperData) or a set of alignment tables (a dir holding
-align_*.json, the rows `timbench align --table` wrote). The rules (timbench.report.claims_rules) then ask
+timbench.studies.paper.paper_data into a PaperData) or a set of alignment tables (a dir holding
+align_*.json, the rows `timbench align --table` wrote). The rules (timbench.studies.claims_rules) then ask
 `Evidence.find(*settings)` for the best grid holding every setting they compare (most steps first, then
 most seeds) and `Evidence.align_pair(model, a, b)` for two alignment rows of one table. Pure reads.
 """

@@ -1,4 +1,4 @@
-"""early_warning.md: the early-warning document (timbench.report.early_warning) as markdown.
+"""early_warning.md: the early-warning document (timbench.studies.early_warning) as markdown.
 
 The headline (real conditions: does any metric warn?), its full table, one line per condition kind (synthetic
 noise last, outside the headline) and the kinds' tables. Pure function of the document.
@@ -6,8 +6,8 @@ noise last, outside the headline) and the kinds' tables. Pure function of the do
 
 from __future__ import annotations
 
-from .stats import ALPHA
-from .verdict_rules import CORRECTION, WARNS
+from ..report.stats import ALPHA
+from ..report.verdict_rules import CORRECTION, WARNS
 
 RULE = ("Rule (timbench/report/early_warning.py): a metric warns at the first step *after step 0* at which it "
         "leaves the healthy envelope (its largest value in any surviving run of a real condition of the *other* "

@@ -2,7 +2,7 @@
 
 Reads a grid result directory (normally results/paper, made by bench/grids/paper.yaml) the same way
 `timbench grid report` does, picks the settings each figure needs from what the grid holds, draws them
-with seed bands (timbench.report.plots_paper) and decides each claim (timbench.report.paper_claims).
+with seed bands (timbench.report.figures.paper) and decides each claim (timbench.studies.paper_claims).
 Writes, atomically, into DIR: paper.md (verdicts with their numbers, figure list, cell status),
 paper.json (the same, machine-readable) and figures/paper_*.png. Works on a half-run grid: unfinished
 cells are left out and counted.
@@ -19,15 +19,15 @@ from html import escape
 from pathlib import Path
 
 from ..util.atomic import atomic_write
-from .collapse import rule_from_dict
-from .endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
-from .leaderboard import fmt, fmt_interval
-from .verdict_rules import CORRECTION
+from ..report.collapse import rule_from_dict
+from ..report.endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
+from ..report.leaderboard import fmt, fmt_interval
+from ..report.verdict_rules import CORRECTION
 from .paper_claims import (KL_RISE, PaperData, Verdict, collapses, dose, dose_points, f1, f2, f3, f4, f5,
                            mean_over_steps, over_seeds, rejection, rel, remedy_condition, seeds_used, sub_json)
-from .results import load_results
-from .seeds import is_finished
-from .summary import summarize
+from ..report.results import load_results
+from ..report.seeds import is_finished
+from ..report.summary import summarize
 
 CLAIMS = {
     "F1": ("paper_f1_collapse.png", "A zero-mismatch run keeps improving while a mismatched engine's run rises, "
@@ -68,7 +68,7 @@ def paper_data(path: str | Path, endpoint: str | None = None) -> tuple[PaperData
 
 
 def _palette(names: list[str]) -> dict:
-    from .plots_paper import plt
+    from ..report.figures.paper import plt
     cmap = plt.get_cmap("tab10")
     return {n: cmap(i % 10) for i, n in enumerate(names)}
 
@@ -76,8 +76,8 @@ def _palette(names: list[str]) -> dict:
 def _figures(d: PaperData, variants: dict, verdict: dict[str, str] | None = None) -> dict:
     """Claim -> a function drawing its figure; `verdict`: claim -> the headline verdict paper.md prints for it,
     written under each figure's title (the same Verdict objects, so a figure never disagrees with its page)."""
-    from . import plots_paper as pp
-    from . import plots_paper_bars as ppb
+    from ..report.figures import paper as pp
+    from ..report.figures import paper_bars as ppb
     verdict = verdict or {}
 
     def title(claim: str, text: str) -> str:
@@ -261,8 +261,8 @@ def leaderboard_href(path: Path, out: Path) -> str | None:
 def _html(vs: list[Verdict], rows: list[dict], command: str, path: Path, pngs: dict[str, bytes], seeds: str,
           d: PaperData, sens: list[list[str]], leaderboard: str | None = None) -> str:
     """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
-    from .html import figure_html, page, table_html
-    from .leaderboard import Table
+    from ..report.html import figure_html, page, table_html
+    from ..report.leaderboard import Table
     body = []
     for v in vs:
         fig, text = CLAIMS[v.claim]
@@ -317,7 +317,7 @@ def write_paper(path: str | Path, command: str | None = None, out: str | Path | 
                 endpoint: str | None = None) -> dict[str, Path]:
     """Write paper.md, paper.html, paper.json and figures/paper_*.png for the grid dir `path` into `out` (default
     `path`); returns what was written. A grid without the paper's cells is refused (`check_paper_cells`)."""
-    from .plots import png_bytes
+    from ..report.figures.curves import png_bytes
     path = Path(path)
     out = Path(out) if out is not None else path
     d, rows = paper_data(path, endpoint)

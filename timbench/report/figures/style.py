@@ -1,5 +1,5 @@
 """The project's figure style: one place for resolution, fonts, legend placement, interval clipping and
-non-colliding labels, used by every plotting module (report/plots*.py, diagnose/figures.py).
+non-colliding labels, used by every plotting module (report/figures/*.py, diagnose/figures.py).
 
 - `DPI` (150) and `RC` (9-pt text, light grid) are applied when pyplot is first imported here, so a figure
   of 4.6 x 3.6 inches reads at its committed size.

@@ -4,14 +4,14 @@ Not by comparing the two models' labels ("detected" / "not detected") but by tes
 interaction with timbench.report.verdict_rules: for an effect or a remedy order, the proxy's A - B minus the
 reference model's, per seed (`size_interaction`: TOST within half the reference model's learning range on the
 accuracy scale; routing disagreement has no margin); for a collapse, the proxy's collapse rate against the
-reference model's (`rate_interaction`, Fisher). Pure functions of summary rows (timbench.report.fidelity).
+reference model's (`rate_interaction`, Fisher). Pure functions of summary rows (timbench.studies.fidelity).
 """
 
 from __future__ import annotations
 
 from .paper_claims import collapses
-from .stats import mean
-from .verdict_rules import Test, rate_interaction, size_interaction
+from ..report.stats import mean
+from ..report.verdict_rules import Test, rate_interaction, size_interaction
 
 
 def seed_diffs(a: list[dict], b: list[dict], col: str) -> dict:

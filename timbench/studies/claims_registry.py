@@ -1,14 +1,14 @@
 """The registry of the field's claims (`CLAIMS`), their verdict vocabulary and the pieces the rules share.
 
 A claim is data (id, source, the claim as published) plus one small rule function (registered with `@claim`
-in timbench.report.claims_rules) that returns its sub-claims (timbench.report.paper_claims.Sub), each with
+in timbench.studies.claims_rules) that returns its sub-claims (timbench.studies.paper_claims.Sub), each with
 the numbers and the rule that decided it. The vocabulary is `timbench paper`'s: reproduced (the claimed effect
 is detected: a 95% interval over seeds, paired by seed, excludes no effect in the claimed direction),
 consistent, no difference detected (a claim of no difference whose interval contains 0, with the smallest
 detectable effect), not reproduced, reversed; plus `not testable here` (no committed grid or table holds the
 cells, with which would) and `reproduced (demonstration, one seed)` for a one-seed alignment measurement.
 A claim's headline is its weakest central sub-claim (`headline`). Sources: shared/reference/tim-literature.md
-and issue 30. Pure functions of Evidence (timbench.report.claims_data).
+and issue 30. Pure functions of Evidence (timbench.studies.claims_data).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .claims_data import Evidence
-from .leaderboard import fmt_interval as _ci
+from ..report.leaderboard import fmt_interval as _ci
 from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds,
                            paired, rel)
-from .verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, combine, paired_effect,
+from ..report.verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, combine, paired_effect,
                             paired_no_difference)
 
 NOT_TESTABLE = "not testable here"

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..util.atomic import atomic_write
-from .endpoint import DEFAULT, ENDPOINTS, with_endpoint
+from ..report.endpoint import DEFAULT, ENDPOINTS, with_endpoint
 from .paper_claims import collapses, over_seeds, paired
-from .results import load_results
-from .seeds import SeedGroup, is_finished, seed_groups
-from .stats import Interval, mean
-from .results import column
-from .summary import summarize
+from ..report.results import load_results
+from ..report.seeds import SeedGroup, is_finished, seed_groups
+from ..report.stats import Interval, mean
+from ..report.results import column
+from ..report.summary import summarize
 from .fidelity_interaction import learning_range, size_test, test_json
-from .verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test, decide as holm_family
+from ..report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test, decide as holm_family
 
 SETTING = ("task", "condition", "remedy", "mode", "algorithm")
 """What a setting of one model is: every grid axis but the model and the seed."""
@@ -203,7 +203,7 @@ def replay_remedies() -> set[str]:
 
 
 def interaction(spec: dict, ref: ModelRuns, m: ModelRuns, lr: float | None) -> Test:
-    """The proxy `m` against the reference model on one verdict (timbench.report.fidelity_interaction)."""
+    """The proxy `m` against the reference model on one verdict (timbench.studies.fidelity_interaction)."""
     rows = lambda x, k: x.rows.get(spec[k], []) if spec[k] else []  # noqa: E731
     return size_test(spec["family"], METRICS.get(spec["metric"]), spec["metric"] == ACCURACY, ref.model, m.model,
                      (rows(ref, "a"), rows(ref, "b")), (rows(m, "a"), rows(m, "b")), lr)

@@ -13,7 +13,7 @@ relative to the same seed's zero-mismatch run; the learning range is the zero-mi
 central sub-claim (verdict_rules.STRENGTH); a sub-claim marked not central (a literature add-on, or not the
 paper's claim) is shown but does not set it.
 
-Pure functions of `PaperData` (built by timbench.report.paper); nothing here reads files or draws.
+Pure functions of `PaperData` (built by timbench.studies.paper); nothing here reads files or draws.
 The shared part (PaperData, Sub, Verdict, family and the per-seed quantities) is in paper_evidence; the claims are
 in paper_f1_f3, paper_f4_f5 and paper_dose. This module gathers them under the names the pages import.
 """
@@ -28,8 +28,8 @@ from .paper_evidence import (CONSISTENT, FLOOR, KL_LEAD, KL_RISE, SHARE, SPIKE, 
                              sub_json)
 from .paper_f1_f3 import F2_SUBS, f1, f2, f3
 from .paper_f4_f5 import f4, f5, remedy_condition
-from .stats import detectable
-from .verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED
+from ..report.stats import detectable
+from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED
 
 __all__ = ["CONSISTENT", "EQUIVALENT", "F2_SUBS", "FLOOR", "INCONCLUSIVE", "KL_LEAD", "KL_RISE", "NOT", "NOT_TESTED",
            "REPRODUCED", "REVERSED", "SHARE", "SPIKE", "UNTESTED", "PaperData", "Sub", "Verdict", "_by_seed", "_ci",

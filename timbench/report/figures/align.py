@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..util.atomic import atomic_write
-from .plots_cells import KIND_MARKERS
+from ...util.atomic import atomic_write
+from .cells import KIND_MARKERS
 from .style import legend, plt, png_bytes
 
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..util.atomic import atomic_write
-from .collapse import CollapseRule, detect_collapse, rule_from_dict
-from .results import load_results
-from .stats import mean_interval, wilson
-from .verdict_rules import WARNS, decide, warning_vs_false_alarms
+from ..report.collapse import CollapseRule, detect_collapse, rule_from_dict
+from ..report.results import load_results
+from ..report.stats import mean_interval, wilson
+from ..report.verdict_rules import WARNS, decide, warning_vs_false_alarms
 
 SYNTHETIC = "noise"
 """The condition kind that is synthetic (zero-mean noise on the logits): reported apart, never calibrates."""

@@ -3,7 +3,7 @@
 number formats every claim uses (relative accuracy, own gain, paired differences, collapses, the KL alarm).
 
 The claims themselves are in paper_f1_f3 (collapse, bypass, the KL), paper_f4_f5 (C(r) skew, remedies) and
-paper_dose (the dose-response); timbench.report.paper_claims gathers them. Pure functions; nothing reads files.
+paper_dose (the dose-response); timbench.studies.paper_claims gathers them. Pure functions; nothing reads files.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from .collapse import moving_average
-from .leaderboard import fmt, fmt_interval
-from .results import CellRun, column
-from .stats import Interval, detectable, mean_interval, POWER
-from .verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED, combine, decide
+from ..report.collapse import moving_average
+from ..report.leaderboard import fmt, fmt_interval
+from ..report.results import CellRun, column
+from ..report.stats import Interval, detectable, mean_interval, POWER
+from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED, combine, decide
 
 UNTESTED = NOT_TESTED
 CONSISTENT = "consistent, no difference detected"
@@ -228,7 +228,7 @@ def _by_seed(cells: list[CellRun]) -> dict:
 
 def _setting_text(rows: list[dict]) -> str:
     """rel with its interval, own gain with its interval, and the collapse rate with its Wilson interval."""
-    from .stats import wilson
+    from ..report.stats import wilson
     k, n = collapses(rows)
     return (f"rel {_ci(over_seeds(rows, rel))}, own gain {_ci(over_seeds(rows, gain))}, {k}/{n} collapsed "
             f"{_ci(wilson(k, n)) if n else '-'}")

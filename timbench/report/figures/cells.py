@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
-from ..grid.conditions import KINDS
-from ..metrics.mismatch import ABS_DELTA_BINS
-from .plots import _no_data, condition_colors, plt, representatives
-from .results import CellRun, column
+from ...grid.conditions import KINDS
+from ...metrics.mismatch import ABS_DELTA_BINS
+from .curves import _no_data, condition_colors, plt, representatives
+from ..results import CellRun, column
 from .style import legend, place_labels
 
 KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)

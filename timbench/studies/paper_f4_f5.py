@@ -1,18 +1,18 @@
 """The seed paper's F4-F5 (arXiv 2605.14220) as tests: C(r) of the two old policies coincides under zero mismatch
 and separates, skewed by the sign of A, under mismatch (F4; the first two are implementation checks); token TIS +
 sequence rejection is closest to the zero-mismatch run, rho beats the PPO ratio, K1 ~ K3, a tighter clip is not a
-fix (F5). Rules and words: timbench.report.paper_claims; shared quantities: paper_evidence.
+fix (F5). Rules and words: timbench.studies.paper_claims; shared quantities: paper_evidence.
 """
 
 from __future__ import annotations
 
 import math
 
-from .leaderboard import fmt
-from .results import column
+from ..report.leaderboard import fmt
+from ..report.results import column
 from .paper_evidence import (UNTESTED, PaperData, Sub, Verdict, _ci, _setting_text, _strength, at_floor, diffs,
                              family, mean_over_steps, over_seeds, rejection, rel)
-from .verdict_rules import NOT, REPRODUCED, REVERSED, check, combine, paired_effect, paired_no_difference
+from ..report.verdict_rules import NOT, REPRODUCED, REVERSED, check, combine, paired_effect, paired_no_difference
 
 
 def f4(d: PaperData) -> Verdict:

@@ -1,16 +1,16 @@
 """The seed paper's dose-response (arXiv 2605.14220) as tests: damage rises with the noise dose, mean |delta| alone
 predicts it (real conditions on the noise curve, by equivalence), bypass collapses at a lower dose than recompute.
-Rules and words: timbench.report.paper_claims; shared quantities: paper_evidence.
+Rules and words: timbench.studies.paper_claims; shared quantities: paper_evidence.
 """
 
 from __future__ import annotations
 
 import math
 
-from .leaderboard import fmt
+from ..report.leaderboard import fmt
 from .paper_evidence import (FLOOR, UNTESTED, PaperData, Sub, Verdict, _ci, at_floor, collapses, diffs, family,
                              over_seeds, rel)
-from .verdict_rules import EQUIVALENT, NOT, combine, paired_effect, paired_no_difference, rate_vs_control
+from ..report.verdict_rules import EQUIVALENT, NOT, combine, paired_effect, paired_no_difference, rate_vs_control
 
 
 def dose_points(d: PaperData) -> list[dict]:

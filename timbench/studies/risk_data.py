@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .endpoint import DEFAULT, with_endpoint
-from .results import load_results
-from .seeds import is_finished
-from .summary import summarize
+from ..report.endpoint import DEFAULT, with_endpoint
+from ..report.results import load_results
+from ..report.seeds import is_finished
+from ..report.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 """The committed results (a checkout or an editable install); `--results DIR` reads another tree."""

@@ -1,19 +1,19 @@
 """The seed paper's F1-F3 (arXiv 2605.14220) as tests: a mismatched run collapses after first rising (F1),
 recompute degrades with grad spikes while bypass degrades silently (F2), and the K3 KL stays flat until the
-reward falls (F3). Rules and words: timbench.report.paper_claims; shared quantities: paper_evidence.
+reward falls (F3). Rules and words: timbench.studies.paper_claims; shared quantities: paper_evidence.
 """
 
 from __future__ import annotations
 
 import math
 
-from .leaderboard import fmt
-from .results import CellRun, column
+from ..report.leaderboard import fmt
+from ..report.results import CellRun, column
 from .paper_evidence import (KL_LEAD, KL_RISE, SHARE, SPIKE, UNTESTED, PaperData, Sub, Verdict, _by_seed, _ci,
                              _setting_text, _strength, at_floor, collapses, diffs, family, gain, kl_alarm_step,
                              max_grad_ratio, over_seeds, rel, rose_before_collapse)
-from .verdict_rules import (EQUIVALENT, REPRODUCED, combine, paired_effect, paired_no_difference, rate_vs_control,
-                            rate_vs_threshold)
+from ..report.verdict_rules import (EQUIVALENT, REPRODUCED, combine, paired_effect, paired_no_difference,
+                                    rate_vs_control, rate_vs_threshold)
 
 
 def f1(d: PaperData) -> Verdict:

@@ -1,8 +1,8 @@
 """The field's published claims about training-inference mismatch, each a rule over the committed evidence.
 
-One rule function per claim, registered with `@claim` (timbench.report.claims_registry) in the order claims.md
+One rule function per claim, registered with `@claim` (timbench.studies.claims_registry) in the order claims.md
 lists them; each rule's docstring cites its source (the shared literature notes; issue 30's list). A rule reads
-Evidence (timbench.report.claims_data) and returns its sub-claims with their numbers and verdicts.
+Evidence (timbench.studies.claims_data) and returns its sub-claims with their numbers and verdicts.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from .claims_data import Evidence
 from .claims_registry import (DEMO, FAR_BELOW, ICEPOP_BAND, NOT_TESTABLE, THRESHOLD, _setting, claim,
                               damaged, effect, no_difference, remedy_gain, step_mean, untestable)
-from .leaderboard import fmt, fmt_interval as _ci
+from ..report.leaderboard import fmt, fmt_interval as _ci
 from .paper_claims import (KL_LEAD, NOT, REPRODUCED, REVERSED, Sub, _by_seed, collapses, dose_points, kl_alarm_step,
                            over_seeds, paired)
-from .verdict_rules import EQUIVALENT, NO_WARNING, NOT_TESTED, WARNS, warning_vs_false_alarms
+from ..report.verdict_rules import EQUIVALENT, NO_WARNING, NOT_TESTED, WARNS, warning_vs_false_alarms
 
 
 # ---------------------------------------------------------------- the claims
