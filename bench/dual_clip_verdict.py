@@ -2,7 +2,7 @@
 
     python bench/dual_clip_verdict.py results/dual_clip
 
-Reads the grid as `timbench paper` does (timbench.report.paper.paper_data, at the endpoint the grid declared) and
+Reads the grid as `timbench paper` does (timbench.studies.paper.paper_data, at the endpoint the grid declared) and
 decides with the repo's rules (timbench.report.verdict_rules, docs/verdicts.md), per mismatched condition, the
 claim "dual-clip (dualclip_3) helps against none":
   primary family (Holm over the conditions): a lower collapse rate; Fisher exact on the collapsed seeds k/n;
@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timbench.atomic import atomic_write  # noqa: E402
+from timbench.util.atomic import atomic_write  # noqa: E402
 from timbench.report.leaderboard import fmt, fmt_interval  # noqa: E402
-from timbench.report.paper import paper_data  # noqa: E402
-from timbench.report.paper_claims import acc, at_floor, collapses, diffs, over_seeds, paired, rel  # noqa: E402
+from timbench.studies.paper import paper_data  # noqa: E402
+from timbench.studies.paper_claims import acc, at_floor, collapses, diffs, over_seeds, paired, rel  # noqa: E402
 from timbench.report.stats import mean_interval, wilson  # noqa: E402
 from timbench.report.verdict_rules import CORRECTION, decide, paired_effect, rate_vs_control  # noqa: E402
 

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timbench.atomic import atomic_write  # noqa: E402
+from timbench.util.atomic import atomic_write  # noqa: E402
 from timbench.report.leaderboard import fmt, fmt_interval  # noqa: E402
-from timbench.report.paper import paper_data  # noqa: E402
-from timbench.report.paper_claims import acc, at_floor, collapses, diffs, over_seeds  # noqa: E402
-from timbench.report.paper_evidence import rejection  # noqa: E402
-from timbench.report.paper_f4_f5 import _ppo_rejection  # noqa: E402
+from timbench.studies.paper import paper_data  # noqa: E402
+from timbench.studies.paper_claims import acc, at_floor, collapses, diffs, over_seeds  # noqa: E402
+from timbench.studies.paper_evidence import rejection  # noqa: E402
+from timbench.studies.paper_f4_f5 import _ppo_rejection  # noqa: E402
 from timbench.report.stats import Interval, wilson  # noqa: E402
 from timbench.report.verdict_rules import (CORRECTION, decide, paired_effect, paired_no_difference,  # noqa: E402
                                            rate_vs_control)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.grid.spec import expand, load_grid
 from timbench.model import load_checkpoint
-from timbench.ratios import k3, log_rho, seq_mean
+from timbench.metrics.ratios import k3, log_rho, seq_mean
 from timbench.rl.config import from_dict, load
 from timbench.rl.step import collect_phase, make_lane, recompute_phase
-from timbench.shipped import default_checkpoint
+from timbench.warmstart.shipped import default_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLDS = (0.001, 0.01)

@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     from timbench.kernels import native
     from timbench.kernels import numba_grad as ng
     from timbench.kernels.numba_ops import matmul
-    from timbench.threads import set_threads
+    from timbench.util.threads import set_threads
     set_threads(args.threads)
     lib = native.library()
     builds = list(native.ISAS[:lib.host_isa + 1])[::-1] if lib else []  # best first

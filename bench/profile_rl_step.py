@@ -43,7 +43,7 @@ def profile_steps(kernels: str, steps: int) -> dict:
 
     def setup():
         from timbench.model import load_checkpoint
-        from timbench.shipped import resolve_checkpoint
+        from timbench.warmstart.shipped import resolve_checkpoint
         base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
         lane_box["lane"] = rl_step.make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer,
                                           cfg.prompts_per_step * cfg.group_size, cfg.remedy_impl)
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="build/bench/profile_rl_step", help="output prefix (.md and .json)")
     args = ap.parse_args(argv)
     from timbench.fingerprint import machine
-    from timbench.threads import set_threads
+    from timbench.util.threads import set_threads
     set_threads(args.threads)
     res = {k: profile_steps(k, args.steps) for k in ("exact", "torch")}
     med = {k: {p: statistics.median(res[k][p]["ms"]) for p in PHASES} for k in res}

@@ -39,7 +39,7 @@ def rl_stepper(cfg):
     """
     from timbench.model import load_checkpoint
     from timbench.rl.step import make_lane, train_step
-    from timbench.shipped import resolve_checkpoint
+    from timbench.warmstart.shipped import resolve_checkpoint
 
     base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
     lane = make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer, cfg.prompts_per_step * cfg.group_size,

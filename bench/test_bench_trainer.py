@@ -13,7 +13,7 @@ import pytest
 
 from timbench.kernels import get_kernels
 from timbench.model import Compute, Qwen3ForCausalLM
-from timbench.spec import Spec
+from timbench.spec.keys import Spec
 from timbench.trainer.forward import sequence_logprobs
 
 from conftest import ROUNDS, bench_config, record

@@ -15,11 +15,11 @@ import time
 
 import torch
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.engine import make_engine
 from timbench.engine import vllm_moe
 from timbench.model import load_checkpoint, save_checkpoint
-from timbench.shipped import default_checkpoint
+from timbench.warmstart.shipped import default_checkpoint
 
 
 def _median_ms(fn, rounds):

@@ -1,9 +1,9 @@
 """Generate docs/reference/*.md from the registries, so the reference pages cannot drift from the code.
 
-Each page is a pure function of one registry: the spec keys (timbench.spec.SPEC_KEYS, noise kinds), the named
+Each page is a pure function of one registry: the spec keys (timbench.spec.keys.SPEC_KEYS, noise kinds), the named
 conditions (timbench/grid/conditions.yaml), the remedies with verl's and TRL's names (the remedy registry, as
-`timbench remedies list` prints it, installed plug-ins left out), the metric schema (timbench.schema), the gate's
-probes, suites and faults, and every command's `--help`. `make docs-ref` writes them; `mkdocs build` (the hook
+`timbench remedies list` prints it, installed plug-ins left out), the metric schema (timbench.metrics.schema), the
+gate's probes, suites and faults, and every command's `--help`. `make docs-ref` writes them; `mkdocs build` (the hook
 in docs/hooks.py) and tests/test_docs.py fail when a committed page differs from a fresh generation.
 
     python docs/gen_reference.py            # write docs/reference/*.md
@@ -35,11 +35,11 @@ def _table(head: list[str], rows: list[list]) -> str:
 
 
 def spec_keys() -> str:
-    from timbench.noise import NOISE_KINDS
-    from timbench.spec import SPEC_KEYS
+    from timbench.spec.noise import NOISE_KINDS
+    from timbench.spec.keys import SPEC_KEYS
     rows = [[f"`{k}`", f"`{v.valid}`", ", ".join(v.sides), f"`{v.default}`", v.doc] for k, v in SPEC_KEYS.items()]
     noise = [[f"`{k}`", k + "".join(f":P{i + 1}" for i in range(n.n_params))] for k, n in NOISE_KINDS.items()]
-    return (HEADER.format(src="timbench.spec.SPEC_KEYS and timbench.noise.NOISE_KINDS") + "# Spec keys\n\n"
+    return (HEADER.format(src="timbench.spec.keys.SPEC_KEYS and timbench.spec.noise.NOISE_KINDS") + "# Spec keys\n\n"
             "A condition is a spec on each side, `key=value` pairs from this registry (`kernels=torch,dtype=bf16,"
             "tp=4`). The default of every key is the zero-mismatch reference. How to add a key: "
             "[Extending: a spec key](../guides/extending.md#a-spec-key).\n\n"
@@ -86,11 +86,11 @@ def remedies() -> str:
 
 
 def metrics() -> str:
-    from timbench import schema as s
+    from timbench.metrics import schema as s
     fam = [[f"`{k}`", v] for k, v in s.STEP_KEY_FAMILIES.items()]
-    return (HEADER.format(src="timbench.schema") + "# Metrics schema\n\n"
-            "Every key a run logs, named once in `timbench/schema.py` (a name not there fails the tests). Names "
-            "follow verl's where verl has one.\n\n## Per step (`metrics.jsonl`)\n\n"
+    return (HEADER.format(src="timbench.metrics.schema") + "# Metrics schema\n\n"
+            "Every key a run logs, named once in `timbench/metrics/schema.py` (a name not there fails the tests). "
+            "Names follow verl's where verl has one.\n\n## Per step (`metrics.jsonl`)\n\n"
             + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.STEP_KEYS.items()])
             + "\n## Key families (one key per parameter; regular expressions)\n\n" + _table(["pattern", "meaning"], fam)
             + "\n## What every remedy logs (generic name -> the verl name logged)\n\n"
@@ -108,7 +108,7 @@ def metrics() -> str:
 def gate() -> str:
     import yaml
 
-    from timbench.faults import FAULTS
+    from timbench.spec.faults import FAULTS
     from timbench.gate.probes import PROBES
     suites = []
     for path in sorted((REPO / "bench" / "gates").glob("*.yaml")):
@@ -116,7 +116,7 @@ def gate() -> str:
         suites.append([f"`{d['name']}`", d.get("version", "-"), ", ".join(d.get("models", [])),
                        ", ".join(f"`{p}`" for p in d.get("probes", {})), f"`bench/gates/{path.name}`"])
     probes = [[f"`{k}`", (fn.__doc__ or "").strip().split("\n\n")[0]] for k, fn in PROBES.items()]
-    return (HEADER.format(src="timbench.gate.probes.PROBES, bench/gates/*.yaml and timbench.faults.FAULTS")
+    return (HEADER.format(src="timbench.gate.probes.PROBES, bench/gates/*.yaml and timbench.spec.faults.FAULTS")
             + "# Gate probes, suites and faults\n\n"
             "`timbench gate run --suite NAME --engine SPEC`: how to use it is "
             "[Gate a release](../tasks/gate-release.md)."

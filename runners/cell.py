@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import traceback
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, write_status
 from timbench.rl.rundir import one_line  # the one-line error format cell.json and status.json share
 

@@ -10,7 +10,7 @@ import sys
 
 
 def _cmd_run(args) -> int:
-    from timbench.atomic import check_output_dir
+    from timbench.util.atomic import check_output_dir
     from timbench.grid.spec import file_plugins, from_results_dir, load_grid
 
     from .driver import run_grid

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from timbench import manifest
+from timbench.util import manifest
 from timbench.grid.layout import GridLock, integrity, prepare, read_status, reset_run, run_dir
 from timbench.grid.spec import GridSpec, expand
 

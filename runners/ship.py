@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 
 CKPT = "checkpoints/state.pt"
 LOGS = ("metrics.jsonl", "timing.jsonl", "eval.jsonl")

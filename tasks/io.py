@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from timbench.atomic import atomic_path
+from timbench.util.atomic import atomic_path
 
 from .problem import Problem
 

@@ -29,7 +29,7 @@ from timbench.kernels import native
 from timbench.kernels import numba_ops as nb
 from timbench.fingerprint import CASES, RUNS, run_case, update_case
 from timbench.model import Compute, load_checkpoint
-from timbench.spec import Spec
+from timbench.spec.keys import Spec
 from timbench.trainer import sequence_logprobs
 
 CKPT = Path(__file__).resolve().parents[1] / "timbench" / "assets" / "checkpoints"

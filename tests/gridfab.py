@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 
 CONDITIONS = {
     "baseline": {"kind": "reference", "engine": "kernels=exact,dtype=fp32", "trainer": "kernels=exact,dtype=fp32"},

@@ -1,9 +1,9 @@
-"""abs_delta_histogram: fixed log10 bins with an exact-zero bin (timbench.metrics.ABS_DELTA_BINS)."""
+"""abs_delta_histogram: fixed log10 bins with an exact-zero bin (timbench.metrics.mismatch.ABS_DELTA_BINS)."""
 
 import pytest
 import torch
 
-from timbench.metrics import ABS_DELTA_BINS, abs_delta_histogram
+from timbench.metrics.mismatch import ABS_DELTA_BINS, abs_delta_histogram
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

@@ -182,7 +182,7 @@ def test_a_rerun_of_an_intact_finished_run_touches_nothing(ckpt, finished, tmp_p
 # 5. Errors: one line naming what and where.
 
 def test_the_lock_message_names_the_holder_not_the_caller(ckpt, tmp_path, capsys):
-    from timbench.dirlock import DirLock
+    from timbench.util.dirlock import DirLock
     out = tmp_path / "run"
     with DirLock(out, "timbench grid run"):
         assert main(_train_args(ckpt, out)) == 2
@@ -387,7 +387,7 @@ def _done_cell(out, cid="c1", status="finished", rows=4, steps=4):
 
 
 def test_a_failed_run_flipped_to_done_in_cell_json_is_caught(tmp_path, capsys):
-    from timbench.manifest import stamp_run
+    from timbench.util.manifest import stamp_run
     stamp_run(_done_cell(tmp_path, status="failed"))
     assert main(["grid", "verify", str(tmp_path)]) == 1
     assert "not 'finished', though cell.json says done" in capsys.readouterr().out

@@ -107,9 +107,9 @@ def test_a_gate_run_is_sealed_and_an_edited_gate_json_is_refused(tmp_path, capsy
 
 
 def test_an_align_table_edited_after_it_was_written_is_refused(tmp_path):
-    from timbench import manifest
-    from timbench.report.claims_data import _align_rows
-    from timbench.report.risk_input import from_align
+    from timbench.util import manifest
+    from timbench.studies.claims_data import _align_rows
+    from timbench.studies.risk_input import from_align
     rows = [{"model_name": "tiny-dense", "condition": "bf16 engine", "max_abs_diff": 0.01, "k3_kl": 1e-5,
              "mean_abs_diff": 0.001}]
     table = tmp_path / "align_x.json"
@@ -124,7 +124,7 @@ def test_an_align_table_edited_after_it_was_written_is_refused(tmp_path):
 
 
 def test_align_table_writes_its_files_into_the_dirs_manifest(tmp_path):
-    from timbench import manifest
+    from timbench.util import manifest
     from timbench.align_table import run_table
     table = tmp_path / "t.yaml"
     table.write_text("models: [tiny-dense]\nseed: 0\nbatches: [1]\nconditions:\n"

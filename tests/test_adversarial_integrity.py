@@ -9,20 +9,20 @@ import torch
 
 from timbench.cli import main
 from timbench.grid import layout
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 
 EVALS = [{"step": 0, "accuracy_t1": 0.25, "accuracy_greedy": 0.5}, {"step": 2, "accuracy_t1": 0.5,
                                                                       "accuracy_greedy": 0.75}]
 
 
 def _row(step):
-    from timbench.log_summary import MEAN_KEYS
+    from timbench.metrics.log_summary import MEAN_KEYS
     return {"step": step, **{k: 0.001 * (step + 1) for k in MEAN_KEYS}, "critic/rewards/mean": 0.5 + step / 10}
 
 
 def _grid(out, seeds=(0, 1)):
     """A grid dir of one cell per seed, each a finished, sealed run as the grid runner leaves it (bound, done)."""
-    from timbench.log_summary import from_logs
+    from timbench.metrics.log_summary import from_logs
     cells = [{"id": f"c{s}", "axes": {"remedy": "none", "mode": "recompute", "condition": "baseline", "seed": s},
               "condition": {"name": "baseline", "kind": "reference"}, "reference": None,
               "config": {"steps": 2, "seed": s}} for s in seeds]
@@ -168,7 +168,7 @@ def test_an_edited_cells_json_fails_verify(ckpt, tmp_path, capsys, damage):
 
 
 def test_prepare_covers_cells_json_and_an_update_keeps_other_entries(ckpt, tmp_path):
-    from timbench import manifest
+    from timbench.util import manifest
     out = _prepared(ckpt, tmp_path / "g")
     assert list(manifest.read(out)) == ["cells.json"]
     manifest.update(out, ["grid.yaml"])
@@ -177,7 +177,7 @@ def test_prepare_covers_cells_json_and_an_update_keeps_other_entries(ckpt, tmp_p
 
 def test_a_report_beside_cells_json_keeps_it_covered(tmp_path, capsys):
     from gridfab import standard_grid
-    from timbench import manifest
+    from timbench.util import manifest
     out = standard_grid(tmp_path / "g")
     manifest.update(out, ["cells.json"])
     assert main(["grid", "report", str(out)]) == 0

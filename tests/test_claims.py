@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from timbench.cli import main
-from timbench.report.claims_data import Evidence
-from timbench.report.claims_registry import CLAIMS, DEMO, NOT_TESTABLE, headline
-from timbench.report.claims_rules import fp8_rl, fp16, gpu_study, icepop, routing_replay, threshold, tis_mis, triage
-from timbench.report.paper_claims import CONSISTENT, NOT, REPRODUCED, REVERSED, PaperData, Sub, family
+from timbench.studies.claims_data import Evidence
+from timbench.studies.claims_registry import CLAIMS, DEMO, NOT_TESTABLE, headline
+from timbench.studies.claims_rules import fp8_rl, fp16, gpu_study, icepop, routing_replay, threshold, tis_mis, triage
+from timbench.studies.paper_claims import CONSISTENT, NOT, REPRODUCED, REVERSED, PaperData, Sub, family
 from timbench.report.verdict_rules import EQUIVALENT, NOT_TESTED
 from timbench.report.results import CellRun
 

@@ -1,10 +1,10 @@
-"""timbench.coerce: YAML / --set values to a field's declared type, one rule for configs and remedy parameters."""
+"""timbench.util.coerce: YAML / --set values to a field's declared type, one rule for configs and remedy parameters."""
 
 import math
 
 import pytest
 
-from timbench.coerce import coerce
+from timbench.util.coerce import coerce
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

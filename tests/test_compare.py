@@ -8,7 +8,7 @@ import pytest
 
 from gridfab import cell_id, group_id, seeded_grid, standard_grid, write_cell
 from timbench.cli import main
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 from timbench.report.compare import Tolerances, compare, load_tolerances
 
 ALIGN = [

@@ -20,7 +20,7 @@ from timbench.kernels.noise_ops import row_keyed_normal
 from timbench.kernels.split_kv import attend_split, split_decode_attention_torch
 from timbench.kernels.tensor_parallel import all_reduce, row_parallel_linear
 from timbench.model import Compute
-from timbench.spec import Noise, Spec, SpecError, parse_spec
+from timbench.spec.keys import Noise, Spec, SpecError, parse_spec
 
 BATCHES = (1, 3, 24)
 

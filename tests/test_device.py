@@ -11,7 +11,7 @@ import torch
 from timbench.engine import Request, SamplingParams, make_engine
 from timbench.engine.device import describe, resolve_device
 from timbench.gate.shapes import load_model
-from timbench.spec import SpecError, parse_spec
+from timbench.spec.keys import SpecError, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from timbench.diagnose.forward import reference, score
 from timbench.diagnose.layers import localise
 from timbench.diagnose.views import by_probability, flip_rate, routing_by_layer
 from timbench.model import load_model
-from timbench.spec import SPEC_KEYS, parse_spec
+from timbench.spec.keys import SPEC_KEYS, parse_spec
 
 SMALL = (2, 5)  # engine batches: a slice of the align workload, enough tokens, seconds not minutes
 

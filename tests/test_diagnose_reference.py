@@ -13,8 +13,8 @@ from timbench.diagnose.forward import REFERENCE, reference, score
 from timbench.engine import Request, SamplingParams, make_engine, score_sequences
 from timbench.kernels import get_kernels
 from timbench.model import Compute, load_model
-from timbench.shipped import default_checkpoint
-from timbench.spec import Spec, parse_spec
+from timbench.warmstart.shipped import default_checkpoint
+from timbench.spec.keys import Spec, parse_spec
 from timbench.trainer import sequence_logprobs
 
 ROOT = Path(__file__).resolve().parents[1]

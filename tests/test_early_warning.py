@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 from gridfab import standard_grid
-from timbench.report.early_warning import Candidate, Run, rank, score_candidate, score_fixed_kl, warning_step
-from timbench.report.early_warning_md import headline
+from timbench.studies.early_warning import Candidate, Run, rank, score_candidate, score_fixed_kl, warning_step
+from timbench.studies.early_warning_md import headline
 
 KEY = "m"
 

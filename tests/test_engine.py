@@ -8,7 +8,7 @@ import torch
 from timbench.engine import Engine, Request, SamplingParams
 from timbench.kernels import get_kernels
 from timbench.model import Compute
-from timbench.spec import Spec
+from timbench.spec.keys import Spec
 from timbench.trainer import sequence_logprobs
 
 

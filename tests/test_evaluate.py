@@ -12,9 +12,9 @@ from timbench.data import (BOS_ID, EOS_ID, decode_response, encode_prompt, encod
 from timbench.evaluate import evaluate, evaluate_both
 from timbench.kernels import get_kernels
 from timbench.model import Compute, ModelConfig, Qwen3ForCausalLM, load_model
-from timbench.spec import parse_spec
+from timbench.spec.keys import parse_spec
 from timbench.tasks import get_task
-from timbench.warmstart import sft_loss
+from timbench.warmstart.run import sft_loss
 
 TASK = get_task("add-4d-v1")
 SMALL = ModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,

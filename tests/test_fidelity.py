@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gridfab import cell_decl, standard_grid, write_cell, write_cells_json
-from timbench.report.fidelity import (ACCURACY, CONTROL, GT, LT, MISSING, NO_DIFF, compare,
+from timbench.studies.fidelity import (ACCURACY, CONTROL, GT, LT, MISSING, NO_DIFF, compare,
                                       proxy_fidelity, write_fidelity)
 from timbench.report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
 from timbench.cli import main

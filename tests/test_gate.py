@@ -10,14 +10,14 @@ import pytest
 
 from timbench.cli import main
 from timbench.engine import SamplingParams, make_engine
-from timbench.faults import FAULTS
+from timbench.spec.faults import FAULTS
 from timbench.gate.check import check
 from timbench.gate.probes import PROBES
 from timbench.gate.run import run_gate
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.shipped import default_checkpoint
-from timbench.spec import SpecError, parse_spec
+from timbench.warmstart.shipped import default_checkpoint
+from timbench.spec.keys import SpecError, parse_spec
 
 TINY = """name: tiny
 version: 3

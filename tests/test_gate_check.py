@@ -158,7 +158,7 @@ def test_the_sampling_probe_records_its_threshold_as_a_floor():
     from timbench.gate.probes import PROBES
     from timbench.gate.run import render
     from timbench.gate.shapes import load_model
-    from timbench.spec import parse_spec
+    from timbench.spec.keys import parse_spec
 
     spec = parse_spec("kernels=exact", side="engine")
     make = lambda w: make_engine(w.config, spec, weights=w)  # noqa: E731

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from timbench.gate.placement import placement, render_placement
-from timbench.report.risk import answer
-from timbench.report.risk_data import gather
+from timbench.studies.risk import answer
+from timbench.studies.risk_data import gather
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from timbench.cli import main
 from timbench.grid.conditions import KINDS, load_conditions
 from timbench.grid.cost import cell_seconds, wall_seconds
 from timbench.grid.layout import prepare, read_status, run_dir, write_status
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners.cell import run_cell

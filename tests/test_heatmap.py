@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gridfab import standard_grid
-from timbench.report.plots_heatmap import heat_blocks, heat_text, relative_accuracy_heatmap
+from timbench.report.figures.heatmap import heat_blocks, heat_text, relative_accuracy_heatmap
 from timbench.report.seeds import NOTHING_TRAINED
 from timbench.report.summary import summarize_grid
 

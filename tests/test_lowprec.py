@@ -13,8 +13,8 @@ from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_model
 from timbench.quant import WEIGHT_QUANT
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
-from timbench.shipped import default_checkpoint
-from timbench.spec import SpecError, parse_spec, quantized_reference
+from timbench.warmstart.shipped import default_checkpoint
+from timbench.spec.keys import SpecError, parse_spec, quantized_reference
 from timbench.tasks.base import Task
 from timbench.trainer import sequence_logprobs
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from timbench.metrics import mismatch_metrics, routing_agreement
+from timbench.metrics.mismatch import mismatch_metrics, routing_agreement
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from timbench.metrics_direction import (IMBALANCE_CAP, QUADRANTS, direction_metrics, quadrant_metrics,
+from timbench.metrics.direction import (IMBALANCE_CAP, QUADRANTS, direction_metrics, quadrant_metrics,
                                         tail_segment_concentration)
 from timbench.rl.config import load_config
 from timbench.rl.loop import run

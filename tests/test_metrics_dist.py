@@ -1,4 +1,4 @@
-"""Distribution-level mismatch metrics (timbench.metrics_dist): formulas on a batch worked out by hand, exact
+"""Distribution-level mismatch metrics (timbench.metrics.dist): formulas on a batch worked out by hand, exact
 zero-mismatch values from a real engine and trainer, masks, bad values, and the engine's opt-in full rows."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from timbench.engine import Engine
 from timbench.engine.sampler import SamplingParams, sampling_support
 from timbench.engine.sequence import Request
 from timbench.kernels import get_kernels
-from timbench.metrics_dist import TOP_K, distribution_metrics, topk_key
+from timbench.metrics.dist import TOP_K, distribution_metrics, topk_key
 from timbench.model import Compute
 from timbench.rl import step as step_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.rl.rollout import pad_dist
-from timbench.schema import is_known
-from timbench.spec import parse_spec
+from timbench.metrics.schema import is_known
+from timbench.spec.keys import parse_spec
 from timbench.trainer import sequence_logprobs
 
 NAN, INF = float("nan"), float("inf")
@@ -188,7 +188,7 @@ def test_logged_every_step_and_absent_without_an_engine_distribution(tmp_path, m
     monkeypatch.setattr(step_mod, "collect", no_dist)
     run(load_config(None, replay + ["engine.dtype=bf16"]), tmp_path / "none", progress=False)
     none = _rows(tmp_path / "none")
-    from timbench.metrics_dist import distribution_metrics
+    from timbench.metrics.dist import distribution_metrics
     dist_keys = set(distribution_metrics(torch.zeros(1, 1, 8), torch.zeros(1, 1, 8), torch.ones(1, 1, dtype=torch.bool)))
     assert not [k for r in none for k in r if k in dist_keys]
     assert none == [{k: v for k, v in r.items() if k not in dist_keys} for r in bf16]

@@ -14,15 +14,15 @@ import pytest
 from gridfab import write_cells_json
 
 from timbench.cli import main
-from timbench.manifest import stamp_run
-from timbench.report.paper import paper_data, verdicts, write_paper
-from timbench.report.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
+from timbench.util.manifest import stamp_run
+from timbench.studies.paper import paper_data, verdicts, write_paper
+from timbench.studies.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
                                           rose_before_collapse, spearman)
 from timbench.report.verdict_rules import CHECK_PASS, EQUIVALENT
 from timbench.report.results import CellRun
 
 STEPS = 80
-"""The paper grid's step budget (timbench.report.paper.PAPER_STEPS): a shorter grid is refused."""
+"""The paper grid's step budget (timbench.studies.paper.PAPER_STEPS): a shorter grid is refused."""
 SEEDS = 8
 """Enough seeds for the verdict rules to detect the fabricated effects after Holm (Fisher's 8/8 vs 0/8, say)."""
 CONDS = {"baseline": {"kind": "reference", "engine": "kernels=exact", "trainer": "kernels=exact"},
@@ -152,7 +152,7 @@ def test_rules_can_fail(tmp_path):
 
 
 def test_noise_curve_interpolates_in_log_delta_and_clamps():
-    from timbench.report.paper_claims import noise_curve
+    from timbench.studies.paper_claims import noise_curve
     from timbench.report.stats import Interval
     pts = [{"x": Interval(0.01), "y": Interval(1.0)}, {"x": Interval(1.0), "y": Interval(0.0)}]
     assert noise_curve(pts, 0.1) == pytest.approx(0.5) and noise_curve(pts, 1e-4) == 1.0 and noise_curve(pts, 5.0) == 0.0
@@ -171,7 +171,7 @@ def test_verdict_aggregation():
 
 
 def test_smallest_detectable_difference():
-    from timbench.report.paper_claims import detectable
+    from timbench.studies.paper_claims import detectable
     from timbench.report.stats import Interval, t_quantile
     iv = Interval(0.0, -1.0, 1.0, 3)  # half-width 1 = t_0.975,2 x sd / sqrt(3)
     assert detectable(iv) == pytest.approx(1.0 + t_quantile(0.8, 2) / t_quantile(0.975, 2))
@@ -179,7 +179,7 @@ def test_smallest_detectable_difference():
 
 
 def test_seeds_used_lists_settings_with_fewer_seeds(grid, tmp_path):
-    from timbench.report.paper_claims import seed_ranges, seeds_used
+    from timbench.studies.paper_claims import seed_ranges, seeds_used
     assert seed_ranges([5, 0, 1, 2, 3]) == "0-3, 5" and seed_ranges([4]) == "4"
     d, _ = paper_data(grid)
     assert seeds_used(d) == "every setting: seeds 0-7 (8)"
@@ -192,7 +192,7 @@ def test_a_difference_with_zero_inside_states_what_the_design_could_detect(grid)
     d, _ = paper_data(grid)
     f2 = by_claim(verdicts(d))["F2"].subs[2]
     # every test states its smallest detectable difference beside the learning range
-    from timbench.report.paper_claims import _diff, detectable
+    from timbench.studies.paper_claims import _diff, detectable
     from timbench.report.stats import Interval
     assert "smallest detectable" in f2.numbers and "vs learning range 0.417" in f2.numbers
     # an interval holding 0 ("no difference detected") says what the design could have detected
@@ -296,7 +296,7 @@ def test_a_grid_without_a_real_condition_is_refused_in_one_line(tmp_path, capsys
 def test_a_grid_shorter_than_the_paper_budget_is_refused_in_one_line(tmp_path, capsys):
     """results/quick (24 steps, the reference and bf16-engine with remedy none) used to get verdicts and exit 0."""
     import yaml
-    from timbench.report.paper import PAPER_STEPS
+    from timbench.studies.paper import PAPER_STEPS
     spec = yaml.safe_load((COMMITTED.parents[1] / "bench" / "grids" / "paper.yaml").read_text())
     assert PAPER_STEPS == spec["base"]["steps"]
     quick = COMMITTED.parent / "quick"

@@ -11,10 +11,10 @@ from gridfab import write_cells_json
 from test_paper import SEEDS, curve, paper_grid, write
 
 from timbench.report.collapse import moving_average
-from timbench.report.paper import _figures, paper_data, remedy_variants, verdicts
-from timbench.report.paper_claims import KL_RISE, kl_alarm_step
-from timbench.report.plots import plt
-from timbench.report.plots_paper import Setting, kl_warning_figure
+from timbench.studies.paper import _figures, paper_data, remedy_variants, verdicts
+from timbench.studies.paper_claims import KL_RISE, kl_alarm_step
+from timbench.report.figures.curves import plt
+from timbench.report.figures.paper import Setting, kl_warning_figure
 from timbench.report.results import CellRun
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)

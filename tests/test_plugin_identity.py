@@ -16,7 +16,7 @@ from timbench.report.collapse import rule_from_dict
 from timbench.report.results import CellRun
 from timbench.report.summary import COLUMNS, summarize_cell, summary_csv
 from timbench.rl.rundir import RunDir
-from timbench.schema import is_known
+from timbench.metrics.schema import is_known
 from timbench.submit.extras import markdown_lines, plugin_metrics
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)

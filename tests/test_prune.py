@@ -15,7 +15,7 @@ from timbench.engine import SamplingParams, make_engine
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
 from timbench.model.prune import calibration_set, expert_frequencies, kept_experts, prune_experts
-from timbench.shipped import default_checkpoint
+from timbench.warmstart.shipped import default_checkpoint
 from timbench.tasks import get_task
 from timbench.trainer.forward import pack
 

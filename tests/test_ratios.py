@@ -1,11 +1,11 @@
-"""timbench.ratios: the one definition of each ratio quantity, checked against plain Python."""
+"""timbench.metrics.ratios: the one definition of each ratio quantity, checked against plain Python."""
 
 import math
 import os
 
 import torch
 
-from timbench.ratios import (LOG_RATIO_BOUND, k1, k2, k3, log_ratio, log_rho, masked_mean, select, seq_log_ratio,
+from timbench.metrics.ratios import (LOG_RATIO_BOUND, k1, k2, k3, log_ratio, log_rho, masked_mean, select, seq_log_ratio,
                              seq_max, seq_mean, seq_sum)
 
 D = torch.float64
@@ -50,7 +50,7 @@ def test_sequence_forms_over_masked_in_tokens():
 # numpy (scalar code), so only timbench's arithmetic can differ between the processes compared.
 PROBE = """
 import hashlib, json, numpy as np, torch
-from timbench.metrics import mismatch_metrics
+from timbench.metrics.mismatch import mismatch_metrics
 from timbench.rl.algorithms import agg_loss, grpo_advantage, gspo_loss, kl_penalty, ppo_clip_loss
 from timbench.rl.drift import objective_drift
 from timbench.remedies import RemedyBatch, load_remedy

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.grid.layout import read_status
 from timbench.grid.spec import load_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint

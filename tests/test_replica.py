@@ -10,13 +10,13 @@ import torch
 
 from timbench.grid.cost import cell_seconds
 from timbench.grid.spec import expand, parse_grid
-from timbench.metrics import mismatch_metrics
+from timbench.metrics.mismatch import mismatch_metrics
 from timbench.remedies import load_remedy
 from timbench.replica import REPLICAS, jaccard, replica_metrics
 from timbench.rl.config import RunConfig, load_config, parse_config
 from timbench.rl.loop import run
 from timbench.rl.step import StepBatch, correct_phase
-from timbench.schema import K3_KL, check_key
+from timbench.metrics.schema import K3_KL, check_key
 
 BASE = ["steps=3", "prompts_per_step=4", "group_size=4", "eval_every=3", "eval_n=8"]
 # A thresholded remedy with a band narrow enough that a bf16 engine's |delta| (~4e-3) puts tokens outside it.

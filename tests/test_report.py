@@ -12,8 +12,8 @@ from timbench.cli import main
 from timbench.report.cli import add_report_parser
 from timbench.report.leaderboard import remedy_ranking, tim_tolerance, write_report
 from timbench.report.summary import noise_sigma, summarize_grid
-from timbench.manifest import stamp_run
-from timbench.metrics import ABS_DELTA_BINS
+from timbench.util.manifest import stamp_run
+from timbench.metrics.mismatch import ABS_DELTA_BINS
 
 FIGURES = ["remedy_scores.png", "reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap.png",
            "drift_by_adv_sign.png", "abs_delta_distribution.png", "dose_response.png", "time_to_collapse.png"]

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from timbench.cli import main
-from timbench.report import risk_validate as rv
-from timbench.report.risk import answer, safe_levels, the_map, units, validity
-from timbench.report.risk_data import ROOT, RiskRow, gather, mapped
-from timbench.report.risk_input import from_align, from_gate, from_numbers
+from timbench.studies import risk_validate as rv
+from timbench.studies.risk import answer, safe_levels, the_map, units, validity
+from timbench.studies.risk_data import ROOT, RiskRow, gather, mapped
+from timbench.studies.risk_input import from_align, from_gate, from_numbers
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

@@ -10,7 +10,7 @@ import pytest
 
 from gridfab import cell_decl, write_cell, write_cells_json
 
-from timbench.manifest import stamp_run
+from timbench.util.manifest import stamp_run
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

@@ -16,7 +16,7 @@ from timbench.model import Compute
 from timbench.remedies import load_remedy
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
-from timbench.spec import SpecError, parse_spec
+from timbench.spec.keys import SpecError, parse_spec
 from timbench.trainer import sequence_logprobs
 
 BASE = ["steps=2", "prompts_per_step=2", "group_size=4", "eval_every=2", "eval_n=8"]

@@ -1,4 +1,4 @@
-"""The metric schema (timbench.schema) names every logged and summary key: an unknown key is an error,
+"""The metric schema (timbench.metrics.schema) names every logged and summary key: an unknown key is an error,
 every metric-like string literal in the loop, remedies and reports is a schema name, and every key a run
 actually logs (the committed results) is one."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from timbench import schema
+from timbench.metrics import schema
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 METRIC_LIKE = re.compile(r"^((rollout_corr|mismatch|training|actor|critic|drift|batch|response_length|quantized|cum"
                          r"|final|mean|max|collapse|twin|tim)/[A-Za-z0-9_./]+"
                          r"|(final_|peak_|initial_|relative_)?accuracy_(t1|greedy))$")
-SCANNED = ["timbench/rl", "timbench/metrics.py", "timbench/metrics_dist.py", "timbench/remedies", "timbench/report",
+SCANNED = ["timbench/rl", "timbench/metrics/mismatch.py", "timbench/metrics/dist.py", "timbench/remedies", "timbench/report",
            "timbench/evaluate.py", "timbench/submit", "runners"]
 
 
@@ -45,7 +45,7 @@ def test_every_metric_literal_in_loop_and_reports_is_a_schema_name():
     unknown = [f"{p.relative_to(ROOT)}:{line}: {s}" for d in SCANNED for p in
                ([ROOT / d] if d.endswith(".py") else sorted((ROOT / d).rglob("*.py")))
                for s, line in _literals(p) if not schema.is_known(s)]
-    assert not unknown, "metric names not in timbench.schema:\n" + "\n".join(unknown)
+    assert not unknown, "metric names not in timbench.metrics.schema:\n" + "\n".join(unknown)
 
 
 def test_every_committed_logged_key_is_a_schema_name():

@@ -51,7 +51,7 @@ def test_grad_clip_inf_means_no_clipping(tmp_path):
 
 
 def test_a_second_train_on_the_same_directory_is_refused_before_writing(tmp_path):
-    from timbench.dirlock import DirLock
+    from timbench.util.dirlock import DirLock
 
     out = tmp_path / "run"
     with DirLock(out, "timbench train"):  # another process's run, as far as the flock can tell

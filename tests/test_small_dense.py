@@ -17,7 +17,7 @@ from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, ModelConfig, Qwen3ForCausalLM
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
-from timbench.spec import Spec
+from timbench.spec.keys import Spec
 from timbench.trainer import sequence_logprobs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from timbench import spec as S
+from timbench.spec import keys as S
 from timbench.kernels import get_kernels
 from timbench.model import Compute
-from timbench.noise import NOISE_KINDS, Noise, parse_noise
+from timbench.spec.noise import NOISE_KINDS, Noise, parse_noise
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
@@ -77,7 +77,7 @@ def test_noise_kinds_are_one_table():
 
 def test_condition_kinds_are_one_table():
     from timbench.grid.conditions import KINDS, load_conditions
-    from timbench.report.plots_cells import KIND_MARKERS
+    from timbench.report.figures.cells import KIND_MARKERS
     assert KIND_MARKERS is KINDS and len(set(KINDS.values())) == len(KINDS)  # one distinct marker per family
     table = Path(__file__).resolve().parents[1] / "timbench/grid/conditions.yaml"
     assert {c.kind for c in load_conditions(table).values()} <= set(KINDS)

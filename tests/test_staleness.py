@@ -11,8 +11,8 @@ import torch
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.rl.staleness import PolicyHistory, split_metrics
-from timbench.schema import K3_KL
-from timbench.spec import SpecError, parse_spec
+from timbench.metrics.schema import K3_KL
+from timbench.spec.keys import SpecError, parse_spec
 
 BASE = ["steps=3", "prompts_per_step=2", "group_size=4", "eval_every=3", "eval_n=8"]
 

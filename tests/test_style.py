@@ -1,10 +1,10 @@
-"""The figure style (timbench.report.style): resolution, legends off the data, domain-clipped bands,
+"""The figure style (timbench.report.figures.style): resolution, legends off the data, domain-clipped bands,
 labels that do not collide."""
 
 import pytest
 from matplotlib.text import Text
 
-from timbench.report.style import DPI, clip_band, emptiest_corner, legend, place_labels, plt, png_bytes
+from timbench.report.figures.style import DPI, clip_band, emptiest_corner, legend, place_labels, plt, png_bytes
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

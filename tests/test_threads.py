@@ -1,4 +1,4 @@
-"""Thread pools: numba's OpenMP layer must not leave nested OpenMP on for torch (timbench.threads)."""
+"""Thread pools: numba's OpenMP layer must not leave nested OpenMP on for torch (timbench.util.threads)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from timbench.threads import set_threads
+from timbench.util.threads import set_threads
 
 # Starts torch's pool first (the order in which the slowdown was seen), then numba's, and reports the
 # nesting limit of every loaded OpenMP runtime.
@@ -22,7 +22,7 @@ if sys.argv[1] == "timbench":
 else:
     import numba; numba.set_num_threads(2)  # bare numba: its layer turns nesting on
 from numba.np.ufunc import parallel
-from timbench.threads import _loaded_openmp_runtimes
+from timbench.util.threads import _loaded_openmp_runtimes
 print(json.dumps({"launched": bool(parallel._is_initialized),
                   "levels": [ctypes.CDLL(p).omp_get_max_active_levels() for p in _loaded_openmp_runtimes()]}))
 """
@@ -41,7 +41,7 @@ def test_numba_pool_leaves_openmp_single_level():
 
 
 def test_bare_numba_turns_nesting_on():
-    # The negative control: without timbench.threads, numba's omp layer leaves nesting on; if this ever
+    # The negative control: without timbench.util.threads, numba's omp layer leaves nesting on; if this ever
     # stops holding, the guard above is testing nothing and can go.
     got = _levels("bare")
     assert got["launched"] and any(lv > 1 for lv in got["levels"]), got

@@ -9,7 +9,7 @@ from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.rl import loop as loop_mod
 from timbench.rl.config import Loaded, RunConfig, apply_overrides, load, load_config, parse_config
-from timbench.spec import parse_spec
+from timbench.spec.keys import parse_spec
 from timbench.rl.loop import NonFiniteError, run
 from timbench.rl.rundir import read_status
 from timbench.tasks.base import Task

@@ -21,19 +21,19 @@ except ImportError as e:  # vllm missing, or installed but broken
 from timbench.align import align
 from timbench.engine import Request, SamplingParams, make_engine, token_logprobs_all
 from timbench.engine.sampler import _top_p
-from timbench.metrics import routing_agreement
+from timbench.metrics.mismatch import routing_agreement
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
 from timbench.rl import step as step_mod
-from timbench.shipped import default_checkpoint
+from timbench.warmstart.shipped import default_checkpoint
 from timbench.trainer import sequence_logprobs
 from timbench.trainer import update as update_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
-from timbench.spec import parse_spec
+from timbench.spec.keys import parse_spec
 from timbench.tasks.base import Task
 
 DIST_KEYS = {"tim/bitwise_equal_frac", "tim/tv_mean", "tim/tv_max", "tim/top1_agreement", "tim/top5_consistency"}
-"""timbench.metrics_dist's keys: they need both full distributions, which vLLM does not return."""
+"""timbench.metrics.dist's keys: they need both full distributions, which vLLM does not return."""
 
 pytestmark = pytest.mark.vllm
 

@@ -14,8 +14,8 @@ from timbench.evaluate import evaluate
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, load_checkpoint
 from timbench.tasks import get_task
-from timbench.shipped import available_checkpoints, default_checkpoint
-from timbench.warmstart import WarmstartError, parse_band
+from timbench.warmstart.shipped import available_checkpoints, default_checkpoint
+from timbench.warmstart.run import WarmstartError, parse_band
 
 SHIPPED = [("add-4d-v1", "tiny-dense"), ("add-4d-v1", "tiny-moe"), ("add-4d-v1", "tiny-moe-e4"),
            ("add-4d-v1", "tiny-moe-e2"), ("add-4d-v1", "small-dense")]

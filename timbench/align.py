@@ -15,9 +15,9 @@ import random
 import torch
 
 from .engine import Request, SamplingParams, make_engine
-from .metrics import mismatch_metrics, routing_agreement
+from .metrics.mismatch import mismatch_metrics, routing_agreement
 from .model import Compute, Qwen3ForCausalLM
-from .spec import parse_spec
+from .spec.keys import parse_spec
 from .trainer import sequence_logprobs
 
 ENGINE_BATCHES = (1, 2, 3, 7, 16, 64, 96)

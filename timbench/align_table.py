@@ -15,12 +15,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from .align import ENGINE_BATCHES, align
-from . import manifest
-from .atomic import atomic_write
+from .util import manifest
+from .util.atomic import atomic_write
 from .eta import Eta
 from .model import load_model
-from .readfile import read_yaml
-from .spec import parse_spec
+from .util.readfile import read_yaml
+from .spec.keys import parse_spec
 
 _KEYS = {"models", "seed", "conditions", "batches"}
 _COND_KEYS = {"name", "engine", "trainer", "models", "kind"}
@@ -47,7 +47,7 @@ def read_table(path: str | Path) -> dict:
 
 
 def _worker_init(threads: int) -> None:
-    from .threads import set_threads
+    from .util.threads import set_threads
     set_threads(threads)
 
 
@@ -104,7 +104,7 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
     _MODELS.clear()
     atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
     if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
-        from .report.plots_align import save_delta_axis
+        from .report.figures.align import save_delta_axis
         save_delta_axis(rows, out / f"{Path(path).stem}.png", f"timbench align --table {path}")
     # last: the table's files in the dir's manifest (a reader refuses an edited one; a table killed half-way fails)
     manifest.update(out, [f"{Path(path).stem}{ext}" for ext in (".json", ".md", ".png")])

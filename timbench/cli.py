@@ -1,7 +1,7 @@
 """The `timbench` command: one subcommand per job, each a thin layer over the library.
 
 Building the parser imports no torch/numba (each command imports its library when it runs, packages export
-lazily: timbench.lazy), so `timbench --help`, `--version` and argument errors answer in well under a second.
+lazily: timbench.util.lazy), so `timbench --help`, `--version` and argument errors answer in well under a second.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .remedies.deadline import PluginError  # stdlib only: --help stays torch-fr
 def _cmd_align(args) -> int:
     if args.table:
         from .align_table import run_table
-        from .atomic import check_output_dir
+        from .util.atomic import check_output_dir
         out = args.out or "build/align"
         check_output_dir(out)
         from .grid.cli import default_workers
@@ -31,7 +31,7 @@ def _cmd_align(args) -> int:
     check_seed(args.seed, "--seed")
     from .align import align
     from .model import load_model
-    from .spec import parse_spec
+    from .spec.keys import parse_spec
     engine = parse_spec(args.engine, "engine spec", side="engine")
     trainer = parse_spec(args.trainer, "trainer spec", side="trainer")
     model = load_model(args.model, seed=args.seed)
@@ -106,9 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .diagnose.cli import add_parser as add_diagnose
     add_diagnose(sub)
-    from .warmstart_cli import add_parser as add_warmstart
+    from .warmstart.cli import add_parser as add_warmstart
     add_warmstart(sub)
-    from .prune_cli import add_parser as add_prune  # `timbench prune-experts`: expert-pruned proxy models
+    from .warmstart.prune_cli import add_parser as add_prune  # `timbench prune-experts`: expert-pruned proxy models
     add_prune(sub)
     from .rl.cli import add_parser as add_train
     add_train(sub)
@@ -122,15 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(grid_sub)
     add_report_parser(grid_sub)
 
-    from .report.cli import add_paper_parser  # `timbench paper DIR`: the paper's F1-F5 verdicts
+    from .studies.cli import add_paper_parser  # `timbench paper DIR`: the paper's F1-F5 verdicts
     add_paper_parser(sub)
-    from .report.cli import add_claims_parser  # `timbench claims DIR...`: the field's other claims
+    from .studies.cli import add_claims_parser  # `timbench claims DIR...`: the field's other claims
     add_claims_parser(sub)
-    from .report.cli import add_early_warning_parser  # `timbench early-warning DIR...`
+    from .studies.cli import add_early_warning_parser  # `timbench early-warning DIR...`
     add_early_warning_parser(sub)
-    from .report.cli import add_proxy_fidelity_parser  # `timbench proxy-fidelity DIR...`
+    from .studies.cli import add_proxy_fidelity_parser  # `timbench proxy-fidelity DIR...`
     add_proxy_fidelity_parser(sub)
-    from .report.risk_cli import add_risk_parser  # `timbench risk`: the risk map over committed grids
+    from .studies.risk_cli import add_risk_parser  # `timbench risk`: the risk map over committed grids
     add_risk_parser(sub)
 
     from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track`
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
             print(f"timbench {args.command}: error: {e}", file=sys.stderr)
             return 1
         except OSError as e:  # a refused write (disk full, read-only, permissions): one line naming the path
-            from .atomic import write_error
+            from .util.atomic import write_error
             print(f"timbench {args.command}: error: {write_error(e, 'at', e.filename or '?')}", file=sys.stderr)
             return 2
     except BrokenPipeError:

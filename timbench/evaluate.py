@@ -14,8 +14,8 @@ from typing import Sequence
 
 from .data import decode_response, max_new_tokens, requests_for
 from .engine import SamplingParams, make_engine
-from .spec import Spec
-from .schema import ACCURACY_GREEDY, ACCURACY_T1
+from .spec.keys import Spec
+from .metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
 
 
 def evaluate(model, task, problems: Sequence, engine_spec: Spec | str = "kernels=exact", temperature: float = 1.0,

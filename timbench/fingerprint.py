@@ -70,8 +70,8 @@ def update_case(model_name: str, dtype: str) -> dict[str, str]:
 
     from .model import Compute, load_checkpoint
     from .rl.algorithms import grpo_advantage, ppo_clip_loss
-    from .shipped import default_checkpoint
-    from .spec import parse_spec
+    from .warmstart.shipped import default_checkpoint
+    from .spec.keys import parse_spec
     from .trainer import sequence_logprobs
     from .trainer.optim import AdamW, clip_grad_norm
 
@@ -173,7 +173,7 @@ def _cmd(args) -> int:
     got = fingerprint(args.threads)
     doc = {"machine": machine(), "torch": torch.__version__, "hashes": got}
     if args.write:
-        from .atomic import atomic_write
+        from .util.atomic import atomic_write
         atomic_write(args.write, json.dumps(doc, indent=1) + "\n")
     if args.check:
         diff = first_difference(load_golden(), got)

@@ -23,12 +23,12 @@ from typing import Callable
 
 import torch
 
-from .metrics import mismatch_metrics
-from .schema import K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA
+from .metrics.mismatch import mismatch_metrics
+from .metrics.schema import K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA
 
 PREFIX = "replica/"
 FLOOR_KEYS = (K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA)
-"""The mismatch metrics (timbench.metrics) whose value between the two trainer passes is logged as the floor."""
+"""The mismatch metrics (timbench.metrics.mismatch) whose value between the two trainer passes is logged as the floor."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def replica_metrics(first: torch.Tensor, second: torch.Tensor, response_mask: to
     response_mask: the tokens the floor runs over (the response, as the mismatch metrics' own);
     loss_mask: the tokens in the loss before the remedy; keep_*/weights_*: the remedy's keep-mask and
     weights (None = all 1) on (first, mu) and on (second, mu). The rejected set of a pass is
-    loss_mask & ~keep; the floor is `timbench.metrics.mismatch_metrics(first, second)`.
+    loss_mask & ~keep; the floor is `timbench.metrics.mismatch.mismatch_metrics(first, second)`.
     """
     floor = mismatch_metrics(first, second, response_mask)
     loss_mask = loss_mask.bool()

@@ -25,12 +25,12 @@ import json
 import time
 from pathlib import Path
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.gate.fake_server import FakeServer
 from timbench.gate.fault_proxy import EXPECTED_PROBE, FaultProxy
 from timbench.gate.http_run import run_http_gate
 from timbench.gate.suite import load_suite
-from timbench.shipped import default_checkpoint
+from timbench.warmstart.shipped import default_checkpoint
 
 
 def one(url: str, trainer: str, suite, out: Path, fault: str, stale: str | None = None) -> dict:

@@ -16,14 +16,14 @@ import argparse
 import json
 from pathlib import Path
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.engine import SamplingParams
 from timbench.gate.outcome import one_run, rl_outcome
 from timbench.gate.run import format_numbers
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.shipped import default_checkpoint
-from timbench.spec import parse_spec
+from timbench.warmstart.shipped import default_checkpoint
+from timbench.spec.keys import parse_spec
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ import json
 
 import torch
 
-from timbench.atomic import atomic_write
+from timbench.util.atomic import atomic_write
 from timbench.engine import vllm_engine, vllm_moe
 from timbench.gate.shapes import load_model
 

@@ -9,7 +9,7 @@ ties them together, `figures` draws them, `table` runs a condition table, `cli`
 is the command.
 """
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {".run": ["align_groups", "diagnose", "diagnose_rollouts"]}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,7 +9,7 @@ sides' errors are uncorrelated; fully correlated same-sign errors cancel
 opposite-sign ones add (gap_rms ~ e_engine_rms + e_trainer_rms). `attribute`
 reports all three and which fits best. `key_groups` / `key_shares` split a
 side's error over the spec keys that differ from the reference, one key at a
-time, for whatever keys `timbench.spec` defines. Sums use `kernels.reduce`.
+time, for whatever keys `timbench.spec.keys` defines. Sums use `kernels.reduce`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import math
 import torch
 
 from ..kernels.reduce import fmean
-from ..spec import Spec, SpecError
+from ..spec.keys import Spec, SpecError
 
 
 def _ms(x: torch.Tensor) -> float:

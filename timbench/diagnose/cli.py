@@ -7,7 +7,7 @@ import sys
 
 
 def _cmd(args) -> int:
-    from ..atomic import atomic_write, check_output_dir
+    from ..util.atomic import atomic_write, check_output_dir
     if args.table:
         from .table import run_table
         out = args.out or "build/diagnose"  # a regeneration: results/diagnose only when told --out results/diagnose
@@ -15,7 +15,7 @@ def _cmd(args) -> int:
         run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr))
         return 0
     from ..model import load_model
-    from ..spec import parse_spec
+    from ..spec.keys import parse_spec
     from .run import diagnose
     from .table import resolve_model
     engine = parse_spec(args.engine, "engine spec", side="engine")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from ..atomic import atomic_path
-from ..report.style import DPI, legend, plt
+from ..util.atomic import atomic_path
+from ..report.figures.style import DPI, legend, plt
 
 
 def _pos(x):

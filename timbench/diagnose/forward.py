@@ -17,7 +17,7 @@ import torch
 
 from ..kernels.logprobs import token_logprobs_all
 from ..model import Compute, Qwen3ForCausalLM
-from ..spec import Spec
+from ..spec.keys import Spec
 from ..trainer.forward import pack
 
 REFERENCE = Spec(dtype="fp64")

@@ -20,7 +20,7 @@ from ..engine import SamplingParams, make_engine, score_sequences
 from ..kernels.pointwise import fexp
 from ..kernels.reduce import fmean
 from ..model import Qwen3ForCausalLM
-from ..spec import Spec, SpecError, parse_spec
+from ..spec.keys import Spec, SpecError, parse_spec
 from .attribution import _ms, attribute, changed_keys, errors, key_groups, key_shares
 from .forward import REFERENCE, level_names, reference, score
 from .layers import error_by_level, localise, stack_levels

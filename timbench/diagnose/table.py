@@ -13,12 +13,12 @@ import importlib.util
 import json
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from ..grid.conditions import load_conditions
 from ..grid.spec import SHIPPED_CONDITIONS
 from ..model import load_model
-from ..readfile import read_yaml
-from ..shipped import available_checkpoints, default_checkpoint
+from ..util.readfile import read_yaml
+from ..warmstart.shipped import available_checkpoints, default_checkpoint
 from .figures import draw_all
 from .run import diagnose
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ..faults import FAULTS, Faulty
+from ..spec.faults import FAULTS, Faulty
 from ..model import ModelConfig
-from ..spec import Spec, parse_spec
+from ..spec.keys import Spec, parse_spec
 from .engine import Engine
 
 
@@ -47,5 +47,5 @@ def make_engine(config: ModelConfig, spec: Spec | str | dict | None = None, max_
     if weights is not None:
         engine.load_weights(weights)  # the start-up load is not a sync: a sync fault bites from the first sync on
     if fault is not None:
-        engine = Faulty(engine, s.fault)  # the fault library (timbench.faults): the release gate must catch it
+        engine = Faulty(engine, s.fault)  # the fault library (timbench.spec.faults): the release gate must catch it
     return engine

@@ -16,7 +16,7 @@ import torch
 
 from ..model import Compute, ModelConfig, Qwen3ForCausalLM
 from ..quant import QuantCache
-from ..spec import Spec, parse_spec
+from ..spec.keys import Spec, parse_spec
 from .device import resolve_device
 from .sampler import Draw, SamplingParams, draw, for_spec
 from .score import EngineScores, score_sequences

@@ -12,7 +12,7 @@ the same truncated distribution (sampling replay, timbench.remedies.support).
 `draw` returns besides the full tempered log-distribution each row was truncated
 from (raw, before top-k / top-p: the policy's own distribution), which the
 engine hands out when `SamplingParams.full_logprobs` asks (distribution-level
-mismatch metrics, timbench.metrics_dist); computing it costs nothing, since
+mismatch metrics, timbench.metrics.dist); computing it costs nothing, since
 the truncation starts from it.
 
 The synthetic-noise condition (`noise=` in the engine spec) perturbs the logits
@@ -33,7 +33,7 @@ import torch
 from ..kernels import KernelSet
 from ..kernels.logprobs import token_logprobs_all
 from ..kernels.numba_ops import keyed_gumbel, top_p_logprobs
-from ..noise import NOISE_STREAM_LOGITS, NOISE_STREAM_SAMPLING, Noise, key_ids, perturb_logits  # noqa: F401
+from ..spec.noise import NOISE_STREAM_LOGITS, NOISE_STREAM_SAMPLING, Noise, key_ids, perturb_logits  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model import Compute, Qwen3ForCausalLM
-from ..spec import Spec
+from ..spec.keys import Spec
 from .sampler import SamplingParams, for_spec, perturb_logits, processed_logprobs
 
 

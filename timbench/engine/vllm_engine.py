@@ -44,7 +44,7 @@ import torch  # noqa: E402
 import vllm  # noqa: E402
 
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
-from ..spec import Spec, parse_spec  # noqa: E402
+from ..spec.keys import Spec, parse_spec  # noqa: E402
 from . import vllm_moe  # noqa: E402
 from .sampler import SamplingParams, for_spec  # noqa: E402
 from . import vllm_score  # noqa: E402

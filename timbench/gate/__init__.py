@@ -3,10 +3,10 @@
 `suite` loads bench/gates/<name>.yaml, `probes` holds the probes, `run` runs a suite on one engine spec and
 records what was tested, `check` compares a candidate with a baseline, `matrix` tables several releases'
 runs, `cli` is the command. The fault
-library the gate is proven on is `timbench.faults` (engine spec key `fault=`).
+library the gate is proven on is `timbench.spec.faults` (engine spec key `fault=`).
 """
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {".run": ["run_gate"], ".check": ["check", "load_report"], ".suite": ["load_suite"]}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import manifest
+from ..util import manifest
 
 GROWTH = 1.5
 ALIGNMENT_RULE = f"mean_abs_diff <= {GROWTH}x the baseline's + 1e-12"

@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
     r = gs.add_parser("run", help="run a gate suite on one engine spec and compare it with the suite's stored "
                                   "baseline; exit 1 when a probe fails or regresses, 2 when one erred")
     r.add_argument("--engine", default="kernels=exact,dtype=fp32",
-                   help="engine spec (timbench.spec), e.g. engine=vllm,dtype=bf16 or fault=batch_leak; or an "
+                   help="engine spec (timbench.spec.keys), e.g. engine=vllm,dtype=bf16 or fault=batch_leak; or an "
                         "OpenAI-compatible server: openai=URL[,model=NAME][,api_key_env=VAR][,timeout=S][,retries=N]"
                         "[,concurrency=N] (with --trainer hf=DIR)")
     r.add_argument("--trainer", metavar="hf=DIR",
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                         "results/gates/none for smoke)")
     b.add_argument("--no-baseline", action="store_true", help="only the probes' own thresholds, no comparison")
     r.set_defaults(func=_run)
-    f = gs.add_parser("faults", help="run the suite on the clean engine and under every fault of timbench.faults; "
+    f = gs.add_parser("faults", help="run the suite on the clean engine and under every fault of timbench.spec.faults; "
                                      "write the detection matrix")
     f.add_argument("--suite", default="smoke", help="suite name or path")
     f.add_argument("--out", default="build/gates", help="output directory (results/gates updates the committed one)")

@@ -52,7 +52,7 @@ def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Pr
     """Mean / max |delta|, k3, the fraction of tokens that differ and argmax flips between the server's logprobs
     and the trainer's on the same tokens; passes when mean |delta| <= the suite's bound."""
     from ..align import workload
-    from ..metrics import mismatch_metrics
+    from ..metrics.mismatch import mismatch_metrics
 
     comps = []
     for call in workload(params.seed, trainer.vocab_size, engine.max_len, tuple(p["batches"])):

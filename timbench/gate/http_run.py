@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from .. import manifest
+from ..util import manifest
 from ..engine import SamplingParams
 from . import http_probes
 from .http_engine import NotTested, weight_sync_reason
@@ -96,7 +96,7 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
                   progress=None) -> dict:
     """Run the suite's probes that apply over HTTP; write gate.json, gate.md and gate.html to `out`; return the
     report."""
-    from ..atomic import atomic_write
+    from ..util.atomic import atomic_write
 
     t0 = time.perf_counter()
     engine, trainer, spec = connect(engine_spec, trainer_spec, allow_remote, progress)
@@ -146,7 +146,7 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
 
 def committed_rows() -> list:
     """The committed grids' risk rows, or none where this install has no results/ (a wheel, not a checkout)."""
-    from ..report.risk_data import gather
+    from ..studies.risk_data import gather
     try:
         return gather()
     except FileNotFoundError:

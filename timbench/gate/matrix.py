@@ -203,7 +203,7 @@ def _num(x) -> str:
 
 def write(dirs, out) -> dict:
     """Build the matrix over `dirs` and write matrix.json / matrix.md under `out` (atomically)."""
-    from ..atomic import atomic_write
+    from ..util.atomic import atomic_write
 
     doc, text = build(dirs)
     out = Path(out)

@@ -31,7 +31,7 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
     from ..report.collapse import detect_collapse
     from ..rl.config import from_dict
     from ..rl.loop import NonFiniteError, run
-    from ..threads import set_threads
+    from ..util.threads import set_threads
 
     cfg = {"task": RL_TASK, "preset": preset, "algorithm": "grpo", "mode": p["mode"], "engine": str(spec),
            "trainer": "kernels=exact,dtype=fp32", "seed": seed, "steps": p["steps"],

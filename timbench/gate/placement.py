@@ -10,9 +10,9 @@ below it, a broken one above it) is not placed: the reason says so. Pure: the ro
 
 from __future__ import annotations
 
-from ..report.risk import MODES, answer, units, validity
-from ..report.risk_data import DOSE
-from ..report.risk_input import _align_query
+from ..studies.risk import MODES, answer, units, validity
+from ..studies.risk_data import DOSE
+from ..studies.risk_input import _align_query
 
 SCALE = ("at CPU scale (models of {models} on {tasks}, {lo:.3g}-{hi:.3g} committed mean |delta|), with no committed "
          "evidence that it transfers to larger models")

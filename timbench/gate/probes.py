@@ -105,7 +105,7 @@ def claims_zero_mismatch(spec) -> bool:
     """An engine spec that is timbench's exact fp32 reference (a fault aside) is held to 0.0 exactly."""
     import dataclasses
 
-    from ..spec import ZERO_MISMATCH
+    from ..spec.keys import ZERO_MISMATCH
     return dataclasses.replace(spec, fault="none") == ZERO_MISMATCH
 
 

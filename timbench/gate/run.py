@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from .. import manifest
+from ..util import manifest
 from .probes import PROBES, Probe
 from .suite import Suite
 
@@ -61,8 +61,8 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
     A probe that raises is an error row of its own (`error`: the exception in one line), and a model whose
     engine cannot be built errs every probe of that model without retrying it; the other rows stand, so one
     unsupported model of a release does not hide what the release passed."""
-    from ..atomic import atomic_write
-    from ..spec import parse_spec
+    from ..util.atomic import atomic_write
+    from ..spec.keys import parse_spec
 
     spec = parse_spec(engine_spec, "engine spec", side="engine")
     rows, t0 = [], time.perf_counter()
@@ -180,8 +180,8 @@ def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: 
     Writes detection.json / detection.md under `out` (and each run's gate files under out/<fault>/ and
     out/none-seed<K>/).
     """
-    from ..atomic import atomic_write
-    from ..faults import FAULTS
+    from ..util.atomic import atomic_write
+    from ..spec.faults import FAULTS
 
     names = ["none", *(faults or FAULTS)]
     cols = list(suite.probes)

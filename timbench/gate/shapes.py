@@ -38,7 +38,7 @@ SEED = 0
 
 
 def valid_models() -> list[str]:
-    from ..shipped import available_checkpoints
+    from ..warmstart.shipped import available_checkpoints
     shipped = [n.removeprefix("add-4d-v1-") for n in available_checkpoints() if n.startswith("add-4d-v1-")]
     return shipped + list(SHAPES)
 
@@ -46,7 +46,7 @@ def valid_models() -> list[str]:
 def load_model(name: str):
     """A suite's model by name: a production shape built here, else the shipped add-4d-v1 warm start."""
     from ..model import Qwen3ForCausalLM, load_checkpoint
-    from ..shipped import default_checkpoint
+    from ..warmstart.shipped import default_checkpoint
     if name in SHAPES:
         return Qwen3ForCausalLM(SHAPES[name], seed=SEED)
     return load_checkpoint(default_checkpoint("add-4d-v1", name))

@@ -47,7 +47,7 @@ def load_suite(name_or_path: str) -> Suite:
         known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []
         raise ValueError(f"unknown gate suite {name_or_path!r}; valid: {', '.join(known) or 'none found'} "
                          "(or a path to a suite .yaml)")
-    from ..readfile import read_yaml
+    from ..util.readfile import read_yaml
     doc = read_yaml(path, "gate suite") or {}
     need = ("name", "version", "models", "probes")
     missing = [k for k in need if k not in doc]

@@ -2,7 +2,7 @@
 the result layout (the single owner of cells.json and cell.json). Reports live in `timbench.report`,
 runners in `timbench.runners`."""
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {".conditions": ["KINDS", "Condition", "load_conditions"],
             ".spec": ["AXES", "Axes", "Cell", "GridSpec", "expand", "load_grid"]}

@@ -2,7 +2,7 @@
 
 A condition is data: `conditions.yaml` next to this module (shipped as package
 data, the default table of every grid) maps a name to its kind, the two
-spec strings (`key=value,...`, validated with `timbench.spec.parse_spec`) and a
+spec strings (`key=value,...`, validated with `timbench.spec.keys.parse_spec`) and a
 one-paragraph doc naming the real system it stands for. A grid names
 conditions from this table; adding a mismatch source is adding an entry here.
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from ..spec import Spec, parse_spec
-from ..readfile import read_yaml
+from ..spec.keys import Spec, parse_spec
+from ..util.readfile import read_yaml
 
 KINDS = {"reference": "*", "precision": "s", "quant": "p", "kernels": "D", "tp": "^", "moe": "v", "noise": "o",
          "vllm": "P", "accum": "X", "async": "h"}
@@ -36,7 +36,7 @@ class Condition:
     kind: str
     """Mismatch family: one of KINDS."""
     engine: str
-    """Engine spec string, `key=value,...` (see `timbench.spec`)."""
+    """Engine spec string, `key=value,...` (see `timbench.spec.keys`)."""
     trainer: str
     """Trainer spec string."""
     doc: str = ""

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import yaml
 
-from .. import log_summary, manifest
-from ..atomic import atomic_write
-from ..dirlock import DirLock
-from ..readfile import read_json
+from ..metrics import log_summary
+from ..util import manifest
+from ..util.atomic import atomic_write
+from ..util.dirlock import DirLock
+from ..util.readfile import read_json
 from ..remedies.identity import comparable_cell, comparable_config
 from .spec import Cell, GridSpec
 

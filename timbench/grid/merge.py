@@ -27,8 +27,8 @@ import json
 import shutil
 from pathlib import Path
 
-from .. import manifest
-from ..atomic import atomic_write
+from ..util import manifest
+from ..util.atomic import atomic_write
 from ..remedies.identity import comparable_cell
 from .layout import load_cells, read_status, run_dir
 

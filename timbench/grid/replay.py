@@ -15,7 +15,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from ..readfile import read_json
+from ..util.readfile import read_json
 
 
 def _cpu_independent(cell: dict) -> bool:
@@ -75,7 +75,7 @@ def replay(results: str | Path, cell: dict, steps: int = 1) -> list[str]:
 def replay_run(run: str | Path, steps: int = 1) -> list[str]:
     """The same for one run directory (`timbench train --out DIR`: its config.yaml and metrics.jsonl); a run whose
     arithmetic depends on the CPU (fast kernels, another engine) cannot be compared bit for bit: ValueError."""
-    from ..readfile import read_yaml
+    from ..util.readfile import read_yaml
     run = Path(run)
     cfg = read_yaml(run / "config.yaml", "run config")
     if not isinstance(cfg, dict):

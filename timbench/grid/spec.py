@@ -31,7 +31,7 @@ from pathlib import Path
 
 
 from ..rl.config import RunConfig, from_dict
-from ..readfile import read_yaml
+from ..util.readfile import read_yaml
 from .conditions import Condition, load_conditions, parse_conditions
 
 SHIPPED_CONDITIONS = Path(__file__).with_name("conditions.yaml")
@@ -297,7 +297,7 @@ def _excluded(axes: dict, exclude: list[dict]) -> bool:
 def _checkpoint_problem(cfg: RunConfig) -> str | None:
     """Plan-time check that the warm start exists (a missing one would fail every step of the run)."""
     from ..model import PRESETS
-    from ..shipped import default_checkpoint
+    from ..warmstart.shipped import default_checkpoint
     if cfg.preset not in PRESETS:
         return f"unknown model preset {cfg.preset!r}; valid: {', '.join(PRESETS)}"
     if cfg.model == "default":

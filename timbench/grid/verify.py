@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from .. import log_summary, manifest
+from ..metrics import log_summary
+from ..util import manifest
 
 REPORT_FILES = ("leaderboard.md", "leaderboard.html", "summary.csv", "seeds.csv")
 """The report's fixed files; its figures/*.png are listed in the report manifest as written."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..threads import start_numba_pool
+from ..util.threads import start_numba_pool
 from .base import KernelSet
 from .exact_kernels import ExactKernels
 from .torch_kernels import TorchKernels

@@ -25,7 +25,7 @@ import torch
 from . import exact64, native
 from . import numba_grad as ng
 from . import numba_ops as nb
-from ..mma import MmaAccum
+from ..spec.mma import MmaAccum
 from .mma_accum import blocked_matmul
 from .split_kv import attend_split
 

@@ -1,10 +1,10 @@
-"""The `mma_accum=` arithmetic: the exact linear's K reduction in blocks (what it stands for: timbench.mma)."""
+"""The `mma_accum=` arithmetic: the exact linear's K reduction in blocks (what it stands for: timbench.spec.mma)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..mma import MmaAccum
+from ..spec.mma import MmaAccum
 from . import native
 
 

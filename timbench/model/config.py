@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..coerce import field_kind
+from ..util.coerce import field_kind
 from ..tokenizer import CharTokenizer
 
 _TOK = CharTokenizer()

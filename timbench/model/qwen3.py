@@ -23,7 +23,7 @@ from ..kernels.tensor_parallel import row_parallel_linear
 from ..quant import QuantCache
 from ..quant.aligned import RolloutCodes
 from . import quantized as Q
-from ..spec import ZERO_MISMATCH, Spec
+from ..spec.keys import ZERO_MISMATCH, Spec
 from .config import ModelConfig
 
 
@@ -33,13 +33,13 @@ class Compute:
 
     The spec is carried whole, not mirrored field by field: every spec key reads
     through (`compute.tp`, `compute.weight_quant`, and any key added to
-    `timbench.spec.SPEC_KEYS` later), and only the dtypes are resolved to torch
+    `timbench.spec.keys.SPEC_KEYS` later), and only the dtypes are resolved to torch
     dtypes here.
     """
 
     kernels: KernelSet
     spec: Spec = ZERO_MISMATCH
-    """The side's spec (`timbench.spec.Spec`); its kernels name is the kernel set's."""
+    """The side's spec (`timbench.spec.keys.Spec`); its kernels name is the kernel set's."""
     quant_cache: QuantCache | None = None
     """Quantized weights kept between forwards (the engine's `timbench.quant.QuantCache`, cleared at each
     weight sync); None = quantize at every forward (a trainer)."""
@@ -57,7 +57,7 @@ class Compute:
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Compute:
-        """The Compute a `timbench.spec.Spec` asks for (a fresh kernel set instance)."""
+        """The Compute a `timbench.spec.keys.Spec` asks for (a fresh kernel set instance)."""
         return cls(get_kernels(spec.kernels), spec)
 
     @property

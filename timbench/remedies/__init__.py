@@ -6,13 +6,13 @@
 
 A plug-in's maths must be the same bytes on any CPU and thread count (docs/internals/determinism.md): use `fexp`
 (not torch.exp) and `fsum`/`fmean`/`fstd`/`masked_sum`/`masked_mean` (not torch.sum/mean/std), as the
-built-ins do. Names load on first use (timbench.lazy), so `timbench --help` does not import torch.
+built-ins do. Names load on first use (timbench.util.lazy), so `timbench --help` does not import torch.
 """
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {
-    # The plug-in API's formula helpers: timbench.ratios' quantities and fixed-order masked reductions.
+    # The plug-in API's formula helpers: timbench.metrics.ratios' quantities and fixed-order masked reductions.
     "..ratios": ["k1", "k2", "k3", "masked_mean", "masked_sum", "per_token", "seq_log_ratio", "seq_max",
                  "seq_mean", "seq_sum"],
     # CPU-independent pointwise exp and fixed-order reductions (the determinism contract's kernels).

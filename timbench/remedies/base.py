@@ -1,7 +1,7 @@
 """The remedy plug-in API: the batch a remedy sees, what it returns, the base class, the shared metrics.
 
 A remedy turns one step's correction ratios rho_t = pi_old / mu (trainer's recomputed logprob over
-the engine's; the quantities and their names are timbench.ratios') into per-token loss weights and a keep-mask, as a
+the engine's; the quantities and their names are timbench.metrics.ratios') into per-token loss weights and a keep-mask, as a
 pure function of the batch. It may also act earlier through declarative hooks: `replay` (MoE routing replay) and spec
 overrides for the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never
 touches the loop.
@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import ratios
-from ..coerce import coerce, field_kind
+from ..metrics import ratios
+from ..util.coerce import coerce, field_kind
 from ..kernels.reduce import fmean
-from ..schema import METRIC_NAMES  # noqa: F401  (re-exported: remedies import it from here)
+from ..metrics.schema import METRIC_NAMES  # noqa: F401  (re-exported: remedies import it from here)
 
 REPLAY_MODES = (None, "engine", "old")
 
@@ -174,7 +174,7 @@ def describe_params(params_cls: type) -> dict[str, dict]:
 # ---------------------------------------------------------------- formula helpers (pure)
 
 def log_rho(batch: RemedyBatch) -> torch.Tensor:
-    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask (timbench.ratios.log_rho)."""
+    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask (timbench.metrics.ratios.log_rho)."""
     return ratios.log_rho(batch.old_logprobs, batch.rollout_logprobs, batch.mask)
 
 

@@ -1,7 +1,7 @@
 """The built-in remedies: importance weighting, masking, sequence rejection, routing replay, precision.
 
 Formulas and defaults as restated in shared/reference/tim-literature.md ("Remedies and defaults"),
-with rho_t = exp(clamp(log pi_old - log mu, +-20)) (verl's clamp) and k1/k2/k3 as in timbench.ratios. Sequence
+with rho_t = exp(clamp(log pi_old - log mu, +-20)) (verl's clamp) and k1/k2/k3 as in timbench.metrics.ratios. Sequence
 quantities run over a sequence's masked-in tokens. Thresholds are inclusive on the kept side: a token or sequence
 exactly at a bound is kept.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels.pointwise import fexp
-from ..ratios import k1, k2, k3, per_token, seq_log_ratio, seq_max, seq_mean
+from ..metrics.ratios import k1, k2, k3, per_token, seq_log_ratio, seq_max, seq_mean
 from .base import Remedy, RemedyBatch, RemedyResult, finish, log_rho, param
 
 

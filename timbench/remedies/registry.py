@@ -16,7 +16,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..spec import SPEC_KEYS, parse_spec
+from ..spec.keys import SPEC_KEYS, parse_spec
 from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
 from .deadline import PluginError

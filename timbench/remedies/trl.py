@@ -3,7 +3,7 @@
 
 As TRL's GRPOTrainer computes it (trl/trainer/grpo_trainer.py; shared/reference/tim-literature.md): the
 per-token difference d_t = (log pi_old - log mu) on masked-in tokens, UNCLAMPED (TRL has no +-20 bound:
-timbench.ratios.delta); sequence modes sum it, r_i = exp(sum_t d_t) on every token of sequence i; token modes
+timbench.metrics.ratios.delta); sequence modes sum it, r_i = exp(sum_t d_t) on every token of sequence i; token modes
 use r_t = exp(d_t). `*_truncate`: w = clamp(r, min=clip_min, max=C); `*_mask`: w = r, set to 0 where r > C
 (or r < clip_min when set). A zeroed token stays in the loss with weight 0, as in TRL (it still counts in
 the loss's token normalizer), so it is reported as `rollout_corr/rollout_is_oob_ratio`, not as rejection.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import ratios
+from ..metrics import ratios
 from ..kernels.pointwise import fexp
 from .base import Remedy, finish, param
 

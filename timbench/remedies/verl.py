@@ -3,7 +3,7 @@
 verl configures the correction in `RolloutCorrectionConfig` (verl/trainer/config/algorithm.py) and applies it
 in `compute_rollout_correction_and_rejection_mask` (verl/trainer/ppo/rollout_corr_helper.py); the keys and
 presets are restated in shared/reference/tim-literature.md ("verl and TRL vocabularies"). What each key does
-here, with log r_t = log pi_old - log mu (timbench.ratios):
+here, with log r_t = log pi_old - log mu (timbench.metrics.ratios):
 
 - `rollout_is` token | sequence | null: IS weights w_t = exp(clamp(log r_t, +-20)) (token) or
   w_i = exp(clamp(sum_t log r_t, +-20)) on every token of sequence i (sequence: verl clamps the RAW sum of
@@ -14,7 +14,7 @@ here, with log r_t = log pi_old - log mu (timbench.ratios):
   sequence: over sequences' mean weights) when that mean is > 1e-8.
 - `rollout_rs`: comma-chained criteria, all must pass (a failing token or sequence is masked):
   token_k1|k2|k3, seq_sum_k1..k3, seq_mean_k1..k3, seq_max_k2|k3 of the per-token divergences of the clamped
-  log-ratio (k1 = -log r, k2 = 0.5 (log r)^2, k3 = r - 1 - log r: timbench.ratios). `rollout_rs_threshold`
+  log-ratio (k1 = -log r, k2 = 0.5 (log r)^2, k3 = r - 1 - log r: timbench.metrics.ratios). `rollout_rs_threshold`
   gives one threshold per criterion (comma-separated) or one shared: k1 criteria take ratio bounds
   "lower_upper" (a lone float U means 1/U_U) and keep log(lower) <= k1-statistic <= log(upper), as verl;
   k2/k3 criteria take an upper bound (kept when <= it).
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import ratios
+from ..metrics import ratios
 from ..kernels.pointwise import fexp
 from ..kernels.reduce import fmean
 from .base import Remedy, RemedyBatch, finish, log_rho, param

@@ -39,7 +39,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from ..schema import ACCURACY_T1, GRAD_NORM, K3_KL, REWARD_MEAN
+from ..metrics.schema import ACCURACY_T1, GRAD_NORM, K3_KL, REWARD_MEAN
 
 REWARD = REWARD_MEAN
 GRAD = GRAD_NORM

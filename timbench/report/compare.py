@@ -38,7 +38,7 @@ import dataclasses
 from pathlib import Path
 
 from ..grid.layout import experiment_difference, load_cells, run_dir
-from ..readfile import read_json
+from ..util.readfile import read_json
 from .seeds import GROUP, SeedGroup, is_finished, seed_groups
 from .stats import Interval, difference_interval, mean_interval, proportion_difference
 from .summary import summarize_grid

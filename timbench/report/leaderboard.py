@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import manifest
-from ..atomic import atomic_write
+from ..util import manifest
+from ..util.atomic import atomic_write
 from ..grid.layout import PENDING
 from . import stats
 from .collapse import rule_from_dict
@@ -309,10 +309,10 @@ def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None,
     """(file name, caption, figure builder) for every figure of the report; `highlight`: a submitted remedy."""
     groups = seed_groups(rows) if groups is None else groups
     # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
-    from .plots import drift_figure, kl_grad_figure, reward_accuracy_figure
-    from .plots_cells import delta_distribution_figure, delta_histogram_figure, dose_response_figure, has_histograms
-    from .plots_heatmap import relative_accuracy_heatmap
-    from .plots_forest import forest_figure
+    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure
+    from .figures.cells import delta_distribution_figure, delta_histogram_figure, dose_response_figure, has_histograms
+    from .figures.heatmap import relative_accuracy_heatmap
+    from .figures.forest import forest_figure
     cells = grid.cells
     out = [("remedy_scores.png", "remedy scores with 95% intervals (forest plot; the submitted remedy highlighted, "
                                  "failed cells marked)", lambda: forest_figure(remedy_ranking(rows), highlight)),
@@ -330,7 +330,7 @@ def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None,
             lambda: delta_distribution_figure(cells)),
            ("dose_response.png", "(f) dose-response: relative accuracy vs realised mean |delta|",
             lambda: dose_response_figure(rows))]
-    from .plots_seeds import survival_figure
+    from .figures.survival import survival_figure
     out.append(("time_to_collapse.png", "(g) time to collapse over seeds (Kaplan-Meier, censored at the last step)",
                 lambda: survival_figure(groups)))
     if has_histograms(cells):
@@ -364,7 +364,7 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     atomic_write(written["summary.csv"], summary_csv(rows))
     seed_rows = [group_csv_row(g) for g in groups]
     atomic_write(written["seeds.csv"], csv_text(seed_rows, tuple(seed_rows[0]) if seed_rows else GROUP))
-    from .plots import png_bytes
+    from .figures.curves import png_bytes
     pngs = []
     for name, caption, build in figures(grid, rows, groups, highlight):
         png = png_bytes(build())

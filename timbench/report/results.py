@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import manifest
+from ..util import manifest
 from ..grid.layout import PENDING, done_problems, read_status
 from ..grid.layout import run_dir as layout_run_dir  # `run_dir` is a local name below
-from ..readfile import read_json
+from ..util.readfile import read_json
 
 CELL_KEYS = ("id", "axes", "condition", "reference", "config")
 

@@ -18,14 +18,14 @@ import io
 import math
 from pathlib import Path
 
-from ..atomic import atomic_write
-from ..schema import METRIC_NAMES as REMEDY_METRIC_NAMES
-from ..spec import parse_spec
+from ..util.atomic import atomic_write
+from ..metrics.schema import METRIC_NAMES as REMEDY_METRIC_NAMES
+from ..spec.keys import parse_spec
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
 from .results import CellRun, Grid, column, load_results
 from .stats import mean
-from ..schema import ACCURACY_GREEDY, K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, PROBS_DIFF_MAX, QUANTIZED_ACCURACY_GREEDY
-from ..schema import REMEDY_EXTRA_PREFIX, is_known
+from ..metrics.schema import ACCURACY_GREEDY, K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, PROBS_DIFF_MAX, QUANTIZED_ACCURACY_GREEDY
+from ..metrics.schema import REMEDY_EXTRA_PREFIX, is_known
 
 FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
 DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
@@ -49,7 +49,7 @@ COLUMNS = (ID_COLUMNS + ("final_accuracy_t1", "peak_accuracy_t1", "relative_accu
 def noise_sigma(condition: dict) -> float | None:
     """Sigma of a synthetic-noise condition (engine spec `noise=gaussian:2.0` -> 2.0), else None.
 
-    The engine spec goes through `timbench.spec.parse_spec`, the one parser of specs, so a bad
+    The engine spec goes through `timbench.spec.keys.parse_spec`, the one parser of specs, so a bad
     noise value is the same one-line SpecError a run would raise.
     """
     engine = parse_spec(condition.get("engine") or None, f"condition {condition.get('name')!r}: engine spec",

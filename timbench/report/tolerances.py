@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..readfile import read_yaml
+from ..util.readfile import read_yaml
 
 
 @dataclass(frozen=True)

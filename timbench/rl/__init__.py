@@ -1,6 +1,6 @@
 """RL on outcome rewards: advantage estimators, policy losses and their registry, and objective drift."""
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {
     ".algorithms": ["AGGREGATIONS", "ALGORITHMS", "KL_ESTIMATORS", "Algorithm", "agg_loss", "drgrpo_advantage",

@@ -3,7 +3,7 @@
 Pure functions of tensors. Rewards are one scalar per sequence, `rewards[N]` with N = B * G and each
 prompt's G samples contiguous. Advantages come back per sequence, [N]; the losses broadcast them over
 tokens (a [N, T] advantage works as well). Logprob tensors (`logprobs` pi_theta, `old_logprobs` pi_old,
-`ref_logprobs` pi_ref; names and the +-20 log-ratio clamp from timbench.ratios) are [N, T] with a response `mask` that a
+`ref_logprobs` pi_ref; names and the +-20 log-ratio clamp from timbench.metrics.ratios) are [N, T] with a response `mask` that a
 remedy may have zeroed further; remedy `weights` (e.g. truncated IS weights) multiply the per-token
 loss and are detached. Formulas and defaults follow verl `verl/trainer/ppo/core_algos.py`
 (compute_grpo_outcome_advantage, compute_policy_loss_vanilla, compute_policy_loss_gspo, agg_loss,
@@ -22,9 +22,9 @@ import torch
 from ..kernels.pointwise import fexp
 from ..kernels.pointwise import fsqrt
 from ..kernels.reduce import fmean, fstd, fsum
-from ..ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
+from ..metrics.ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
 
-_GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only (timbench.ratios clamps at +-20)
+_GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only (timbench.metrics.ratios clamps at +-20)
 
 Metrics = dict[str, float]
 

@@ -9,7 +9,7 @@ from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S
 
 
 def _cmd_train(args) -> int:
-    from ..atomic import check_output_dir
+    from ..util.atomic import check_output_dir
     from .config import load_config
     from .loop import NonFiniteError, run
     check_output_dir(args.out)
@@ -30,7 +30,7 @@ def _cmd_train(args) -> int:
         import traceback
         from pathlib import Path
 
-        from ..atomic import atomic_write
+        from ..util.atomic import atomic_write
         from .rundir import one_line
         where = Path(args.out) / "error.txt"
         atomic_write(where, traceback.format_exc())
@@ -50,7 +50,7 @@ def _refuse_a_results_plugin(args, overrides: list[str]) -> None:
     caller's own choice."""
     from pathlib import Path
 
-    from ..readfile import read_yaml
+    from ..util.readfile import read_yaml
     from ..remedies.identity import is_file_spec
     if args.config is None or args.allow_plugins or any(o.startswith("remedy=") for o in overrides):
         return

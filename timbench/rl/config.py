@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from ..coerce import coerce, field_kind
+from ..util.coerce import coerce, field_kind
 from ..replica import check_replica
-from ..spec import Spec, parse_spec
-from ..readfile import read_yaml
+from ..spec.keys import Spec, parse_spec
+from ..util.readfile import read_yaml
 
 MODES = ("recompute", "bypass")
 MAX_EVAL_N = 4096
@@ -265,7 +265,7 @@ _INF_MEANS_OFF = ("grad_clip",)
 
 
 def _typed(f: dataclasses.Field, value):
-    """Coerce a YAML / --set value to the field's type (YAML reads 1e-3 as a string): `timbench.coerce`."""
+    """Coerce a YAML / --set value to the field's type (YAML reads 1e-3 as a string): `timbench.util.coerce`."""
     kind = field_kind(f)
     if kind.split("|")[0].strip() not in ("bool", "int", "float"):
         return value  # strings, specs, lists and mappings are checked where they are parsed

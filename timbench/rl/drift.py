@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.pointwise import fexp
-from ..ratios import log_ratio, masked_mean
+from ..metrics.ratios import log_ratio, masked_mean
 
 
 def objective_drift(logprobs: torch.Tensor, old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
@@ -22,7 +22,7 @@ def objective_drift(logprobs: torch.Tensor, old_logprobs: torch.Tensor, rollout_
     logprobs (pi_theta), old_logprobs (the trainer's pi_old), rollout_logprobs (the engine's mu): [N, T];
     adv: [N] (broadcast over tokens) or [N, T]; mask: [N, T] bool (default all ones).
     r_train = exp(log_ratio(logprobs, old_logprobs)), r_rollout = exp(log_ratio(logprobs, rollout_logprobs))
-    (timbench.ratios: clamped at +-20); computed in float64, detached. Means run over unmasked tokens:
+    (timbench.metrics.ratios: clamped at +-20); computed in float64, detached. Means run over unmasked tokens:
       drift/c_train_mean, drift/c_rollout_mean, drift/diff_mean, drift/diff_abs_mean,
       drift/diff_pos_adv_mean, drift/diff_neg_adv_mean (tokens with A > 0 / A < 0; 0.0 if none),
       drift/frac_pos_adv (fraction of tokens with A > 0).

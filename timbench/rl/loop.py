@@ -19,10 +19,10 @@ from ..kernels.reduce import fsum
 from ..model import Qwen3ForCausalLM, load_checkpoint
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
-from ..schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
-from ..shipped import resolve_checkpoint
-from ..spec import ZERO_MISMATCH, quantized_reference
-from ..threads import set_threads
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
+from ..warmstart.shipped import resolve_checkpoint
+from ..spec.keys import ZERO_MISMATCH, quantized_reference
+from ..util.threads import set_threads
 from ..trainer import NonFiniteError
 from .config import Loaded, RunConfig, load
 from .rollout import Experience
@@ -129,7 +129,7 @@ def run(cfg: RunConfig | Loaded, out, progress: bool = True, plugin_timeout: flo
     one-line error instead of truncating the first one's logs. `plugin_timeout` bounds each call of a plug-in
     remedy's hooks (seconds, 0 = none; timbench.remedies.deadline): a hung plug-in fails the run.
     """
-    from ..dirlock import DirLock
+    from ..util.dirlock import DirLock
 
     loaded = load(cfg)
     with DirLock(out, "timbench train"), last_words(lambda reason: _record_kill(out, reason)):
@@ -198,7 +198,7 @@ def _record_kill(out, reason: str) -> None:
     error.txt saying so (there is no traceback to keep)."""
     from pathlib import Path
 
-    from ..atomic import atomic_write
+    from ..util.atomic import atomic_write
     atomic_write(Path(out) / "error.txt", f"PluginTimeout: {reason}\n")
     write_status(out, "failed", f"PluginTimeout: {reason}")
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from ..atomic import atomic_write, write_error
-from .. import manifest
-from ..manifest import MANIFEST, stamp_run
+from ..util.atomic import atomic_write, write_error
+from ..util import manifest
+from ..util.manifest import MANIFEST, stamp_run
 from ..remedies.identity import comparable_config
 from .config import load
-from ..log_summary import from_logs
+from ..metrics.log_summary import from_logs
 
 
 STATUSES = ("running", "finished", "failed")
@@ -233,5 +233,5 @@ def summarize(path, cfg, status: str, error, extra: dict) -> dict:
          "task_version": loaded.task_impl.version, "algorithm": loaded.algorithm, "mode": loaded.mode,
          "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
          **extra}
-    s.update(from_logs(rows, evals))  # the part `grid verify` recomputes (timbench.log_summary)
+    s.update(from_logs(rows, evals))  # the part `grid verify` recomputes (timbench.metrics.log_summary)
     return s

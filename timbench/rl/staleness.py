@@ -28,7 +28,7 @@ from collections import deque
 
 import torch
 
-from ..ratios import k3, masked_mean, select
+from ..metrics.ratios import k3, masked_mean, select
 
 STALE_OLD = ("current", "behavior")
 

@@ -19,16 +19,16 @@ import torch
 
 from ..engine import make_engine
 from ..kernels.reduce import fmean, fstd, fsum, masked_mean
-from ..metrics import abs_delta_histogram, mismatch_metrics, routing_agreement
-from ..metrics_direction import direction_metrics
-from ..metrics_dist import distribution_metrics
+from ..metrics.mismatch import abs_delta_histogram, mismatch_metrics, routing_agreement
+from ..metrics.direction import direction_metrics
+from ..metrics.dist import distribution_metrics
 from ..model import Compute, Qwen3ForCausalLM
 from ..quant.aligned import RolloutCodes
-from ..ratios import log_ratio, select
+from ..metrics.ratios import log_ratio, select
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
 from ..remedies import Remedy, RemedyBatch, RemedyResult, check_bool_mask, check_result, per_sequence, replay_tensor
 from ..replica import Replica, replica_metrics
-from ..spec import Spec
+from ..spec.keys import Spec
 from ..trainer import MiniBatch, NonFiniteError, sequence_logprobs, update_policy
 from ..trainer.optim import AdamW
 from .algorithms import agg_loss, dynamic_sampling_mask, kl_penalty
@@ -36,7 +36,7 @@ from .config import Loaded, RunConfig
 from .drift import objective_drift
 from .rollout import Experience, collect
 from .staleness import PolicyHistory, split_metrics
-from ..schema import ABS_DELTA_HIST, REWARD_MEAN
+from ..metrics.schema import ABS_DELTA_HIST, REWARD_MEAN
 
 
 

@@ -21,7 +21,7 @@ def _remedy_args(items: list[str]) -> dict:
 
 
 def _cmd_submit(args) -> int:
-    from ..atomic import check_output_dir
+    from ..util.atomic import check_output_dir
     from ..grid.cli import default_workers
     from ..runners.driver import run_cells
     from .run import submit
@@ -43,7 +43,7 @@ def _cmd_submit(args) -> int:
 def _cmd_track_run(args) -> int:
     from pathlib import Path
 
-    from ..atomic import check_output_dir
+    from ..util.atomic import check_output_dir
     from ..grid.layout import GridLock, cells_document, prepare, read_status
     from ..grid.cli import default_workers
     from ..grid.spec import expand

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..report.stats import mean
 from ..report.summary import extra_columns
-from ..schema import REMEDY_EXTRA_PREFIX
+from ..metrics.schema import REMEDY_EXTRA_PREFIX
 
 
 def plugin_metrics(rows: list[dict], remedy: str) -> dict:

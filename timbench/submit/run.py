@@ -18,10 +18,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
-from ..readfile import read_json
+from ..util.readfile import read_json
 from ..remedies import load_remedy
 from ..remedies.identity import comparable_cell, other_version, remedy_identity
 from ..report.seeds import NOTHING_TRAINED

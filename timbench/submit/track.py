@@ -25,12 +25,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..util.atomic import atomic_write
 from ..eta import Eta
 from ..grid.merge import fingerprint, fingerprint_difference
 from ..grid.replay import replay, replay_cell, summarize
 from ..grid.spec import GridSpec, expand, parse_grid
-from ..readfile import read_json, read_yaml
+from ..util.readfile import read_json, read_yaml
 
 TRACKS_DIR = Path("bench/tracks")
 """Where `--track NAME` is looked up (relative to the working directory), unless NAME is a path."""

@@ -56,7 +56,7 @@ def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperatu
     each response position's distribution to the tokens the engine's sampler could draw there (sampling
     replay): the other logits become -inf before the log-softmax, so the logprobs (and the entropy) are
     renormalised over that support and no gradient reaches the dropped logits. `full_dist` also returns the
-    whole tempered distribution (`TrainerOutput.dist`, for timbench.metrics_dist).
+    whole tempered distribution (`TrainerOutput.dist`, for timbench.metrics.dist).
     """
     ids, p_len, r_len = pack(seqs, model.config.pad_token_id)
     logits, routing = model(ids, compute, replay=replay)
