@@ -13,7 +13,7 @@ from ..util.lazy import lazy_exports
 
 _EXPORTS = {
     # The plug-in API's formula helpers: timbench.metrics.ratios' quantities and fixed-order masked reductions.
-    "..ratios": ["k1", "k2", "k3", "masked_mean", "masked_sum", "per_token", "seq_log_ratio", "seq_max",
+    "..metrics.ratios": ["k1", "k2", "k3", "masked_mean", "masked_sum", "per_token", "seq_log_ratio", "seq_max",
                  "seq_mean", "seq_sum"],
     # CPU-independent pointwise exp and fixed-order reductions (the determinism contract's kernels).
     "..kernels.pointwise": ["fexp"],
