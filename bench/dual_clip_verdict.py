@@ -18,14 +18,14 @@ such a grid.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timbench.util.atomic import atomic_write  # noqa: E402
-from timbench.report.leaderboard import fmt, fmt_interval  # noqa: E402
+from bench import verdict_page  # noqa: E402
+
+from timbench.report.leaderboard import fmt  # noqa: E402
 from timbench.studies.paper import paper_data  # noqa: E402
 from timbench.studies.paper_claims import acc, at_floor, collapses, diffs, over_seeds, paired, rel  # noqa: E402
 from timbench.report.stats import mean_interval, wilson  # noqa: E402
@@ -40,7 +40,7 @@ def _early(cells, key: str, reduce) -> dict:
     """Over seeds, reduce(key over steps < EARLY) of each cell's metrics rows."""
     vals = [reduce([r[key] for r in c.metrics if r.get("step", EARLY) < EARLY and r.get(key) is not None])
             for c in cells]
-    return _iv(mean_interval([v for v in vals if v is not None]))
+    return verdict_page.iv_json(mean_interval([v for v in vals if v is not None]))
 
 
 def _mean(xs):
@@ -74,12 +74,12 @@ def verdicts(path: str) -> dict:
             "seeds": sorted(r["seed"] for r in arm),
             "collapsed": {"dualclip_3": [k0, n0], "none": [k, n]},
             "collapse_step": {str(s): {"dualclip_3": a, "none": b} for s, a, b in both},
-            "endpoint_acc": {"dualclip_3": _iv(over_seeds(arm, acc)), "none": _iv(over_seeds(ctl, acc))},
-            "endpoint_rel": {"dualclip_3": _iv(over_seeds(arm, rel)), "none": _iv(over_seeds(ctl, rel))},
-            "exploratory": {"collapse_delay_steps": _iv(mean_interval(delays)),
-                            "auc_acc": {"dualclip_3": _iv(over_seeds(auc_arm, acc)),
-                                        "none": _iv(over_seeds(auc_ctl, acc)),
-                                        "difference": _iv(paired(auc_arm, auc_ctl, acc))},
+            "endpoint_acc": {"dualclip_3": verdict_page.iv_json(over_seeds(arm, acc)), "none": verdict_page.iv_json(over_seeds(ctl, acc))},
+            "endpoint_rel": {"dualclip_3": verdict_page.iv_json(over_seeds(arm, rel)), "none": verdict_page.iv_json(over_seeds(ctl, rel))},
+            "exploratory": {"collapse_delay_steps": verdict_page.iv_json(mean_interval(delays)),
+                            "auc_acc": {"dualclip_3": verdict_page.iv_json(over_seeds(auc_arm, acc)),
+                                        "none": verdict_page.iv_json(over_seeds(auc_ctl, acc)),
+                                        "difference": verdict_page.iv_json(paired(auc_arm, auc_ctl, acc))},
                             f"pg_clipfrac_lower_mean_steps_0_{EARLY - 1}": _early(d.cells[(c, ARM, MODE)],
                                                                                  "actor/pg_clipfrac_lower", _mean),
                             f"ratio_max_steps_0_{EARLY - 1}": {
@@ -90,23 +90,14 @@ def verdicts(path: str) -> dict:
         out.setdefault("families", {})[family] = [{"label": t.label, "word": t.word(), "text": t.text(),
                                                    "p": t.p, "p_holm": t.p_adj, "not_tested": t.blocked}
                                                   for t in tests]
-    out["baseline_gain"] = _iv(gains)
+    out["baseline_gain"] = verdict_page.iv_json(gains)
     return out
-
-
-def _iv(iv) -> dict:
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
-
-
-def _fmt(iv: dict) -> str:
-    from timbench.report.stats import Interval
-    return fmt_interval(Interval(iv["mean"], iv["lo"], iv["hi"], iv["n"]))
 
 
 def markdown(v: dict, path: str) -> str:
     lines = [f"# Dual-clip (verl clip_ratio_c = 3) vs none, 4-bit rollouts, bypass: {path}", "",
              f"endpoint: {v['endpoint']} (declared: {v['declared']}); correction: {v['correction']} within each "
-             f"family; every interval is 95%; baseline own gain {_fmt(v['baseline_gain'])}, learning range "
+             f"family; every interval is 95%; baseline own gain {verdict_page.fmt_json(v['baseline_gain'])}, learning range "
              f"{fmt(v['learning_range'])}", ""]
     for family, tests in v["families"].items():
         lines += [f"## {family}", ""] + [f"- **{t['word']}**: {t['text']}" for t in tests] + [""]
@@ -116,8 +107,8 @@ def markdown(v: dict, path: str) -> str:
         for arm in ("none", "dualclip_3"):
             k, n = x["collapsed"][arm]
             w = wilson(k, n)
-            lines.append(f"| {c} | {arm} | {k}/{n} [{fmt(w.lo)}, {fmt(w.hi)}] | {_fmt(x['endpoint_acc'][arm])} | "
-                         f"{_fmt(x['endpoint_rel'][arm])} | {_fmt(x['exploratory']['auc_acc'][arm])} |")
+            lines.append(f"| {c} | {arm} | {k}/{n} [{fmt(w.lo)}, {fmt(w.hi)}] | {verdict_page.fmt_json(x['endpoint_acc'][arm])} | "
+                         f"{verdict_page.fmt_json(x['endpoint_rel'][arm])} | {verdict_page.fmt_json(x['exploratory']['auc_acc'][arm])} |")
     lines += ["", "## Collapse step by seed (EXPLORATORY; '-' = did not collapse)", "",
               "| condition | seed | none | dualclip_3 |", "|---|---|---|---|"]
     for c, x in v["conditions"].items():
@@ -125,34 +116,22 @@ def markdown(v: dict, path: str) -> str:
             lines.append(f"| {c} | {s} | {st['none'] if st['none'] is not None else '-'} | "
                          f"{st['dualclip_3'] if st['dualclip_3'] is not None else '-'} |")
         lines.append(f"| {c} | delay (dual-clip - none, both collapsed) | | "
-                     f"{_fmt(x['exploratory']['collapse_delay_steps'])} |")
+                     f"{verdict_page.fmt_json(x['exploratory']['collapse_delay_steps'])} |")
         lines.append(f"| {c} | auc acc difference (dual-clip - none, paired) | | "
-                     f"{_fmt(x['exploratory']['auc_acc']['difference'])} |")
+                     f"{verdict_page.fmt_json(x['exploratory']['auc_acc']['difference'])} |")
     lines += ["", f"## Mechanism, steps 0-{EARLY - 1} (EXPLORATORY; mean over seeds of each seed's value)", "",
               "| condition | tokens capped by dual-clip (mean share per step) | max PPO ratio pi/mu, none | "
               "max PPO ratio, dualclip_3 |", "|---|---|---|---|"]
     for c, x in v["conditions"].items():
         e = x["exploratory"]
         rmax = e[f"ratio_max_steps_0_{EARLY - 1}"]
-        lines.append(f"| {c} | {_fmt(e[f'pg_clipfrac_lower_mean_steps_0_{EARLY - 1}'])} | {_fmt(rmax[CONTROL])} | "
-                     f"{_fmt(rmax[ARM])} |")
+        lines.append(f"| {c} | {verdict_page.fmt_json(e[f'pg_clipfrac_lower_mean_steps_0_{EARLY - 1}'])} | {verdict_page.fmt_json(rmax[CONTROL])} | "
+                     f"{verdict_page.fmt_json(rmax[ARM])} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python bench/dual_clip_verdict.py RESULTS_DIR", file=sys.stderr)
-        return 2
-    try:
-        v = verdicts(argv[0])
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = Path(argv[0])
-    atomic_write(out / "verdict.json", json.dumps(v, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "verdict.md", markdown(v, argv[0]))
-    print((out / "verdict.md").read_text(), end="")
-    return 0
+    return verdict_page.main(argv, "dual_clip_verdict.py", verdicts, markdown)
 
 
 if __name__ == "__main__":

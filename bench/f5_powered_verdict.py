@@ -18,19 +18,19 @@ atomically; a directory that is not such a grid is a one-line error, exit 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timbench.util.atomic import atomic_write  # noqa: E402
-from timbench.report.leaderboard import fmt, fmt_interval  # noqa: E402
+from bench import verdict_page  # noqa: E402
+
+from timbench.report.leaderboard import fmt  # noqa: E402
 from timbench.studies.paper import paper_data  # noqa: E402
 from timbench.studies.paper_claims import acc, at_floor, collapses, diffs, over_seeds  # noqa: E402
 from timbench.studies.paper_evidence import rejection  # noqa: E402
 from timbench.studies.paper_f4_f5 import _ppo_rejection  # noqa: E402
-from timbench.report.stats import Interval, wilson  # noqa: E402
+from timbench.report.stats import wilson  # noqa: E402
 from timbench.report.verdict_rules import (CORRECTION, decide, paired_effect, paired_no_difference,  # noqa: E402
                                            rate_vs_control)
 
@@ -74,9 +74,9 @@ def verdicts(path: str) -> dict:
     ref = d.setting(*d.reference)
     return {
         "path": path, "condition": CONDITION, "endpoint": d.endpoint, "declared": d.declared,
-        "correction": CORRECTION, "margin": MARGIN, "baseline_gain": _iv(gains), "baseline_learns": learns,
-        "baseline_endpoint": _iv(over_seeds(ref, acc)), "baseline_seeds": len(ref),
-        "settings": {lab: {"seeds": len(rows), "planned": PLANNED[lab], "endpoint": _iv(over_seeds(rows, acc)),
+        "correction": CORRECTION, "margin": MARGIN, "baseline_gain": verdict_page.iv_json(gains), "baseline_learns": learns,
+        "baseline_endpoint": verdict_page.iv_json(over_seeds(ref, acc)), "baseline_seeds": len(ref),
+        "settings": {lab: {"seeds": len(rows), "planned": PLANNED[lab], "endpoint": verdict_page.iv_json(over_seeds(rows, acc)),
                            "collapsed": list(collapses(rows)),
                            "rejected_seqs": _ppo_rejection(d, CONDITION, lab) if lab.endswith("_ppo") else rejection(rows)}
                      for lab, rows in rec.items()},
@@ -88,15 +88,7 @@ def verdicts(path: str) -> dict:
     }
 
 
-def _iv(iv: Interval) -> dict:
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
-
-
-def _fmt(iv: dict) -> str:
-    return fmt_interval(Interval(iv["mean"], iv["lo"], iv["hi"], iv["n"]))
-
-
-def markdown(v: dict) -> str:
+def markdown(v: dict, path: str) -> str:
     done = sum(s["seeds"] for s in v["settings"].values()) + v["baseline_seeds"]
     planned = sum(v["settings"][lab]["planned"] for lab in v["settings"]) + 24
     lines = [f"# F5, powered: the remedy ablation on {v['condition']}, recompute, tiny-dense ({v['path']})", "",
@@ -107,7 +99,7 @@ def markdown(v: dict) -> str:
                 if done < planned else "."), "",
              f"Endpoint: {v['endpoint']} (declared: {v['declared']}), absolute accuracy T=1, paired by seed; "
              f"{v['correction']} over the family; every interval is 95%. Zero-mismatch baseline: endpoint "
-             f"{_fmt(v['baseline_endpoint'])}, own gain {_fmt(v['baseline_gain'])} ({v['baseline_seeds']} seeds). "
+             f"{verdict_page.fmt_json(v['baseline_endpoint'])}, own gain {verdict_page.fmt_json(v['baseline_gain'])} ({v['baseline_seeds']} seeds). "
              "How to read a verdict: [docs/verdicts.md](../../docs/verdicts.md).", "",
              "## The pre-registered family", "", "| claim | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {t['claim']} | **{t['word']}** | {t['text']} |" for t in v["family"]]
@@ -117,7 +109,7 @@ def markdown(v: dict) -> str:
         k, n = s["collapsed"]
         w = wilson(k, n)
         rej = fmt(s["rejected_seqs"]) if s["rejected_seqs"] is not None else "-"
-        lines.append(f"| {lab} | {s['seeds']} ({s['planned']}) | {_fmt(s['endpoint'])} | {k}/{n} "
+        lines.append(f"| {lab} | {s['seeds']} ({s['planned']}) | {verdict_page.fmt_json(s['endpoint'])} | {k}/{n} "
                      f"[{fmt(w.lo)}, {fmt(w.hi)}] | {rej} |")
     lines += ["", "## Collapse rates against none (Fisher exact, Holm over the remedies)", ""]
     lines += [f"- **{t['word']}**: {t['text']}" for t in v["collapse_rates"]]
@@ -125,19 +117,7 @@ def markdown(v: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python bench/f5_powered_verdict.py RESULTS_DIR", file=sys.stderr)
-        return 2
-    try:
-        v = verdicts(argv[0])
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = Path(argv[0])
-    atomic_write(out / "verdict.json", json.dumps(v, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "verdict.md", markdown(v))
-    print((out / "verdict.md").read_text(), end="")
-    return 0
+    return verdict_page.main(argv, "f5_powered_verdict.py", verdicts, markdown)
 
 
 if __name__ == "__main__":
