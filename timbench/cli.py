@@ -13,6 +13,7 @@ import sys
 
 from . import __version__
 from .remedies.deadline import PluginError  # stdlib only: --help stays torch-free
+from .util.provenance import dist_version, git_revision
 
 
 def _cmd_align(args) -> int:
@@ -44,35 +45,10 @@ def _cmd_align(args) -> int:
     return 0
 
 
-def _dist_version(name: str) -> str:
-    """An installed distribution's version from its metadata (no import of the package itself)."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def _git_revision() -> str | None:
-    """The checkout's commit (+ "-dirty" with uncommitted changes), or None outside a git checkout."""
-    import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        if rev.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return rev.stdout.strip() + ("-dirty" if dirty else "")
-
-
 def version_text() -> str:
     """`timbench --version`: one line naming timbench's version, the git revision and the numeric stack."""
-    rev = _git_revision()
-    stack = ", ".join(f"{n} {_dist_version(n)}" for n in ("torch", "numba", "vllm"))
+    rev = git_revision()
+    stack = ", ".join(f"{n} {dist_version(n)}" for n in ("torch", "numba", "vllm"))
     return f"timbench {__version__}" + (f" (git {rev})" if rev else "") + f"; {stack}; python {sys.version.split()[0]}"
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..util import manifest
+from ..util.provenance import git_revision
 from ..engine import SamplingParams
 from . import http_probes
 from .http_engine import NotTested, weight_sync_reason
@@ -49,7 +50,6 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
     import transformers
 
     from .. import __version__
-    from ..cli import _git_revision
     from ..fingerprint import machine
     from ..submit.track import code_hash
     from .hf_trainer import checkpoint_hash
@@ -64,7 +64,7 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
              "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
              "suite": suite.name, "suite_version": suite.version, "suite_sha256": suite.content,
              "timbench": __version__,
-             "timbench_git": _git_revision(), "timbench_code": code_hash()}
+             "timbench_git": git_revision(), "timbench_code": code_hash()}
     ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return ident
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..util import manifest
+from ..util.provenance import dist_version, git_revision
 from .probes import PROBES, Probe
 from .suite import Suite
 
@@ -29,18 +30,17 @@ def identity(spec, suite: Suite) -> dict:
     import torch
 
     from .. import __version__
-    from ..cli import _dist_version, _git_revision
     from ..engine.device import describe
     from ..fingerprint import machine
     from ..submit.track import code_hash  # the code version submissions record: one definition
     package = _vllm_distribution() if spec.engine == "vllm" else "timbench"
     ident = {"engine_spec": str(spec), "engine_package": package,
-             "engine_version": _dist_version(package) if spec.engine == "vllm" else __version__,
-             "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": _dist_version("numba"),
+             "engine_version": dist_version(package) if spec.engine == "vllm" else __version__,
+             "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": dist_version("numba"),
              "machine": machine(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
              "suite": suite.name, "suite_version": suite.version, "suite_sha256": suite.content,
              "timbench": __version__,
-             "timbench_git": _git_revision(), "timbench_code": code_hash()}
+             "timbench_git": git_revision(), "timbench_code": code_hash()}
     accelerator = describe(torch.device(spec.device))  # {} on the CPU: a CPU gate.json reads as before
     if accelerator:
         ident["accelerator"] = accelerator
