@@ -40,7 +40,25 @@ class LoopbackServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class FakeServer:
+class LoopbackService:
+    """A loopback HTTP service run on a daemon thread while its `with` block lasts (the fake server and the fault
+    proxy both): `_listen(handler)` binds a free port and sets `url`."""
+
+    def _listen(self, handler) -> None:
+        self.httpd = LoopbackServer(handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class FakeServer(LoopbackService):
     def __init__(self, checkpoint, name: str = "fake-model", logprobs: bool = True, api_key: str | None = None,
                  delay: float = 0.0, swap_tokens: tuple[int, int] | None = None, logprobs_mode: str = "processed",
                  prompt_scoring: str = "prompt_logprobs", top_p_logprobs: str = "renormalised",
@@ -59,17 +77,7 @@ class FakeServer:
         self.top_p_logprobs, self.routes = top_p_logprobs, routes
         self.lock = threading.Lock()
         self.requests = 0
-        self.httpd = LoopbackServer(_handler(self))
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._listen(_handler(self))
 
     # --- answers -----------------------------------------------------------------------------
     def models(self) -> dict:

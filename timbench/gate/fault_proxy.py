@@ -25,12 +25,11 @@ forwards only (the clean reruns). Loopback only; the upstream's answer is parsed
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler
 
-from .fake_server import LoopbackServer
+from .fake_server import LoopbackService
 
 
 def _bf16(x: float) -> float:
@@ -87,7 +86,7 @@ EXPECTED_PROBE = {"zero_logprobs": "logprob_semantics", "shifted_logprobs": "log
 """The probe that must name each fault (others may fail too: zero and shifted logprobs also fail alignment)."""
 
 
-class FaultProxy:
+class FaultProxy(LoopbackService):
     def __init__(self, upstream: str, fault: str = "none", timeout: float = 120.0, stale: str | None = None,
                  bos_id: int = 1):
         if fault not in FAULTS:
@@ -96,17 +95,7 @@ class FaultProxy:
             raise ValueError("the stale_checkpoint fault takes stale=URL (a server holding other weights), and only it")
         self.upstream, self.fault, self.timeout = upstream.rstrip("/"), fault, timeout
         self.stale, self.bos_id = stale.rstrip("/") if stale else None, bos_id
-        self.httpd = LoopbackServer(_handler(self))
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._listen(_handler(self))
 
     def _send(self, url: str, method: str, headers: dict, body: bytes | None) -> tuple[int, bytes]:
         req = urllib.request.Request(url, data=body, headers=headers, method=method)
