@@ -45,9 +45,13 @@ def pytest_configure(config):
 
 
 def thread_info() -> dict:
-    return {"torch_threads": torch.get_num_threads(), "numba_threads": numba.get_num_threads(),
-            "numba_threading_layer": _threading_layer(), "torch_version": torch.__version__,
-            "numba_version": numba.__version__}
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "numba_threads": numba.get_num_threads(),
+        "numba_threading_layer": _threading_layer(),
+        "torch_version": torch.__version__,
+        "numba_version": numba.__version__,
+    }
 
 
 def _threading_layer() -> str:

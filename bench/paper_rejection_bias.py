@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from timbench.util.atomic import atomic_write
 from timbench.grid.spec import expand, load_grid
-from timbench.model import load_checkpoint
 from timbench.metrics.ratios import k3, log_rho, seq_mean
+from timbench.model import load_checkpoint
 from timbench.rl.config import from_dict, load
 from timbench.rl.step import collect_phase, make_lane, recompute_phase
+from timbench.util.atomic import atomic_write
 from timbench.warmstart.shipped import default_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +29,11 @@ STEPS = 3
 
 def main() -> dict:
     grid = load_grid(ROOT / "bench/grids/paper.yaml")
-    cells = [c for c in expand(grid) if c.axes["condition"] == "nvfp4-rollout" and c.axes["remedy"] == "none"
-             and c.axes["mode"] == "recompute"]
+    cells = [
+        c
+        for c in expand(grid)
+        if c.axes["condition"] == "nvfp4-rollout" and c.axes["remedy"] == "none" and c.axes["mode"] == "recompute"
+    ]
     counts = {str(t): {"A>0": [0, 0], "A<0": [0, 0], "A=0": [0, 0], "sum_adv_kept": 0.0} for t in THRESHOLDS}
     for c in cells:
         run = load(from_dict(c.config, c.id))
@@ -48,14 +51,19 @@ def main() -> dict:
                     row[name][0] += int((keep & sel).sum())
                     row[name][1] += int(sel.sum())
                 row["sum_adv_kept"] += float(adv[keep].double().sum())
-    out = {"cells": [c.id for c in cells], "steps_per_cell": STEPS, "criterion": "mean_t k3(log rho) <= threshold",
-           "thresholds": {}}
+    out = {
+        "cells": [c.id for c in cells],
+        "steps_per_cell": STEPS,
+        "criterion": "mean_t k3(log rho) <= threshold",
+        "thresholds": {},
+    }
     for t, row in counts.items():
         kept = sum(row[k][0] for k in ("A>0", "A<0", "A=0"))
-        out["thresholds"][t] = {**{f"kept {k} (kept, of)": row[k] for k in ("A>0", "A<0", "A=0")},
-                                **{f"kept fraction {k}": round(row[k][0] / max(1, row[k][1]), 4)
-                                   for k in ("A>0", "A<0", "A=0")},
-                                "mean advantage of kept": round(row["sum_adv_kept"] / max(1, kept), 4)}
+        out["thresholds"][t] = {
+            **{f"kept {k} (kept, of)": row[k] for k in ("A>0", "A<0", "A=0")},
+            **{f"kept fraction {k}": round(row[k][0] / max(1, row[k][1]), 4) for k in ("A>0", "A<0", "A=0")},
+            "mean advantage of kept": round(row["sum_adv_kept"] / max(1, kept), 4),
+        }
     atomic_write(ROOT / "results/paper/rejection_bias.json", json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 

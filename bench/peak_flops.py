@@ -79,6 +79,7 @@ def peak_lib():
     import ctypes
     import hashlib
     import subprocess
+
     build = Path("build/bench")
     build.mkdir(parents=True, exist_ok=True)
     # -ffp-contract=off: gcc would otherwise fuse the mul+add loop's _mm*_mul_ps + _mm*_add_ps into FMAs (it did,
@@ -89,8 +90,7 @@ def peak_lib():
         src = so.with_suffix(".c")
         src.write_text(PEAK_C)
         try:
-            subprocess.run(["gcc", *flags, str(src), "-o", str(so)],
-                           check=True, capture_output=True, text=True)
+            subprocess.run(["gcc", *flags, str(src), "-o", str(so)], check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as e:
             raise SystemExit(f"peak_flops: cannot compile the peak loop with gcc ({e}); install gcc") from None
     lib = ctypes.CDLL(str(so))
@@ -130,18 +130,26 @@ def main(argv=None) -> int:
     from timbench.kernels import numba_grad as ng
     from timbench.kernels.numba_ops import matmul
     from timbench.util.threads import set_threads
+
     set_threads(args.threads)
     lib = native.library()
-    builds = list(native.ISAS[:lib.host_isa + 1])[::-1] if lib else []  # best first
+    builds = list(native.ISAS[: lib.host_isa + 1])[::-1] if lib else []  # best first
     default = lib.isa if lib else None
     best = builds[0] if builds else ("avx2" if "avx2" in machine()["isa"] else "generic")
-    peaks = {isa: {"fma": peak(isa, args.threads, True), "mul+add": peak(isa, args.threads, False)}
-             for isa in (builds or [best])}
+    peaks = {
+        isa: {"fma": peak(isa, args.threads, True), "mul+add": peak(isa, args.threads, False)}
+        for isa in (builds or [best])
+    }
     rng = np.random.default_rng(0)
     rows = []
     m = 256 * 28
-    for k, n, what in [(128, 128, "q/o proj"), (128, 64, "k/v proj"), (128, 256, "gate/up"), (256, 128, "down"),
-                       (128, 99, "lm head")]:
+    for k, n, what in [
+        (128, 128, "q/o proj"),
+        (128, 64, "k/v proj"),
+        (128, 256, "gate/up"),
+        (256, 128, "down"),
+        (128, 99, "lm head"),
+    ]:
         x = rng.standard_normal((m, k), dtype=np.float32)
         wt = rng.standard_normal((k, n), dtype=np.float32)
         g = rng.standard_normal((m, n), dtype=np.float32)
@@ -149,9 +157,11 @@ def main(argv=None) -> int:
         fl = 2.0 * m * k * n
         tx, tw = torch.from_numpy(x), torch.from_numpy(w)
         res = []  # (kernel, its ISA or None, step, seconds)
-        for step, c_fn, numba_fn, a in (("fwd", native.matmul, matmul, (x, wt)),
-                                        ("dX", native.matmul_fma, ng.matmul_fma, (g, w)),
-                                        ("dW", native.matmul_tn, ng.matmul_tn, (g, x))):
+        for step, c_fn, numba_fn, a in (
+            ("fwd", native.matmul, matmul, (x, wt)),
+            ("dX", native.matmul_fma, ng.matmul_fma, (g, w)),
+            ("dW", native.matmul_tn, ng.matmul_tn, (g, x)),
+        ):
             op = "mul+add" if step == "fwd" else "FMA"
             for isa in builds:
                 lib.isa = native.ISAS.index(isa)
@@ -159,35 +169,52 @@ def main(argv=None) -> int:
             if lib:
                 lib.isa = default
             res.append((f"exact {step}, numba loop ({op})", None, op, timed(numba_fn, *a, repeats=args.repeats)))
-        res.append(("torch F.linear (MKL, FMA)", None, "FMA",
-                    timed(torch.nn.functional.linear, tx, tw, repeats=args.repeats)))
+        res.append(
+            ("torch F.linear (MKL, FMA)", None, "FMA", timed(torch.nn.functional.linear, tx, tw, repeats=args.repeats))
+        )
         for kernel, isa, op, s in res:
-            rows.append({"shape": f"{m}x{k} @ {k}x{n}", "what": what, "kernel": kernel, "isa": isa, "op": op,
-                         "ms": s * 1e3, "gflops": fl / s / 1e9})
+            rows.append(
+                {
+                    "shape": f"{m}x{k} @ {k}x{n}",
+                    "what": what,
+                    "kernel": kernel,
+                    "isa": isa,
+                    "op": op,
+                    "ms": s * 1e3,
+                    "gflops": fl / s / 1e9,
+                }
+            )
     info = machine() | {"threads": args.threads}
     cmd = f"python bench/peak_flops.py --threads {args.threads} --out {args.out}"
     lanes = {"generic": "4 (SSE2)", "avx2": "8 (AVX2)", "avx512": "16 (AVX-512)"}
     peak_text = "; ".join(f"{lanes[i]}: FMA {p['fma']:.0f}, mul+add {p['mul+add']:.0f}" for i, p in peaks.items())
-    lines = ["# Matmul GFLOP/s against this machine's measured peak", "",
-             f"`{cmd}` on {info['cpu']} ({', '.join(info['isa'])}), {args.threads} threads. Peak GFLOP/s "
-             f"(register-resident loop, 12 fp32 chains per thread, lanes per vector) {peak_text}; SSE2 has no FMA "
-             f"(its build's FMA steps call libm's fmaf). The exact forward may only use mul+add (its bytes must "
-             f"not depend on FMA contraction); the backward's fused steps use FMA explicitly. Native builds this "
-             f"CPU runs: {', '.join(builds) or 'none (numba)'} (default {native.isa()}); every build gives the "
-             f"same bits. \"% of ISA\": of the C tile's own ISA's peak; \"% of machine\": of the best ISA's "
-             f"({best}).", "",
-             "| shape | layer | kernel | ms | GFLOP/s | % of ISA | % of machine |",
-             "|---|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "# Matmul GFLOP/s against this machine's measured peak",
+        "",
+        f"`{cmd}` on {info['cpu']} ({', '.join(info['isa'])}), {args.threads} threads. Peak GFLOP/s "
+        f"(register-resident loop, 12 fp32 chains per thread, lanes per vector) {peak_text}; SSE2 has no FMA "
+        f"(its build's FMA steps call libm's fmaf). The exact forward may only use mul+add (its bytes must "
+        f"not depend on FMA contraction); the backward's fused steps use FMA explicitly. Native builds this "
+        f"CPU runs: {', '.join(builds) or 'none (numba)'} (default {native.isa()}); every build gives the "
+        f'same bits. "% of ISA": of the C tile\'s own ISA\'s peak; "% of machine": of the best ISA\'s '
+        f"({best}).",
+        "",
+        "| shape | layer | kernel | ms | GFLOP/s | % of ISA | % of machine |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
         key = "mul+add" if r["op"] == "mul+add" else "fma"
         own = f"{100 * r['gflops'] / peaks[r['isa']][key]:.0f}%" if r["isa"] else ""
-        lines.append(f"| {r['shape']} | {r['what']} | {r['kernel']} | {r['ms']:.1f} | {r['gflops']:.0f} | {own} | "
-                     f"{100 * r['gflops'] / peaks[best][key]:.0f}% |")
+        lines.append(
+            f"| {r['shape']} | {r['what']} | {r['kernel']} | {r['ms']:.1f} | {r['gflops']:.0f} | {own} | "
+            f"{100 * r['gflops'] / peaks[best][key]:.0f}% |"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "machine": info, "peak_gflops": peaks,
-                                                    "rows": rows}, indent=1) + "\n")
+    out.with_suffix(".json").write_text(
+        json.dumps({"command": cmd, "machine": info, "peak_gflops": peaks, "rows": rows}, indent=1) + "\n"
+    )
     print("\n".join(lines))
     return 0
 

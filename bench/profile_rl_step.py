@@ -32,8 +32,8 @@ PHASES = ("collect", "recompute", "correct", "update", "sync", "metrics")
 def profile_steps(kernels: str, steps: int) -> dict:
     """{phase: {"ms": [per step], "top": [(function, cumulative-own ms per step)]}} for one kernel set."""
     import torch
-
     from test_bench_rl_step import BASELINE, KERNELS
+
     from timbench.rl import step as rl_step
     from timbench.rl.config import load_config
 
@@ -44,9 +44,12 @@ def profile_steps(kernels: str, steps: int) -> dict:
     def setup():
         from timbench.model import load_checkpoint
         from timbench.warmstart.shipped import resolve_checkpoint
+
         base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
-        lane_box["lane"] = rl_step.make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer,
-                                          cfg.prompts_per_step * cfg.group_size, cfg.remedy_impl)
+        lane_box["lane"] = rl_step.make_lane(
+            "main", base, cfg, cfg.main_engine, cfg.main_trainer, cfg.prompts_per_step * cfg.group_size, cfg.remedy_impl
+        )
+
     setup()
     lane = lane_box["lane"]
     out = {p: {"ms": [], "prof": cProfile.Profile()} for p in PHASES}
@@ -64,6 +67,7 @@ def profile_steps(kernels: str, steps: int) -> dict:
                 prof.disable()
                 out[name]["ms"].append((time.perf_counter() - t0) * 1e3)
             return result
+
         batch = phase("collect", rl_step.collect_phase, lane, cfg, step)
         phase("recompute", rl_step.recompute_phase, lane, cfg, batch)
         phase("correct", rl_step.correct_phase, lane, cfg, batch)
@@ -82,7 +86,7 @@ def _fname(key) -> str:
     if path == "~":
         return name  # a builtin or C function: '<built-in method ...>'
     parts = Path(path).parts
-    short = "/".join(parts[parts.index("timbench"):]) if "timbench" in parts else Path(path).name
+    short = "/".join(parts[parts.index("timbench") :]) if "timbench" in parts else Path(path).name
     return f"{short}:{name}"
 
 
@@ -94,31 +98,51 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from timbench.fingerprint import machine
     from timbench.util.threads import set_threads
+
     set_threads(args.threads)
     res = {k: profile_steps(k, args.steps) for k in ("exact", "torch")}
     med = {k: {p: statistics.median(res[k][p]["ms"]) for p in PHASES} for k in res}
     info = machine() | {"threads": args.threads, "steps": args.steps}
     cmd = f"python bench/profile_rl_step.py --steps {args.steps} --threads {args.threads} --out {args.out}"
-    lines = ["# RL step profile: exact vs torch kernels", "",
-             f"`{cmd}` on {info['cpu']} ({', '.join(info['isa'])}), {args.threads} threads; "
-             f"bench/runs/baseline.yaml (tiny-dense, 32 prompts x 8, 2 mini-batches); median ms over "
-             f"{args.steps} steps after one warm-up.", "",
-             "| phase | exact ms | torch ms | exact/torch |", "|---|---:|---:|---:|"]
+    lines = [
+        "# RL step profile: exact vs torch kernels",
+        "",
+        f"`{cmd}` on {info['cpu']} ({', '.join(info['isa'])}), {args.threads} threads; "
+        f"bench/runs/baseline.yaml (tiny-dense, 32 prompts x 8, 2 mini-batches); median ms over "
+        f"{args.steps} steps after one warm-up.",
+        "",
+        "| phase | exact ms | torch ms | exact/torch |",
+        "|---|---:|---:|---:|",
+    ]
     for p in PHASES + ("total",):
         e = sum(med["exact"].values()) if p == "total" else med["exact"][p]
         t = sum(med["torch"].values()) if p == "total" else med["torch"][p]
         lines.append(f"| {p} | {e:.0f} | {t:.0f} | {e / t:.2f} |" if t else f"| {p} | {e:.0f} | {t:.0f} | - |")
     for k in res:
-        lines += ["", f"## Top functions by own time per step, {k} kernels", "",
-                  "| phase | function | ms/step |", "|---|---|---:|"]
+        lines += [
+            "",
+            f"## Top functions by own time per step, {k} kernels",
+            "",
+            "| phase | function | ms/step |",
+            "|---|---|---:|",
+        ]
         for p in PHASES:
             lines += [f"| {p} | `{f}` | {ms} |" for f, ms in res[k][p]["top"]]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "machine": info, "median_ms": med,
-                                                    "top": {k: {p: res[k][p]["top"] for p in PHASES} for k in res}},
-                                                   indent=1) + "\n")
+    out.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "command": cmd,
+                "machine": info,
+                "median_ms": med,
+                "top": {k: {p: res[k][p]["top"] for p in PHASES} for k in res},
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print("\n".join(lines[:14]))
     return 0
 

@@ -49,9 +49,11 @@ def main(argv: list[str]) -> int:
             bad += 1
             print(f"{o.id}: {why}")
         new_keys |= set(n.metrics[0] if n.metrics else ()) - set(o.metrics[0] if o.metrics else ())
-    print(f"{len(shared) - bad}/{len(shared)} shared cells trained the same bits (eval.jsonl byte-identical, "
-          f"every metric of the older run equal); the newer runs log {len(new_keys)} more keys"
-          + (f" ({', '.join(sorted(new_keys)[:4])}{', ...' if len(new_keys) > 4 else ''})" if new_keys else ""))
+    print(
+        f"{len(shared) - bad}/{len(shared)} shared cells trained the same bits (eval.jsonl byte-identical, "
+        f"every metric of the older run equal); the newer runs log {len(new_keys)} more keys"
+        + (f" ({', '.join(sorted(new_keys)[:4])}{', ...' if len(new_keys) > 4 else ''})" if new_keys else "")
+    )
     return 0 if shared and not bad else 1
 
 

@@ -11,10 +11,9 @@ logprobs); they are skipped when the vllm extra is not installed.
 from __future__ import annotations
 
 import pytest
+from conftest import ROUNDS, record
 
 from timbench.engine import Request, SamplingParams, make_engine
-
-from conftest import ROUNDS, record
 
 PROMPT_LEN = 10
 NEW_TOKENS = 64
@@ -25,16 +24,16 @@ SPECS = {"exact": "kernels=exact", "torch": "kernels=torch", "vllm": "engine=vll
 
 def requests(cfg, batch: int) -> list[Request]:
     span = cfg.vocab_size - 3
-    return [Request(tuple(3 + (7 * i + 13 * j) % span for j in range(PROMPT_LEN)), NEW_TOKENS, i)
-            for i in range(batch)]
+    return [Request(tuple(3 + (7 * i + 13 * j) % span for j in range(PROMPT_LEN)), NEW_TOKENS, i) for i in range(batch)]
 
 
 @pytest.mark.parametrize("batch,dtype,kernels", CASES, ids=[f"b{b}-{dt}-{k}" for b, dt, k in CASES])
 def test_engine_decode(benchmark, cfg, model, batch, dtype, kernels):
     if kernels == "vllm":
         pytest.importorskip("vllm", reason="the vllm extra is not installed (make setup-vllm)")
-    engine = make_engine(cfg, f"{SPECS[kernels]},dtype={dtype}", max_num_seqs=batch,
-                         max_len=PROMPT_LEN + NEW_TOKENS + 1)
+    engine = make_engine(
+        cfg, f"{SPECS[kernels]},dtype={dtype}", max_num_seqs=batch, max_len=PROMPT_LEN + NEW_TOKENS + 1
+    )
     engine.load_weights(model)
     reqs = requests(cfg, batch)
     params = SamplingParams(temperature=1.0, top_p=1.0, seed=0)
@@ -45,5 +44,14 @@ def test_engine_decode(benchmark, cfg, model, batch, dtype, kernels):
     out = benchmark.pedantic(engine.generate, args=(reqs, params), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     tokens = sum(len(c.token_ids) for c in out)
     assert tokens == batch * NEW_TOKENS, "a sequence stopped early"
-    record(benchmark, tokens, bench="engine", model="tiny-dense", kernels=kernels, dtype=dtype, batch=batch,
-           prompt_len=PROMPT_LEN, new_tokens=NEW_TOKENS)
+    record(
+        benchmark,
+        tokens,
+        bench="engine",
+        model="tiny-dense",
+        kernels=kernels,
+        dtype=dtype,
+        batch=batch,
+        prompt_len=PROMPT_LEN,
+        new_tokens=NEW_TOKENS,
+    )

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROUNDS, thread_info
 
 from timbench.rl.config import load_config
-
-from conftest import ROUNDS, thread_info
 
 BASELINE = Path(__file__).resolve().parent / "runs" / "baseline.yaml"
 KERNELS = {"exact": [], "torch": ["engine.kernels=torch", "trainer.kernels=torch"]}
@@ -42,8 +41,9 @@ def rl_stepper(cfg):
     from timbench.warmstart.shipped import resolve_checkpoint
 
     base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
-    lane = make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer, cfg.prompts_per_step * cfg.group_size,
-                     cfg.remedy_impl)
+    lane = make_lane(
+        "main", base, cfg, cfg.main_engine, cfg.main_trainer, cfg.prompts_per_step * cfg.group_size, cfg.remedy_impl
+    )
 
     def step(i: int):
         metrics, batch = train_step(lane, cfg, i)
@@ -89,8 +89,18 @@ def test_rl_step_seconds(benchmark, smoke, deterministic, kernels, preset):
         if kernels == "exact":
             assert metrics["training/rollout_probs_diff_max"] == 0.0  # exact engine and trainer agree bitwise
     split = {k: sum(t[k] for _, t in timed) / len(timed) for k in timed[0][1]}
-    tokens = round(sum(m["response_length/mean"] for m, _ in timed) / len(timed)
-                   * cfg.prompts_per_step * cfg.group_size)
-    benchmark.extra_info.update(bench="rl_step", model=cfg.preset, kernels=kernels, dtype=cfg.engine.dtype,
-                                batch=f"{cfg.prompts_per_step}x{cfg.group_size}", config=BASELINE.name,
-                                tokens=tokens, rounds=ROUNDS, **split, **thread_info())
+    tokens = round(
+        sum(m["response_length/mean"] for m, _ in timed) / len(timed) * cfg.prompts_per_step * cfg.group_size
+    )
+    benchmark.extra_info.update(
+        bench="rl_step",
+        model=cfg.preset,
+        kernels=kernels,
+        dtype=cfg.engine.dtype,
+        batch=f"{cfg.prompts_per_step}x{cfg.group_size}",
+        config=BASELINE.name,
+        tokens=tokens,
+        rounds=ROUNDS,
+        **split,
+        **thread_info(),
+    )

@@ -10,13 +10,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from conftest import ROUNDS, bench_config, record
 
 from timbench.kernels import get_kernels
 from timbench.model import Compute, Qwen3ForCausalLM
 from timbench.spec.keys import Spec
 from timbench.trainer.forward import sequence_logprobs
-
-from conftest import ROUNDS, bench_config, record
 
 N_SEQS, PROMPT_LEN, RESPONSE_LEN = 256, 10, 18
 CASES = [(m, dt, k) for m in ("tiny-dense", "tiny-moe") for dt in ("fp32", "bf16") for k in ("exact", "torch")]
@@ -54,5 +53,14 @@ def test_trainer_fwd_bwd(benchmark, name, dtype, kernels):
     step()
     benchmark.pedantic(step, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     tokens = N_SEQS * (PROMPT_LEN + RESPONSE_LEN)
-    record(benchmark, tokens, bench="trainer", model=name, kernels=kernels, dtype=dtype,
-           batch=N_SEQS, prompt_len=PROMPT_LEN, response_len=RESPONSE_LEN)
+    record(
+        benchmark,
+        tokens,
+        bench="trainer",
+        model=name,
+        kernels=kernels,
+        dtype=dtype,
+        batch=N_SEQS,
+        prompt_len=PROMPT_LEN,
+        response_len=RESPONSE_LEN,
+    )

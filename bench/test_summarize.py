@@ -11,21 +11,39 @@ import summarize
 
 
 def _bench(bench, kernels, median, tokens=1000, batch="32x8"):
-    return {"stats": {"median": median},
-            "extra_info": {"bench": bench, "model": "tiny-dense", "kernels": kernels, "dtype": "fp32",
-                           "batch": batch, "tokens": tokens, "torch_threads": 1, "numba_threads": 1}}
+    return {
+        "stats": {"median": median},
+        "extra_info": {
+            "bench": bench,
+            "model": "tiny-dense",
+            "kernels": kernels,
+            "dtype": "fp32",
+            "batch": batch,
+            "tokens": tokens,
+            "torch_threads": 1,
+            "numba_threads": 1,
+        },
+    }
 
 
 def _file(path, *benches):
-    path.write_text(json.dumps({"datetime": "2026-12-03", "machine_info": {"cpu": {"brand_raw": "test"}},
-                                "benchmarks": list(benches)}))
+    path.write_text(
+        json.dumps(
+            {"datetime": "2026-12-03", "machine_info": {"cpu": {"brand_raw": "test"}}, "benchmarks": list(benches)}
+        )
+    )
     return path
 
 
 def test_rl_step_ratio_is_pooled_and_judged_against_the_target(tmp_path, capsys):
-    a = _file(tmp_path / "rl_step.json", _bench("rl_step", "exact", 1.2), _bench("rl_step", "torch", 1.0),
-              _bench("engine", "exact", 0.5, batch=64), _bench("engine", "torch", 1.0, batch=64),
-              {"stats": {"median": 9.0}, "extra_info": {"spec": "an old-format row"}})
+    a = _file(
+        tmp_path / "rl_step.json",
+        _bench("rl_step", "exact", 1.2),
+        _bench("rl_step", "torch", 1.0),
+        _bench("engine", "exact", 0.5, batch=64),
+        _bench("engine", "torch", 1.0, batch=64),
+        {"stats": {"median": 9.0}, "extra_info": {"spec": "an old-format row"}},
+    )
     b = _file(tmp_path / "rl_step.2.json", _bench("rl_step", "exact", 1.0), _bench("rl_step", "torch", 1.0))
     out = tmp_path / "summary.md"
     assert summarize.main([str(a), str(b), "--out", str(out)]) == 0
@@ -41,8 +59,12 @@ def test_rl_step_ratio_is_pooled_and_judged_against_the_target(tmp_path, capsys)
 
 
 def test_missed_target_and_missing_torch_side_are_said(tmp_path):
-    f = _file(tmp_path / "x.json", _bench("rl_step", "exact", 1.5), _bench("rl_step", "torch", 1.0),
-              _bench("trainer", "exact", 1.0, batch=256))
+    f = _file(
+        tmp_path / "x.json",
+        _bench("rl_step", "exact", 1.5),
+        _bench("rl_step", "torch", 1.0),
+        _bench("trainer", "exact", 1.0, batch=256),
+    )
     lines = summarize.target_lines(summarize.summarize(summarize.load([f])[0]))
     assert any(l.startswith("- rl_step") and l.endswith("MISSED") and "1.50" in l for l in lines)
     assert any(l.startswith("- trainer") and "n/a" in l for l in lines)

@@ -15,10 +15,9 @@ import time
 
 import torch
 
-from timbench.util.atomic import atomic_write
-from timbench.engine import make_engine
-from timbench.engine import vllm_moe
+from timbench.engine import make_engine, vllm_moe
 from timbench.model import load_checkpoint, save_checkpoint
+from timbench.util.atomic import atomic_write
 from timbench.warmstart.shipped import default_checkpoint
 
 
@@ -37,20 +36,27 @@ def measure(model_name: str, dtype: str, rounds: int) -> dict:
     state = model.state_dict()
     tensors = [(k, v.detach().float()) for k, v in state.items() if not k.startswith("lm_head")]
     llm = engine.llm
-    reload = lambda: llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors),
-                                                                  "is_checkpoint_format": True})
+    reload = lambda: llm.collective_rpc(
+        "reload_weights", kwargs={"weights_iterator": iter(tensors), "is_checkpoint_format": True}
+    )
     # load_weights = reload_weights + re-tie (+ MoE: repack) + verify; the parts are timed on their own
     # (a repack must follow each reload: repacking packed weights again would scramble them).
-    row = {"model": model_name, "dtype": dtype, "rounds": rounds,
-           "load_weights_ms": _median_ms(lambda: engine.load_weights(model), rounds),
-           "reload_weights_ms": _median_ms(reload, rounds)}
+    row = {
+        "model": model_name,
+        "dtype": dtype,
+        "rounds": rounds,
+        "load_weights_ms": _median_ms(lambda: engine.load_weights(model), rounds),
+        "reload_weights_ms": _median_ms(reload, rounds),
+    }
     if model.config.is_moe:
         row["reload_and_repack_ms"] = _median_ms(lambda: (reload(), llm.apply_model(vllm_moe.repack_experts)), rounds)
     engine.load_weights(model)
     row["verify_ms"] = _median_ms(lambda: engine.verify_weights(state), rounds)
     if model.config.is_moe:
         cfg = model.config
-        want = {i: vllm_moe.expert_weights(state, i, cfg.num_experts, engine.dtype) for i in range(cfg.num_hidden_layers)}
+        want = {
+            i: vllm_moe.expert_weights(state, i, cfg.num_experts, engine.dtype) for i in range(cfg.num_hidden_layers)
+        }
         check = lambda: llm.apply_model(lambda m: vllm_moe.check_experts(m, want, {0, cfg.num_hidden_layers - 1}))[0]
         # The alternative: reload from a checkpoint written to disk. Same reload path, same skipped prepack.
         with tempfile.TemporaryDirectory() as d:

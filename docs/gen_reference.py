@@ -35,26 +35,34 @@ def _table(head: list[str], rows: list[list]) -> str:
 
 
 def spec_keys() -> str:
-    from timbench.spec.noise import NOISE_KINDS
     from timbench.spec.keys import SPEC_KEYS
+    from timbench.spec.noise import NOISE_KINDS
+
     rows = [[f"`{k}`", f"`{v.valid}`", ", ".join(v.sides), f"`{v.default}`", v.doc] for k, v in SPEC_KEYS.items()]
     noise = [[f"`{k}`", k + "".join(f":P{i + 1}" for i in range(n.n_params))] for k, n in NOISE_KINDS.items()]
-    return (HEADER.format(src="timbench.spec.keys.SPEC_KEYS and timbench.spec.noise.NOISE_KINDS") + "# Spec keys\n\n"
-            "A condition is a spec on each side, `key=value` pairs from this registry (`kernels=torch,dtype=bf16,"
-            "tp=4`). The default of every key is the zero-mismatch reference. How to add a key: "
-            "[Extending: a spec key](../guides/extending.md#a-spec-key).\n\n"
-            + _table(["key", "valid values", "sides", "default", "what it selects"], rows)
-            + "\n## Noise kinds (`noise=`)\n\n" + _table(["kind", "form"], noise))
+    return (
+        HEADER.format(src="timbench.spec.keys.SPEC_KEYS and timbench.spec.noise.NOISE_KINDS") + "# Spec keys\n\n"
+        "A condition is a spec on each side, `key=value` pairs from this registry (`kernels=torch,dtype=bf16,"
+        "tp=4`). The default of every key is the zero-mismatch reference. How to add a key: "
+        "[Extending: a spec key](../guides/extending.md#a-spec-key).\n\n"
+        + _table(["key", "valid values", "sides", "default", "what it selects"], rows)
+        + "\n## Noise kinds (`noise=`)\n\n"
+        + _table(["kind", "form"], noise)
+    )
 
 
 def conditions() -> str:
     from timbench.grid.conditions import KINDS, load_conditions
+
     conds = load_conditions(REPO / "timbench" / "grid" / "conditions.yaml")
     rows = [[f"`{c.name}`", c.kind, f"`{c.engine}`", f"`{c.trainer}`"] for c in conds.values()]
-    out = [HEADER.format(src="timbench/grid/conditions.yaml"), "# Named conditions\n\n",
-           "The conditions a grid can name (`condition: [...]`), each an engine and a trainer spec "
-           "([spec keys](spec-keys.md)). Families (`kind`): " + ", ".join(f"`{k}`" for k in KINDS) + ".\n\n",
-           _table(["condition", "kind", "engine", "trainer"], rows)]
+    out = [
+        HEADER.format(src="timbench/grid/conditions.yaml"),
+        "# Named conditions\n\n",
+        "The conditions a grid can name (`condition: [...]`), each an engine and a trainer spec "
+        "([spec keys](spec-keys.md)). Families (`kind`): " + ", ".join(f"`{k}`" for k in KINDS) + ".\n\n",
+        _table(["condition", "kind", "engine", "trainer"], rows),
+    ]
     for c in conds.values():
         out.append(f"\n## `{c.name}`\n\n{c.doc}\n")
     return "".join(out)
@@ -62,68 +70,100 @@ def conditions() -> str:
 
 def remedies() -> str:
     from timbench.remedies.registry import REMEDIES, VOCABULARY, list_remedies
+
     known = set(REMEDIES) | set(VOCABULARY)
     rows = [r for r in list_remedies() if r["name"] in known]  # installed plug-ins depend on the machine
 
     def params(r):
-        return "; ".join(f"`{k}`={v!r}" + (f" ({r['param_docs'][k]})" if r["param_docs"].get(k) else "")
-                         for k, v in r["params"].items()) or "-"
+        return (
+            "; ".join(
+                f"`{k}`={v!r}" + (f" ({r['param_docs'][k]})" if r["param_docs"].get(k) else "")
+                for k, v in r["params"].items()
+            )
+            or "-"
+        )
 
     def section(title, names, intro):
         sel = [r for r in rows if names(r["name"])]
-        return f"\n## {title}\n\n{intro}\n\n" + _table(["remedy", "what it does", "parameters (defaults)"],
-                                                        [[f"`{r['name']}`", r["doc"], params(r)] for r in sel])
-    return (HEADER.format(src="the remedy registry (`timbench remedies list --json`)") + "# Remedies\n\n"
-            "Choose one with `remedy:` in a run or grid config or `--remedy SPEC`; override a parameter with "
-            "`--set remedy_args.C=3`. What each family does: [Remedies](../concepts/remedies.md); a remedy of your "
-            "own: [Write a remedy](../guides/remedy.md).\n"
-            + section("Built-in", lambda n: n in REMEDIES, "timbench's own names.")
-            + section("verl", lambda n: n == "verl" or n.startswith("verl:"),
-                      "verl's `RolloutCorrectionConfig`: `verl` takes verl's keys as `remedy_args`; `verl:<preset>` "
-                      "is one of its presets.")
-            + section("TRL", lambda n: n.startswith("trl:"),
-                      "TRL GRPO's `vllm_importance_sampling_mode`, by its own names."))
+        return f"\n## {title}\n\n{intro}\n\n" + _table(
+            ["remedy", "what it does", "parameters (defaults)"], [[f"`{r['name']}`", r["doc"], params(r)] for r in sel]
+        )
+
+    return (
+        HEADER.format(src="the remedy registry (`timbench remedies list --json`)") + "# Remedies\n\n"
+        "Choose one with `remedy:` in a run or grid config or `--remedy SPEC`; override a parameter with "
+        "`--set remedy_args.C=3`. What each family does: [Remedies](../concepts/remedies.md); a remedy of your "
+        "own: [Write a remedy](../guides/remedy.md).\n"
+        + section("Built-in", lambda n: n in REMEDIES, "timbench's own names.")
+        + section(
+            "verl",
+            lambda n: n == "verl" or n.startswith("verl:"),
+            "verl's `RolloutCorrectionConfig`: `verl` takes verl's keys as `remedy_args`; `verl:<preset>` "
+            "is one of its presets.",
+        )
+        + section(
+            "TRL", lambda n: n.startswith("trl:"), "TRL GRPO's `vllm_importance_sampling_mode`, by its own names."
+        )
+    )
 
 
 def metrics() -> str:
     from timbench.metrics import schema as s
+
     fam = [[f"`{k}`", v] for k, v in s.STEP_KEY_FAMILIES.items()]
-    return (HEADER.format(src="timbench.metrics.schema") + "# Metrics schema\n\n"
-            "Every key a run logs, named once in `timbench/metrics/schema.py` (a name not there fails the tests). "
-            "Names follow verl's where verl has one.\n\n## Per step (`metrics.jsonl`)\n\n"
-            + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.STEP_KEYS.items()])
-            + "\n## Key families (one key per parameter; regular expressions)\n\n" + _table(["pattern", "meaning"], fam)
-            + "\n## What every remedy logs (generic name -> the verl name logged)\n\n"
-            + _table(["generic", "logged as"], [[f"`{k}`", f"`{v}`"] for k, v in s.METRIC_NAMES.items()])
-            + "\n## Per evaluation (`eval.jsonl`)\n\n"
-            + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.EVAL_KEYS.items()])
-            + f"\n## Twin lane (prefix `{s.TWIN}`)\n\n"
-            + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.TWIN_KEYS.items()])
-            + "\n## Summaries (`summary.json`, `summary.csv`)\n\n"
-            "Aggregates of the step keys under the prefixes " + ", ".join(f"`{p}`" for p in s.SUMMARY_PREFIXES)
-            + f"; a plug-in's own metrics under `{s.REMEDY_EXTRA_PREFIX}`; plain keys: "
-            + ", ".join(f"`{k}`" for k in s.SUMMARY_KEYS) + ".\n")
+    return (
+        HEADER.format(src="timbench.metrics.schema") + "# Metrics schema\n\n"
+        "Every key a run logs, named once in `timbench/metrics/schema.py` (a name not there fails the tests). "
+        "Names follow verl's where verl has one.\n\n## Per step (`metrics.jsonl`)\n\n"
+        + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.STEP_KEYS.items()])
+        + "\n## Key families (one key per parameter; regular expressions)\n\n"
+        + _table(["pattern", "meaning"], fam)
+        + "\n## What every remedy logs (generic name -> the verl name logged)\n\n"
+        + _table(["generic", "logged as"], [[f"`{k}`", f"`{v}`"] for k, v in s.METRIC_NAMES.items()])
+        + "\n## Per evaluation (`eval.jsonl`)\n\n"
+        + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.EVAL_KEYS.items()])
+        + f"\n## Twin lane (prefix `{s.TWIN}`)\n\n"
+        + _table(["key", "meaning"], [[f"`{k}`", v] for k, v in s.TWIN_KEYS.items()])
+        + "\n## Summaries (`summary.json`, `summary.csv`)\n\n"
+        "Aggregates of the step keys under the prefixes "
+        + ", ".join(f"`{p}`" for p in s.SUMMARY_PREFIXES)
+        + f"; a plug-in's own metrics under `{s.REMEDY_EXTRA_PREFIX}`; plain keys: "
+        + ", ".join(f"`{k}`" for k in s.SUMMARY_KEYS)
+        + ".\n"
+    )
 
 
 def gate() -> str:
     import yaml
 
-    from timbench.spec.faults import FAULTS
     from timbench.gate.probes import PROBES
+    from timbench.spec.faults import FAULTS
+
     suites = []
     for path in sorted((REPO / "bench" / "gates").glob("*.yaml")):
         d = yaml.safe_load(path.read_text())
-        suites.append([f"`{d['name']}`", d.get("version", "-"), ", ".join(d.get("models", [])),
-                       ", ".join(f"`{p}`" for p in d.get("probes", {})), f"`bench/gates/{path.name}`"])
+        suites.append(
+            [
+                f"`{d['name']}`",
+                d.get("version", "-"),
+                ", ".join(d.get("models", [])),
+                ", ".join(f"`{p}`" for p in d.get("probes", {})),
+                f"`bench/gates/{path.name}`",
+            ]
+        )
     probes = [[f"`{k}`", (fn.__doc__ or "").strip().split("\n\n")[0]] for k, fn in PROBES.items()]
-    return (HEADER.format(src="timbench.gate.probes.PROBES, bench/gates/*.yaml and timbench.spec.faults.FAULTS")
-            + "# Gate probes, suites and faults\n\n"
-            "`timbench gate run --suite NAME --engine SPEC`: how to use it is "
-            "[Gate a release](../tasks/gate-release.md)."
-            "\n\n## Probes\n\n" + _table(["probe", "what it checks"], probes)
-            + "\n## Suites\n\n" + _table(["suite", "version", "models", "probes", "file"], suites)
-            + "\n## Faults (`fault=NAME`, the gate's proof)\n\n"
-            + _table(["fault", "what breaks"], [[f"`{k}`", f.doc] for k, f in FAULTS.items()]))
+    return (
+        HEADER.format(src="timbench.gate.probes.PROBES, bench/gates/*.yaml and timbench.spec.faults.FAULTS")
+        + "# Gate probes, suites and faults\n\n"
+        "`timbench gate run --suite NAME --engine SPEC`: how to use it is "
+        "[Gate a release](../tasks/gate-release.md)."
+        "\n\n## Probes\n\n"
+        + _table(["probe", "what it checks"], probes)
+        + "\n## Suites\n\n"
+        + _table(["suite", "version", "models", "probes", "file"], suites)
+        + "\n## Faults (`fault=NAME`, the gate's proof)\n\n"
+        + _table(["fault", "what breaks"], [[f"`{k}`", f.doc] for k, f in FAULTS.items()])
+    )
 
 
 def _commands(parser, prefix):
@@ -139,9 +179,13 @@ def cli() -> str:
     os.environ["COLUMNS"] = HELP_WIDTH
     try:
         from timbench.cli import build_parser
-        out = [HEADER.format(src="timbench.cli.build_parser (every command's --help)"), "# Command line\n\n",
-               "Every `timbench` command's `--help`. Call it as `.venv/bin/timbench`, or `timbench` after "
-               "`source .venv/bin/activate`.\n"]
+
+        out = [
+            HEADER.format(src="timbench.cli.build_parser (every command's --help)"),
+            "# Command line\n\n",
+            "Every `timbench` command's `--help`. Call it as `.venv/bin/timbench`, or `timbench` after "
+            "`source .venv/bin/activate`.\n",
+        ]
         for name, p in _commands(build_parser(), "timbench"):
             out.append(f"\n## `{name}`\n\n```text\n{p.format_help().rstrip()}\n```\n")
     finally:
@@ -152,8 +196,14 @@ def cli() -> str:
     return "".join(out)
 
 
-PAGES = {"spec-keys.md": spec_keys, "conditions.md": conditions, "remedies.md": remedies, "metrics.md": metrics,
-         "gate.md": gate, "cli.md": cli}
+PAGES = {
+    "spec-keys.md": spec_keys,
+    "conditions.md": conditions,
+    "remedies.md": remedies,
+    "metrics.md": metrics,
+    "gate.md": gate,
+    "cli.md": cli,
+}
 """Every generated page, docs/reference/<name>, and the function that writes it."""
 
 
@@ -164,8 +214,9 @@ def generate() -> dict[str, str]:
 def stale(docs_dir: str | Path = REPO / "docs") -> list[str]:
     """Names of the committed reference pages that differ from a fresh generation (or are missing)."""
     ref = Path(docs_dir) / "reference"
-    return [n for n, text in generate().items()
-            if not (ref / n).is_file() or (ref / n).read_text(encoding="utf-8") != text]
+    return [
+        n for n, text in generate().items() if not (ref / n).is_file() or (ref / n).read_text(encoding="utf-8") != text
+    ]
 
 
 def main(argv=None) -> int:

@@ -52,7 +52,7 @@ def _targets(text: str, page_repo_path: str):
 
 def _site_path(repo_path: str) -> str:
     """Where a repository file lives in the site: docs/ pages at the root, anything else under its own path."""
-    return repo_path[len("docs/"):] if repo_path.startswith("docs/") else repo_path
+    return repo_path[len("docs/") :] if repo_path.startswith("docs/") else repo_path
 
 
 def on_pre_build(config):
@@ -80,8 +80,9 @@ def on_files(files, config):
             full = os.path.join(repo, target)
             if not os.path.isfile(full):
                 continue  # left unresolved: mkdocs reports it as not found
-            f = File(target, repo, config["site_dir"], config["use_directory_urls"],
-                     inclusion=InclusionLevel.NOT_IN_NAV)
+            f = File(
+                target, repo, config["site_dir"], config["use_directory_urls"], inclusion=InclusionLevel.NOT_IN_NAV
+            )
             files.append(f)
             if target.endswith(".md"):
                 queue.append((target, full))
@@ -105,7 +106,7 @@ def on_page_markdown(markdown, page, config, files):
 
     out, last = [], 0  # fenced code is left as it is
     for fm in FENCE.finditer(markdown):
-        out.append(LINK.sub(rewrite, markdown[last:fm.start()]))
+        out.append(LINK.sub(rewrite, markdown[last : fm.start()]))
         out.append(fm.group(0))
         last = fm.end()
     out.append(LINK.sub(rewrite, markdown[last:]))

@@ -8,12 +8,9 @@ and is imported only when chosen (Ray is an optional extra).
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
-BACKENDS: dict[str, str] = {
-    "local": "timbench.runners.local:run_local",
-    "ray": "timbench.runners.ray_runner:run_ray",
-}
+BACKENDS: dict[str, str] = {"local": "timbench.runners.local:run_local", "ray": "timbench.runners.ray_runner:run_ray"}
 
 
 def get_backend(name: str) -> Callable:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 import traceback
 
-from timbench.util.atomic import atomic_write
 from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, write_status
 from timbench.rl.rundir import one_line  # the one-line error format cell.json and status.json share
+from timbench.util.atomic import atomic_write
 
 
 def run_cell(cell: dict, out: str) -> dict:
@@ -35,6 +35,7 @@ def run_cell(cell: dict, out: str) -> dict:
         from timbench.remedies.deadline import last_words
         from timbench.rl.config import from_dict
         from timbench.rl.loop import run
+
         with last_words(killed):
             run(from_dict(dict(cell["config"]), f"cell {cid}"), run_dir(out, cid), progress=False)
     except Exception as e:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still propagates

@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from timbench.util import manifest
 from timbench.grid.layout import GridLock, integrity, prepare, read_status, reset_run, run_dir
 from timbench.grid.spec import GridSpec, expand
+from timbench.util import manifest
 
 from . import get_backend
 from .progress import Progress
@@ -43,14 +43,25 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) 
             continue
         todo.append(c)
     if legacy:
-        raise ValueError(f"{out}: {len(legacy)} done cell(s) have no manifest.json (made before integrity manifests, "
-                         f"e.g. {legacy[0]}); check and stamp them once with `timbench grid verify {out} --adopt`")
+        raise ValueError(
+            f"{out}: {len(legacy)} done cell(s) have no manifest.json (made before integrity manifests, "
+            f"e.g. {legacy[0]}); check and stamp them once with `timbench grid verify {out} --adopt`"
+        )
     return todo
 
 
-def run_cells(cells: list[dict], out: str | Path, label: str, workers: int, backend: str = "local",
-              address: str | None = None, retry_failed: bool = False, stream=None,
-              options: dict | None = None, announce=None) -> dict[str, dict]:
+def run_cells(
+    cells: list[dict],
+    out: str | Path,
+    label: str,
+    workers: int,
+    backend: str = "local",
+    address: str | None = None,
+    retry_failed: bool = False,
+    stream=None,
+    options: dict | None = None,
+    announce=None,
+) -> dict[str, dict]:
     """Run the cells of `cells` that are not done yet into `out` (whose cells.json already holds them, under the
     caller's lock); return {cell id: final cell.json status} for every cell given.
 
@@ -72,14 +83,22 @@ def run_cells(cells: list[dict], out: str | Path, label: str, workers: int, back
     timeout = options.pop("cell_timeout", None)
     if todo:
         from .local import cell_timeouts
+
         options["timeouts"] = cell_timeouts(todo, timeout)
         run(todo, str(out), workers, address, progress, **options)
     return {c["id"]: read_status(out, c["id"]) for c in cells}
 
 
-def run_grid(grid: GridSpec, out: str | Path, workers: int | None = None, backend: str = "local",
-             address: str | None = None, retry_failed: bool = False, stream=None,
-             options: dict | None = None) -> dict[str, dict]:
+def run_grid(
+    grid: GridSpec,
+    out: str | Path,
+    workers: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    retry_failed: bool = False,
+    stream=None,
+    options: dict | None = None,
+) -> dict[str, dict]:
     """Run `grid` into `out`; return {cell id: final cell.json status} for every cell of the grid."""
     planned = expand(grid)
     cells = [c.to_dict() for c in planned]

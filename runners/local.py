@@ -24,7 +24,6 @@ from timbench.rl.rundir import one_line
 from .cell import run_cell
 from .progress import Progress, steps_of
 
-
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -45,6 +44,7 @@ def die_with_parent(parent_pid: int) -> None:
         while os.getppid() == parent_pid:
             time.sleep(1.0)
         os._exit(1)
+
     threading.Thread(target=watch, daemon=True).start()
 
 
@@ -65,8 +65,13 @@ def _reap(proc, cell: dict, out: str, t0: float) -> dict:
         st = None
     if st is None or st["status"] == "running":  # a recorded result stands even if teardown crashed
         how = f"signal {-proc.exitcode}" if proc.exitcode and proc.exitcode < 0 else f"exit code {proc.exitcode}"
-        st = _record_failed(out, cell["id"], f"worker process died ({how}) before recording a result",
-                            time.monotonic() - t0, (st or {}).get("attempts", 1))
+        st = _record_failed(
+            out,
+            cell["id"],
+            f"worker process died ({how}) before recording a result",
+            time.monotonic() - t0,
+            (st or {}).get("attempts", 1),
+        )
     return st
 
 
@@ -76,8 +81,12 @@ def _record_failed(out: str, cell_id: str, error: str, wall_s: float, attempts: 
     try:
         return write_status(out, cell_id, "failed", error, wall_s, attempts)
     except OSError as e:
-        return {"status": "failed", "error": f"{error}; cell.json not written ({one_line(e)})",
-                "wall_s": round(float(wall_s), 3), "attempts": int(attempts)}
+        return {
+            "status": "failed",
+            "error": f"{error}; cell.json not written ({one_line(e)})",
+            "wall_s": round(float(wall_s), 3),
+            "attempts": int(attempts),
+        }
 
 
 TIMEOUT_FACTOR = 10.0
@@ -94,6 +103,7 @@ def cell_timeouts(cells: list[dict], timeout_s: float | None) -> dict[str, float
             raise ValueError(f"--cell-timeout must be >= 0 seconds and finite (0 = no limit), got {timeout_s:g}")
         return {} if timeout_s == 0 else {c["id"]: float(timeout_s) for c in cells}
     from timbench.grid.cost import cell_seconds
+
     return {c["id"]: max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * cell_seconds(c["config"])) for c in cells}
 
 
@@ -101,10 +111,16 @@ def record_timeout(out: str, cell_id: str, limit: float, wall_s: float) -> dict:
     """Record a cell whose run was killed past its `limit` as failed, with the one-line reason of every backend
     (the Ray backend's too); its last checkpoint stays, so a rerun with --retry-failed resumes it."""
     prev = read_status(out, cell_id) or {}
-    return write_status(out, cell_id, "failed",
-                        f"timed out after {limit:.0f} s (the cell timeout: --cell-timeout SECONDS sets it, 0 = none; "
-                        f"the default is {TIMEOUT_FACTOR:g}x the cost model's estimate, at least "
-                        f"{TIMEOUT_FLOOR_S:.0f} s)", wall_s, int(prev.get("attempts", 1)))
+    return write_status(
+        out,
+        cell_id,
+        "failed",
+        f"timed out after {limit:.0f} s (the cell timeout: --cell-timeout SECONDS sets it, 0 = none; "
+        f"the default is {TIMEOUT_FACTOR:g}x the cost model's estimate, at least "
+        f"{TIMEOUT_FLOOR_S:.0f} s)",
+        wall_s,
+        int(prev.get("attempts", 1)),
+    )
 
 
 def _timed_out(proc, cell: dict, out: str, t0: float, limit: float) -> dict:
@@ -113,8 +129,14 @@ def _timed_out(proc, cell: dict, out: str, t0: float, limit: float) -> dict:
     return record_timeout(out, cell["id"], limit, time.monotonic() - t0)
 
 
-def run_local(cells: list[dict], out: str, workers: int | None = None, address: str | None = None,
-              progress: Progress | None = None, timeouts: dict[str, float] | None = None) -> list[dict]:
+def run_local(
+    cells: list[dict],
+    out: str,
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+    timeouts: dict[str, float] | None = None,
+) -> list[dict]:
     """Run `cells` (cells.json entries) under `out`; return their final cell.json statuses, in order.
 
     `timeouts` maps a cell id to its wall-clock limit in seconds (absent: none); a cell past it is killed and

@@ -19,8 +19,9 @@ class Progress:
     `stream` None means the current sys.stderr, looked up at each print.
     """
 
-    def __init__(self, label: str, total: int, done: int, failed: int, workers: int, stream=None,
-                 every_s: float = 60.0):
+    def __init__(
+        self, label: str, total: int, done: int, failed: int, workers: int, stream=None, every_s: float = 60.0
+    ):
         self.label, self.total, self.workers, self.stream, self.every_s = label, total, max(1, workers), stream, every_s
         self.done, self.failed, self.running = done, failed, 0
         self.walls: list[float] = []
@@ -53,9 +54,10 @@ class Progress:
         if self.running and self.running_steps is not None:
             done, total = self.running_steps()
             steps = f" (steps {done}/{total})"
-        return (f"[grid {self.label}] {self.done}/{self.total} done, {self.running} running{steps}, "
-                f"{self.failed} failed, {self.pending} pending, ETA {self.eta()}")
-
+        return (
+            f"[grid {self.label}] {self.done}/{self.total} done, {self.running} running{steps}, "
+            f"{self.failed} failed, {self.pending} pending, ETA {self.eta()}"
+        )
 
     def emit(self, force: bool = False) -> None:
         key = (self.done, self.running, self.failed)
@@ -68,6 +70,7 @@ class Progress:
 def steps_of(out: str, cells: list[dict]) -> tuple[int, int]:
     """(steps logged, steps configured) summed over `cells`: a metrics.jsonl line per finished step."""
     from timbench.grid.layout import run_dir
+
     done = total = 0
     for cell in cells:
         total += int(cell["config"].get("steps") or 0)

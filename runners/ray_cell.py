@@ -43,6 +43,7 @@ def _signature(path: Path):
 def cell_task(cell: dict, shipped: dict, resume: dict[str, bytes]):
     """Run (or resume from `resume`, the driver's run files) one cell; yield messages (module docstring)."""
     import ray
+
     from timbench.rl.config import from_dict
     from timbench.rl.rundir import one_line
 
@@ -57,11 +58,18 @@ def cell_task(cell: dict, shipped: dict, resume: dict[str, bytes]):
             original = dict(cell["config"])
             loaded = from_dict(materialize(original, shipped, scratch), f"cell {cell['id']}")
             # config.yaml as the local backend writes it: the user's paths, not the scratch copies.
-            config_yaml = yaml.safe_dump({**loaded.to_dict(), "model": original.get("model", "default"),
-                                          "remedy": original.get("remedy", "none")}, sort_keys=True)
+            config_yaml = yaml.safe_dump(
+                {
+                    **loaded.to_dict(),
+                    "model": original.get("model", "default"),
+                    "remedy": original.get("remedy", "none"),
+                },
+                sort_keys=True,
+            )
             if CKPT in resume and resume.get("config.yaml", b"").decode() != config_yaml:
-                raise ValueError(f"runs/{cell['id']} holds a run with a different config.yaml; use another "
-                                 "--out or delete it")
+                raise ValueError(
+                    f"runs/{cell['id']} holds a run with a different config.yaml; use another --out or delete it"
+                )
             for name, data in resume.items():
                 if name != "config.yaml":
                     (run / name).parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +80,7 @@ def cell_task(cell: dict, shipped: dict, resume: dict[str, bytes]):
 
         def target():
             from timbench.rl.loop import run as train
+
             try:
                 train(loaded, run, progress=False)
                 outcome.update(status="done", error=None)
@@ -91,8 +100,12 @@ def cell_task(cell: dict, shipped: dict, resume: dict[str, bytes]):
         files = snapshot(run, config_yaml, final=True) if loaded is not None else {}
         if outcome.get("traceback"):
             files["error.txt"] = outcome["traceback"].encode()
-        yield {"kind": "end", "files": files, "status": outcome["status"], "error": outcome.get("error"),
-               "wall_s": time.perf_counter() - t0}
+        yield {
+            "kind": "end",
+            "files": files,
+            "status": outcome["status"],
+            "error": outcome.get("error"),
+            "wall_s": time.perf_counter() - t0,
+        }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-

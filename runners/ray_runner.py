@@ -75,6 +75,7 @@ def _token_auth_for_a_local_cluster() -> None:
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     from ray._private.authentication.authentication_token_setup import _enable_token_auth
     from ray._raylet import AuthenticationTokenLoader
+
     _enable_token_auth()
     AuthenticationTokenLoader.instance().reset_cache()
 
@@ -86,13 +87,17 @@ def parse_resources(text: str | None) -> dict[str, float]:
     try:
         res = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"--resources must be a JSON object such as '{{\"extra\": 1}}', got {text!r} ({e.msg})") from None
-    if not isinstance(res, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0
-                                            for k, v in res.items()):
+        raise ValueError(
+            f"--resources must be a JSON object such as '{{\"extra\": 1}}', got {text!r} ({e.msg})"
+        ) from None
+    if not isinstance(res, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in res.items()
+    ):
         raise ValueError(f"--resources must map resource names to positive numbers, got {text!r}")
     if {"CPU", "GPU"} & set(res):
-        raise ValueError("--resources: CPU comes from the cell's `threads` and GPU is not used; "
-                         "give custom resources only")
+        raise ValueError(
+            "--resources: CPU comes from the cell's `threads` and GPU is not used; give custom resources only"
+        )
     return res
 
 
@@ -121,12 +126,14 @@ def private_temp_dir() -> str:
     """A new directory of mode 0700 under this process's temp root (TMPDIR, else /tmp), short enough for the unix
     socket paths Ray makes under it."""
     import tempfile
+
     return tempfile.mkdtemp(prefix="timbench-ray-")
 
 
 @dataclass
 class _Cell:
     """One cell on the driver, across its submissions in this invocation."""
+
     cell: dict
     submitted: float = field(default_factory=time.monotonic)
     tries: int = 0
@@ -147,8 +154,15 @@ class _RayRun:
     records the cell. Between messages, cells past their timeout are cancelled (`cancel_overdue`).
     """
 
-    def __init__(self, ray, out: str, progress: Progress | None, resources: dict | None, max_attempts: int,
-                 timeouts: dict[str, float] | None):
+    def __init__(
+        self,
+        ray,
+        out: str,
+        progress: Progress | None,
+        resources: dict | None,
+        max_attempts: int,
+        timeouts: dict[str, float] | None,
+    ):
         self.ray, self.out, self.progress = ray, out, progress
         self.resources, self.max_attempts, self.timeouts = dict(resources or {}), max_attempts, timeouts or {}
         self.task = ray.remote(cell_task)
@@ -184,8 +198,12 @@ class _RayRun:
         """Write `c`'s outcome to cell.json (attempts as counted when it started, at least 1) and finish it."""
         prev = read_status(self.out, c.id) or {}
         attempts = max(int(prev.get("attempts", 0)), 1)
-        self.finish(c, record_done(self.out, c.cell, wall_s, attempts) if status == "done"
-                    else write_status(self.out, c.id, status, error, wall_s, attempts))
+        self.finish(
+            c,
+            record_done(self.out, c.cell, wall_s, attempts)
+            if status == "done"
+            else write_status(self.out, c.id, status, error, wall_s, attempts),
+        )
 
     def submit(self, c: _Cell) -> None:
         """Submit `c` (again) with the run files the driver holds, unless its run already finished."""
@@ -204,8 +222,9 @@ class _RayRun:
             return
         c.tries, c.running_since, c.submitted = c.tries + 1, None, time.monotonic()
         resume = read_run(run_dir(self.out, c.id))
-        gen = self.task.options(num_cpus=cfg.get("threads", 1), resources=dict(self.resources), max_retries=0,
-                                name=f"cell {c.id}").remote(c.cell, self.shipped[key], resume)
+        gen = self.task.options(
+            num_cpus=cfg.get("threads", 1), resources=dict(self.resources), max_retries=0, name=f"cell {c.id}"
+        ).remote(c.cell, self.shipped[key], resume)
         self.gens[gen] = c
 
     def receive(self, gen) -> None:
@@ -256,12 +275,18 @@ class _RayRun:
             step = "an unreadable checkpoint"
         where = f"node {c.node[:12]}" if c.node else "a worker"
         if c.tries < self.max_attempts:
-            self.log(f"cell {c.id}: lost on {where} ({one_line(err)}); resuming from step {step} "
-                     f"(submission {c.tries + 1} of {self.max_attempts})")
+            self.log(
+                f"cell {c.id}: lost on {where} ({one_line(err)}); resuming from step {step} "
+                f"(submission {c.tries + 1} of {self.max_attempts})"
+            )
             self.submit(c)
             return
-        self.record(c, "failed", f"ray: worker or node lost {c.tries} times (last on {where}: {one_line(err)})",
-                    time.monotonic() - c.submitted)
+        self.record(
+            c,
+            "failed",
+            f"ray: worker or node lost {c.tries} times (last on {where}: {one_line(err)})",
+            time.monotonic() - c.submitted,
+        )
 
     def _deadline(self, c: _Cell) -> float | None:
         limit = self.timeouts.get(c.id)
@@ -292,9 +317,16 @@ class _RayRun:
             self.finish(c, record_timeout(self.out, c.id, self.timeouts[c.id], now - c.running_since))
 
 
-def run_ray(cells: list[dict], out: str, workers: int | None = None, address: str | None = "local",
-            progress: Progress | None = None, resources: dict | None = None,
-            max_attempts: int = MAX_ATTEMPTS, timeouts: dict[str, float] | None = None) -> list[dict]:
+def run_ray(
+    cells: list[dict],
+    out: str,
+    workers: int | None = None,
+    address: str | None = "local",
+    progress: Progress | None = None,
+    resources: dict | None = None,
+    max_attempts: int = MAX_ATTEMPTS,
+    timeouts: dict[str, float] | None = None,
+) -> list[dict]:
     """Run `cells` as Ray tasks, each needing `resources` (custom, per cell) besides its threads' CPUs.
 
     `timeouts` maps a cell id to its wall-clock limit in seconds (runners.local.cell_timeouts; absent: none),
@@ -313,6 +345,7 @@ def run_ray(cells: list[dict], out: str, workers: int | None = None, address: st
             ray.shutdown()
         if started:
             import shutil
+
             shutil.rmtree(started, ignore_errors=True)
     if progress:
         progress.emit(force=True)

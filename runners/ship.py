@@ -44,8 +44,10 @@ def bundle(config: dict) -> dict:
     if model != "default":
         root = Path(model)
         if not root.is_dir():
-            raise ValueError(f"model {model!r}: checkpoint directory not found on the driver "
-                             f"(cwd {os.getcwd()}); give a directory or `default`")
+            raise ValueError(
+                f"model {model!r}: checkpoint directory not found on the driver "
+                f"(cwd {os.getcwd()}); give a directory or `default`"
+            )
         out["model"] = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
     plug = remedy_file(str(config.get("remedy", "none")))
     if plug is not None:
@@ -96,6 +98,7 @@ def checkpoint_step(data: bytes, where: str = CKPT) -> int:
     """The step a checkpoint was saved at, read without running code (rundir.read_checkpoint: a one-line
     ValueError for a crafted or damaged file, which a driver must never unpickle as it comes)."""
     from timbench.rl.rundir import read_checkpoint
+
     state = read_checkpoint(data, where)
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise ValueError(f"{where}: not a timbench run checkpoint (no integer step)")
@@ -111,8 +114,11 @@ def snapshot(run: Path, config_yaml: str, final: bool) -> dict[str, bytes]:
     """
     files: dict[str, bytes] = {}
     if final:
-        files = {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*"))
-                 if p.is_file() and not p.name.startswith(".")}
+        files = {
+            p.relative_to(run).as_posix(): p.read_bytes()
+            for p in sorted(run.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")
+        }
     else:
         ckpt = (run / CKPT).read_bytes()  # an atomic replace: a whole checkpoint, read before the logs
         step = checkpoint_step(ckpt)

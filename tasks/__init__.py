@@ -5,15 +5,24 @@ Importing the package registers every synthetic task; `get_task(name)` returns
 one, `list_tasks()` summarises them. The default task is `add-4d-v1`.
 """
 
-from .base import Problem, Task, split_of
-from .registry import DEFAULT_TASK, UnknownTaskError, get_task, list_tasks, register, task_names
-from .io import load_split, problems_from_dataset, save_split, to_dataset
-
 # Imported for their @register side effect.
-from . import addition, multiplication, lineq, countdown, addchain  # noqa: E402,F401
+from . import addchain, addition, countdown, lineq, multiplication  # noqa: E402,F401
+from .base import Problem, Task, split_of
+from .io import load_split, problems_from_dataset, save_split, to_dataset
+from .registry import DEFAULT_TASK, UnknownTaskError, get_task, list_tasks, register, task_names
 
 __all__ = [
-    "DEFAULT_TASK", "Problem", "Task", "UnknownTaskError", "get_task", "list_tasks",
-    "load_split", "problems_from_dataset", "register", "save_split", "split_of",
-    "task_names", "to_dataset",
+    "DEFAULT_TASK",
+    "Problem",
+    "Task",
+    "UnknownTaskError",
+    "get_task",
+    "list_tasks",
+    "load_split",
+    "problems_from_dataset",
+    "register",
+    "save_split",
+    "split_of",
+    "task_names",
+    "to_dataset",
 ]

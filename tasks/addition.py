@@ -35,7 +35,7 @@ class AdditionTask(Task):
     def sample(self, rng: random.Random) -> Problem:
         n = self.difficulty["n_digits"]
         lo = 10 ** (n - 1) if n > 1 else 0
-        a, b = rng.randint(lo, 10 ** n - 1), rng.randint(lo, 10 ** n - 1)
+        a, b = rng.randint(lo, 10**n - 1), rng.randint(lo, 10**n - 1)
         return self.make_problem(f"{a}+{b}=", str(a + b), solution(a, b, n), a=a, b=b)
 
     def extract_answer(self, response: str) -> str | None:

@@ -39,7 +39,7 @@ def _braced(text: str, start: int) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1:i]
+                return text[start + 1 : i]
     return None
 
 

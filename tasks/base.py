@@ -19,7 +19,8 @@ import abc
 import hashlib
 import random
 import re
-from typing import Any, ClassVar, Iterator
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 from .io import to_dataset
 from .problem import Problem
@@ -45,7 +46,7 @@ def is_canonical_int(text: str) -> bool:
 def text_after_last(response: str, marker: str) -> str | None:
     """The stripped text after the last `marker`, or None if there is none."""
     i = response.rfind(marker)
-    return None if i < 0 else response[i + len(marker):].strip()
+    return None if i < 0 else response[i + len(marker) :].strip()
 
 
 class Task(abc.ABC):
@@ -68,8 +69,7 @@ class Task(abc.ABC):
         base = dict(type(self).difficulty)
         unknown = sorted(set(params) - set(base))
         if unknown:
-            raise TypeError(f"{type(self).__name__}: unknown parameter(s) {unknown}; "
-                            f"valid: {sorted(base)}")
+            raise TypeError(f"{type(self).__name__}: unknown parameter(s) {unknown}; valid: {sorted(base)}")
         merged = {**base, **params}
         # Instance attributes shadow the class ones; the class dict is never mutated.
         self.difficulty = merged

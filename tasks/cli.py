@@ -40,6 +40,7 @@ def _guarded(fn):
             return fn(args)
         except (CliError, KeyError, ValueError, OSError) as e:
             return _fail(str(e) or repr(e))
+
     run.__name__, run.__doc__ = fn.__name__, fn.__doc__
     return run
 
@@ -88,8 +89,9 @@ def _read_predictions(path: Path) -> list[dict]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise CliError(f"{path}: not UTF-8 text (byte {e.start}); --file takes a predictions JSONL file, "
-                       "one JSON object per line") from None
+        raise CliError(
+            f"{path}: not UTF-8 text (byte {e.start}); --file takes a predictions JSONL file, one JSON object per line"
+        ) from None
     lines = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -102,21 +104,22 @@ def _read_predictions(path: Path) -> list[dict]:
             raise CliError(f"{path}:{i}: expected an object with a string 'response'")
         lines.append(rec)
     if not lines:  # scoring nothing would print accuracy 0.0 for n=0 and exit 0
-        raise CliError(f"{path}: no predictions (the file is empty); expected one JSON object per line "
-                       "with a string 'response'")
+        raise CliError(
+            f"{path}: no predictions (the file is empty); expected one JSON object per line with a string 'response'"
+        )
     return lines
 
 
-def _problem_for(rec: dict, task, by_prompt: dict[str, Problem], eval_list: list[Problem],
-                 where: str) -> Problem:
+def _problem_for(rec: dict, task, by_prompt: dict[str, Problem], eval_list: list[Problem], where: str) -> Problem:
     prompt = rec.get("prompt")
     if isinstance(prompt, str) and prompt in by_prompt:
         return by_prompt[prompt]
     if "answer" in rec:
         return Problem(prompt=str(prompt or ""), answer=str(rec["answer"]), task=task.name)
     if isinstance(prompt, str):
-        raise CliError(f"{where}: prompt {prompt!r} is not in the eval set "
-                       f"(first {len(eval_list)}) and the line has no 'answer'")
+        raise CliError(
+            f"{where}: prompt {prompt!r} is not in the eval set (first {len(eval_list)}) and the line has no 'answer'"
+        )
     idx = rec.get("id")
     if isinstance(idx, int) and not isinstance(idx, bool) and 0 <= idx < len(eval_list):
         return eval_list[idx]
@@ -138,8 +141,18 @@ def cmd_score(args) -> int:
         correct += task.reward(rec["response"], problem) >= 1.0
         well_formed += task.extract_answer(rec["response"]) is not None
     n = len(records)
-    print(json.dumps({"task": task.name, "file": str(path), "n": n, "correct": int(correct),
-                      "accuracy": correct / n, "well_formed": well_formed / n}))
+    print(
+        json.dumps(
+            {
+                "task": task.name,
+                "file": str(path),
+                "n": n,
+                "correct": int(correct),
+                "accuracy": correct / n,
+                "well_formed": well_formed / n,
+            }
+        )
+    )
     return 0
 
 

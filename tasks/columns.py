@@ -23,7 +23,7 @@ _DIGITS = re.compile(r"[0-9]{1,64}")
 
 def digits_lsd(x: int, width: int) -> list[int]:
     """The `width` lowest decimal digits of x >= 0, least significant first."""
-    return [(x // 10 ** i) % 10 for i in range(width)]
+    return [(x // 10**i) % 10 for i in range(width)]
 
 
 def render(column_values: list[int], final_carry: int) -> str:

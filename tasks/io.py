@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from timbench.util.atomic import atomic_path
 
@@ -29,8 +30,7 @@ def _meta_json(meta: dict) -> str:
 
 
 def problem_row(p: Problem) -> dict[str, str]:
-    return {"prompt": p.prompt, "answer": p.answer, "task": p.task,
-            "meta": _meta_json(p.meta), "solution": p.solution}
+    return {"prompt": p.prompt, "answer": p.answer, "task": p.task, "meta": _meta_json(p.meta), "solution": p.solution}
 
 
 def to_dataset(problems: Iterable[Problem]):
@@ -47,17 +47,22 @@ def problems_from_dataset(ds) -> list[Problem]:
     out = []
     for row in ds:
         meta = row.get("meta") or "{}"
-        out.append(Problem(prompt=row["prompt"], answer=row["answer"], task=row["task"],
-                           meta=json.loads(meta) if isinstance(meta, str) else dict(meta),
-                           solution=row.get("solution") or ""))
+        out.append(
+            Problem(
+                prompt=row["prompt"],
+                answer=row["answer"],
+                task=row["task"],
+                meta=json.loads(meta) if isinstance(meta, str) else dict(meta),
+                solution=row.get("solution") or "",
+            )
+        )
     return out
 
 
 def _check_ext(path: Path, allowed: tuple[str, ...]) -> str:
     ext = path.suffix.lower()
     if ext not in allowed:
-        raise ValueError(f"{path}: unsupported file extension {ext or '(none)'!r}; "
-                         f"use one of {', '.join(allowed)}")
+        raise ValueError(f"{path}: unsupported file extension {ext or '(none)'!r}; use one of {', '.join(allowed)}")
     return ext
 
 

@@ -25,8 +25,9 @@ class MultiplicationTask(Task):
     version = 1
     name = "mul-v1"
     difficulty = {"a_digits": 3}
-    description = ("3-digit x 1-digit multiplication; column products least significant first, "
-                   "then '#' and the reversed answer")
+    description = (
+        "3-digit x 1-digit multiplication; column products least significant first, then '#' and the reversed answer"
+    )
 
     def validate(self) -> None:
         if not 1 <= self.difficulty["a_digits"] <= 30:
@@ -34,7 +35,7 @@ class MultiplicationTask(Task):
 
     def sample(self, rng: random.Random) -> Problem:
         n = self.difficulty["a_digits"]
-        a = rng.randint(10 ** (n - 1) if n > 1 else 1, 10 ** n - 1)
+        a = rng.randint(10 ** (n - 1) if n > 1 else 1, 10**n - 1)
         b = rng.randint(2, 9)
         return self.make_problem(f"{a}*{b}=", str(a * b), solution(a, b, n), a=a, b=b)
 

@@ -19,5 +19,10 @@ class Problem:
     solution: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "answer": self.answer, "task": self.task,
-                "meta": dict(self.meta), "solution": self.solution}
+        return {
+            "prompt": self.prompt,
+            "answer": self.answer,
+            "task": self.task,
+            "meta": dict(self.meta),
+            "solution": self.solution,
+        }

@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import random
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .answers import answers_match, extract_boxed, extract_final_answer, extract_hash_answer
 from .base import Problem, Task
@@ -76,8 +77,7 @@ def _chat_prompt(prompt: Any) -> tuple[str, list | None]:
 
 
 def _dapo(path: Path, columns: list[str], rows: list[dict]) -> list[Problem | None]:
-    _require(path, columns, "dapo", "prompt" in columns
-             and bool({"reward_model", "solution", "answer"} & set(columns)))
+    _require(path, columns, "dapo", "prompt" in columns and bool({"reward_model", "solution", "answer"} & set(columns)))
     out = []
     for i, r in enumerate(rows):
         text, messages = _chat_prompt(r.get("prompt"))
@@ -120,13 +120,16 @@ def load_real(path: str | os.PathLike, kind: str = "auto", limit: int | None = N
     if kind == "auto":
         kind = detect_kind(columns) or ""
         if not kind:
-            raise ValueError(f"{path}: unrecognised columns {columns}; expected one of: "
-                             + "; ".join(f"{k} ({v})" for k, v in _EXPECTED.items()))
+            raise ValueError(
+                f"{path}: unrecognised columns {columns}; expected one of: "
+                + "; ".join(f"{k} ({v})" for k, v in _EXPECTED.items())
+            )
     loaded = _LOADERS[kind](path, columns, rows)
     problems = [p for p in loaded if p]
     if len(problems) < len(loaded):
-        warnings.warn(f"{path}: skipped {len(loaded) - len(problems)} of {len(loaded)} rows "
-                      "without a gold answer", stacklevel=2)
+        warnings.warn(
+            f"{path}: skipped {len(loaded) - len(problems)} of {len(loaded)} rows without a gold answer", stacklevel=2
+        )
     return problems[:limit] if limit is not None else problems
 
 
@@ -160,8 +163,7 @@ class RealTask(Task):
 
     family = "real"
 
-    def __init__(self, path: str | os.PathLike, kind: str = "auto", name: str | None = None,
-                 limit: int | None = None):
+    def __init__(self, path: str | os.PathLike, kind: str = "auto", name: str | None = None, limit: int | None = None):
         self.problems = load_real(path, kind, limit)
         if not self.problems:
             raise ValueError(f"{path}: no usable problems")

@@ -57,14 +57,23 @@ def response_stats(task: Task, n: int = 256) -> dict[str, float]:
     problems = [task.sample(rng) for _ in range(n)]
     resp = [len(tok.encode(p.solution)) + 1 for p in problems]
     prompt = [len(tok.encode(p.prompt)) for p in problems]
-    return {"mean_response_tokens": round(mean(resp), 2), "max_response_tokens": max(resp),
-            "mean_prompt_tokens": round(mean(prompt), 2), "max_prompt_tokens": max(prompt)}
+    return {
+        "mean_response_tokens": round(mean(resp), 2),
+        "max_response_tokens": max(resp),
+        "mean_prompt_tokens": round(mean(prompt), 2),
+        "max_prompt_tokens": max(prompt),
+    }
 
 
 def describe(task: Task, n: int = 256) -> dict[str, Any]:
-    return {"name": task.name, "family": task.family, "version": task.version,
-            "difficulty": dict(task.difficulty), "description": task.description,
-            **response_stats(task, n)}
+    return {
+        "name": task.name,
+        "family": task.family,
+        "version": task.version,
+        "difficulty": dict(task.difficulty),
+        "description": task.description,
+        **response_stats(task, n),
+    }
 
 
 def list_tasks(n: int = 256) -> list[dict[str, Any]]:

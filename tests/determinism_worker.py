@@ -24,10 +24,9 @@ import numba
 import numpy as np
 import torch
 
-from timbench.kernels import get_kernels
-from timbench.kernels import native
-from timbench.kernels import numba_ops as nb
 from timbench.fingerprint import CASES, RUNS, run_case, update_case
+from timbench.kernels import get_kernels, native
+from timbench.kernels import numba_ops as nb
 from timbench.model import Compute, load_checkpoint
 from timbench.spec.keys import Spec
 from timbench.trainer import sequence_logprobs
@@ -91,10 +90,14 @@ def main(threads: int, run_dir: str | None = None) -> None:
     result["control/numba-asm"] = hashlib.sha256(asm.encode()).hexdigest()
     result["control/numba-asm-zmm"] = "zmm" in asm
     torch.set_num_threads(threads)
-    result["_env"] = {"aten_capability": torch.backends.cpu.get_cpu_capability(),
-                      "torch_threads": torch.get_num_threads(), "numba_threads": numba.get_num_threads(),
-                      "numba_cpu": numba.core.config.CPU_NAME or "host",
-                      "numba_features": numba.core.config.CPU_FEATURES, "native_isa": native.isa()}
+    result["_env"] = {
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_threads": torch.get_num_threads(),
+        "numba_threads": numba.get_num_threads(),
+        "numba_cpu": numba.core.config.CPU_NAME or "host",
+        "numba_features": numba.core.config.CPU_FEATURES,
+        "native_isa": native.isa(),
+    }
     print(json.dumps(result))
 
 

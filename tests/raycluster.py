@@ -42,21 +42,43 @@ class Cluster:
         self.token = secrets.token_hex(32)
         self.port = free_port()
         self.address = None
-        self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
-                    "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+        self.env = {
+            **os.environ,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.token,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "OMP_NUM_THREADS": "1",
+            "NUMBA_NUM_THREADS": "1",
+        }
         self.nodes: list[str] = []
         self.start_s: dict[str, float] = {}
 
     def _start(self, name: str, args: list[str]) -> None:
         t0 = time.monotonic()
         temp = self.root / name
-        cmd = [RAY, "start", "--temp-dir", str(temp), "--object-store-memory", str(OBJECT_STORE),
-               "--disable-usage-stats", "--metrics-export-port", str(free_port()),
-               "--dashboard-agent-listen-port", str(free_port()), *args]
+        cmd = [
+            RAY,
+            "start",
+            "--temp-dir",
+            str(temp),
+            "--object-store-memory",
+            str(OBJECT_STORE),
+            "--disable-usage-stats",
+            "--metrics-export-port",
+            str(free_port()),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            *args,
+        ]
         # TMPDIR: the node's own scratch space (workers inherit it; the Ray backend's scratch goes there).
         self.scratch(name).mkdir(parents=True)
-        r = subprocess.run(cmd, env={**self.env, "TIMBENCH_TEST_NODE": name, "TMPDIR": str(self.scratch(name))},
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            cmd,
+            env={**self.env, "TIMBENCH_TEST_NODE": name, "TMPDIR": str(self.scratch(name))},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed: {r.stdout[-2000:]}{r.stderr[-2000:]}")
         self.nodes.append(name)
@@ -66,14 +88,36 @@ class Cluster:
         return self.root / f"{node}-tmp"
 
     def start_head(self, num_cpus: int = 1) -> str:
-        self._start("head", ["--head", "--port", str(self.port), "--num-cpus", str(num_cpus),
-                             "--include-dashboard=false", "--dashboard-port", str(free_port())])
+        self._start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--num-cpus",
+                str(num_cpus),
+                "--include-dashboard=false",
+                "--dashboard-port",
+                str(free_port()),
+            ],
+        )
         self.address = f"127.0.0.1:{self.port}"
         return self.address
 
     def add_node(self, name: str, ip: str, resources: dict, num_cpus: int = 1) -> None:
-        self._start(name, ["--address", self.address, "--node-ip-address", ip, "--num-cpus", str(num_cpus),
-                           "--resources", json.dumps(resources)])
+        self._start(
+            name,
+            [
+                "--address",
+                self.address,
+                "--node-ip-address",
+                ip,
+                "--num-cpus",
+                str(num_cpus),
+                "--resources",
+                json.dumps(resources),
+            ],
+        )
 
     def pids(self, node: str | None = None) -> list[int]:
         """Processes of this cluster (of one node when `node` is given), found by their environment."""
@@ -110,4 +154,3 @@ class Cluster:
                     pass
             time.sleep(0.5)
         shutil.rmtree(self.root, ignore_errors=True)
-

@@ -40,8 +40,19 @@ def ckpt(tmp_path_factory):
 
 def _train_args(ckpt, out, steps=2):
     return ["train", "--out", str(out), "--quiet"] + [
-        a for o in (f"model={ckpt}", f"steps={steps}", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                    "eval_every=2", "eval_n=16", "checkpoint_every=1") for a in ("--set", o)]
+        a
+        for o in (
+            f"model={ckpt}",
+            f"steps={steps}",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=16",
+            "checkpoint_every=1",
+        )
+        for a in ("--set", o)
+    ]
 
 
 def _one_line(capsys) -> str:
@@ -51,6 +62,7 @@ def _one_line(capsys) -> str:
 
 
 # 1. Nothing from a results dir or a checkpoint runs code.
+
 
 def test_a_crafted_run_checkpoint_is_refused_without_running(ckpt, tmp_path, capsys):
     out, marker = tmp_path / "run", tmp_path / "pwned"
@@ -64,21 +76,23 @@ def test_a_crafted_run_checkpoint_is_refused_without_running(ckpt, tmp_path, cap
 
 def test_a_crafted_checkpoint_shipped_by_a_worker_is_refused_without_running(tmp_path):
     from timbench.runners.ship import checkpoint_step
+
     marker = tmp_path / "pwned"
     with pytest.raises(ValueError, match="refused: the checkpoint names posix.system"):
         checkpoint_step(_crafted(marker))
     assert not marker.exists()
     buf = io.BytesIO()
-    torch.save({"step": 3, "extra": {}, "lanes": [{"model": {"w": torch.ones(2)}, "opt": {"betas": (0.9, 0.99)}}]},
-               buf)
+    torch.save({"step": 3, "extra": {}, "lanes": [{"model": {"w": torch.ones(2)}, "opt": {"betas": (0.9, 0.99)}}]}, buf)
     assert checkpoint_step(buf.getvalue()) == 3  # a real checkpoint's plain values still load
 
 
 def test_a_results_dir_grid_naming_a_plugin_file_needs_allow_plugins(tmp_path, capsys):
     import yaml
+
     marker = tmp_path / "pwned"
-    (tmp_path / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
-                                      "raise SystemExit('imported')\n")
+    (tmp_path / "evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nraise SystemExit('imported')\n"
+    )
     res = tmp_path / "results" / "g"
     res.mkdir(parents=True)
     (res / "grid.yaml").write_text(yaml.safe_dump({"name": "g", "axes": {"remedy": [f"{tmp_path / 'evil.py'}:E"]}}))
@@ -91,12 +105,18 @@ def test_a_results_dir_grid_naming_a_plugin_file_needs_allow_plugins(tmp_path, c
 
 # 2. Every path derived from data stays inside its root.
 
+
 def _escaping_grid(tmp_path, cid):
     """A results dir whose cells.json names `cid`, with a finished-looking run where that id leads."""
     out = tmp_path / "res"
     (out / "runs").mkdir(parents=True)
-    cell = {"id": cid, "axes": {"remedy": "none", "mode": "recompute", "condition": "baseline"},
-            "condition": {}, "reference": None, "config": {}}
+    cell = {
+        "id": cid,
+        "axes": {"remedy": "none", "mode": "recompute", "condition": "baseline"},
+        "condition": {},
+        "reference": None,
+        "config": {},
+    }
     (out / "cells.json").write_text(json.dumps({"grid": "g", "cells": [cell]}))
     target = out / "runs" / cid
     target.mkdir(parents=True, exist_ok=True)
@@ -125,6 +145,7 @@ def test_a_run_dir_linked_outside_runs_is_refused(tmp_path, capsys):
 
 # 3. Nothing destroyed by a rerun.
 
+
 @pytest.fixture(scope="module")
 def finished(ckpt, tmp_path_factory):
     """A finished, sealed two-step run (copied by each test that damages it)."""
@@ -135,6 +156,7 @@ def finished(ckpt, tmp_path_factory):
 
 def _copy(src, tmp_path):
     import shutil
+
     return shutil.copytree(src, tmp_path / "run")
 
 
@@ -174,15 +196,20 @@ def test_a_rerun_of_an_intact_finished_run_touches_nothing(ckpt, finished, tmp_p
     capsys.readouterr()
     assert main(_train_args(ckpt, out)) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "finished"
-    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()
-            if p.name not in ("config.yaml", ".lock")} == {p: v for p, v in before.items()
-                                                              if p.name not in ("config.yaml", ".lock")}
+    assert {
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in out.rglob("*")
+        if p.is_file()
+        if p.name not in ("config.yaml", ".lock")
+    } == {p: v for p, v in before.items() if p.name not in ("config.yaml", ".lock")}
 
 
 # 5. Errors: one line naming what and where.
 
+
 def test_the_lock_message_names_the_holder_not_the_caller(ckpt, tmp_path, capsys):
     from timbench.util.dirlock import DirLock
+
     out = tmp_path / "run"
     with DirLock(out, "timbench grid run"):
         assert main(_train_args(ckpt, out)) == 2
@@ -221,8 +248,9 @@ def test_a_plugin_that_swallows_the_timeout_is_ended_and_its_run_failed(ckpt, tm
     (tmp_path / "swallows.py").write_text(SWALLOWS)
     out = tmp_path / "run"
     args = _train_args(ckpt, out) + ["--remedy", f"{tmp_path / 'swallows.py'}:Hangs", "--plugin-timeout", "0.5"]
-    p = subprocess.Popen([sys.executable, "-m", "timbench.cli", *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "timbench.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _, err = p.communicate(timeout=120)  # 0.5 s + the 5 s grace, plus imports on a loaded machine
     except subprocess.TimeoutExpired:
@@ -233,6 +261,7 @@ def test_a_plugin_that_swallows_the_timeout_is_ended_and_its_run_failed(ckpt, tm
     err = err.strip().splitlines()
     assert len(err) == 1 and "remedy hangs: __call__ did not return within 0.5 s" in err[0] and "ended" in err[0]
     from timbench.rl.rundir import read_status
+
     assert read_status(out)["status"] == "failed" and "PluginTimeout" in read_status(out)["error"]
     assert "PluginTimeout" in (out / "error.txt").read_text()
 
@@ -240,8 +269,10 @@ def test_a_plugin_that_swallows_the_timeout_is_ended_and_its_run_failed(ckpt, tm
 def test_a_plugin_that_swallows_the_timeout_and_returns_still_fails(ckpt, tmp_path, capsys):
     (tmp_path / "swallows.py").write_text(SWALLOWS)
     out = tmp_path / "run"
-    assert main(_train_args(ckpt, out) + ["--remedy", f"{tmp_path / 'swallows.py'}:Returns",
-                                          "--plugin-timeout", "0.5"]) == 1
+    assert (
+        main(_train_args(ckpt, out) + ["--remedy", f"{tmp_path / 'swallows.py'}:Returns", "--plugin-timeout", "0.5"])
+        == 1
+    )
     assert "PluginTimeout: remedy returns: __call__ did not return within 0.5 s" in _one_line(capsys)
 
 
@@ -257,12 +288,15 @@ def test_a_non_finite_plugin_timeout_is_a_one_line_error(ckpt, tmp_path, capsys,
     assert "--plugin-timeout must be >= 0 seconds and finite" in _one_line(capsys)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--temperature", "nan"], "--temperature must be a finite number >= 0"),
-    (["--temperature", "inf"], "--temperature must be a finite number >= 0"),
-    (["--seed", "-1"], "--seed: -1 is out of range"),
-    (["--seed", str(2**64)], "is out of range; valid: an integer 0..4294967295"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--temperature", "nan"], "--temperature must be a finite number >= 0"),
+        (["--temperature", "inf"], "--temperature must be a finite number >= 0"),
+        (["--seed", "-1"], "--seed: -1 is out of range"),
+        (["--seed", str(2**64)], "is out of range; valid: an integer 0..4294967295"),
+    ],
+)
 def test_align_refuses_nan_temperatures_and_out_of_range_seeds(capsys, args, message):
     assert main(["align", *args]) == 2
     assert message in _one_line(capsys)
@@ -284,11 +318,14 @@ def test_yaml_complex_keys_and_malformed_set_values_are_one_line_errors(ckpt, tm
     assert "--set lr='[1,': not a YAML value" in line
 
 
-@pytest.mark.parametrize("doc,message", [
-    ([], "not a gate.json (a JSON list; "),
-    ({}, "not a gate.json (missing identity, probes)"),
-    ({"identity": {"suite": "tiny", "suite_version": 3}}, "not a gate.json (missing probes)"),
-])
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        ([], "not a gate.json (a JSON list; "),
+        ({}, "not a gate.json (missing identity, probes)"),
+        ({"identity": {"suite": "tiny", "suite_version": 3}}, "not a gate.json (missing probes)"),
+    ],
+)
 def test_a_malformed_gate_json_is_a_one_line_error(tmp_path, capsys, doc, message):
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     assert main(["gate", "check", str(tmp_path / "bad.json"), str(tmp_path / "bad.json")]) == 2
@@ -297,6 +334,7 @@ def test_a_malformed_gate_json_is_a_one_line_error(tmp_path, capsys, doc, messag
 
 def test_gate_check_refuses_an_empty_or_partial_candidate():
     from timbench.gate.check import check
+
     ident = {"suite": "tiny", "suite_version": 3}
     probes = [{"model": "m", "probe": p, "passed": True, "numbers": {}} for p in ("determinism", "batch")]
     base = {"identity": ident, "probes": probes}
@@ -328,8 +366,9 @@ class Keyerr(Remedy):
 """
 
 
-@pytest.mark.parametrize("cls,raised", [("Exits", "SystemExit"), ("Oserr", "FileNotFoundError"),
-                                        ("Keyerr", "KeyError: 'missing'")])
+@pytest.mark.parametrize(
+    "cls,raised", [("Exits", "SystemExit"), ("Oserr", "FileNotFoundError"), ("Keyerr", "KeyError: 'missing'")]
+)
 def test_a_plugins_own_exception_fails_the_run_with_error_txt(ckpt, tmp_path, capsys, cls, raised):
     (tmp_path / "raises.py").write_text(PLUGIN_RAISES)
     out = tmp_path / "run"
@@ -338,6 +377,7 @@ def test_a_plugins_own_exception_fails_the_run_with_error_txt(ckpt, tmp_path, ca
     line = _one_line(capsys)
     assert f"remedy {cls.lower()}: __call__ raised {raised}" in line and "the plug-in's error" in line
     from timbench.rl.rundir import read_status
+
     assert read_status(out)["status"] == "failed" and "Traceback" in (out / "error.txt").read_text()
 
 
@@ -348,6 +388,7 @@ def test_a_cells_json_cell_without_an_id_names_what_is_missing(tmp_path, capsys)
 
 
 # 6. Processes and files.
+
 
 def test_a_local_ray_instance_keeps_its_files_in_a_private_dir(monkeypatch):
     from timbench.runners import ray_runner
@@ -372,6 +413,7 @@ def test_a_local_ray_instance_keeps_its_files_in_a_private_dir(monkeypatch):
 
 # 7. Integrity bound to content.
 
+
 def _done_cell(out, cid="c1", status="finished", rows=4, steps=4):
     """A done cell as a run leaves it (logs, summary, cell.json), not yet stamped, in a cells.json of `steps`."""
     d = out / "runs" / cid
@@ -388,6 +430,7 @@ def _done_cell(out, cid="c1", status="finished", rows=4, steps=4):
 
 def test_a_failed_run_flipped_to_done_in_cell_json_is_caught(tmp_path, capsys):
     from timbench.util.manifest import stamp_run
+
     stamp_run(_done_cell(tmp_path, status="failed"))
     assert main(["grid", "verify", str(tmp_path)]) == 1
     assert "not 'finished', though cell.json says done" in capsys.readouterr().out
@@ -413,6 +456,7 @@ def test_adopt_refuses_a_cut_short_or_failed_run_and_says_so(tmp_path, capsys):
 
 def test_a_report_is_not_written_into_another_grids_dir(tmp_path, capsys):
     from gridfab import standard_grid
+
     a, b = standard_grid(tmp_path / "a"), standard_grid(tmp_path / "b")
     before = sorted(p.name for p in b.iterdir())
     assert main(["grid", "report", str(a), "--out", str(b)]) == 2

@@ -19,8 +19,21 @@ def ckpt(tmp_path_factory):
 
 def test_an_unwritable_run_dir_fails_its_cell_in_one_line_and_the_sibling_finishes(ckpt, tmp_path, capfd):
     from timbench.runners.local import run_local
-    grid = parse_grid({"name": "g", "base": {"model": ckpt, "steps": 1, "prompts_per_step": 4, "group_size": 4,
-                                             "mini_batches": 2, "eval_n": 16}, "axes": {"seed": [0, 1]}})
+
+    grid = parse_grid(
+        {
+            "name": "g",
+            "base": {
+                "model": ckpt,
+                "steps": 1,
+                "prompts_per_step": 4,
+                "group_size": 4,
+                "mini_batches": 2,
+                "eval_n": 16,
+            },
+            "axes": {"seed": [0, 1]},
+        }
+    )
     cells = [c.to_dict() for c in expand(grid)]
     prepare(tmp_path, grid, expand(grid))
     bad, good = cells[0]["id"], cells[1]["id"]

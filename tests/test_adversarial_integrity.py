@@ -11,21 +11,32 @@ from timbench.cli import main
 from timbench.grid import layout
 from timbench.util.manifest import stamp_run
 
-EVALS = [{"step": 0, "accuracy_t1": 0.25, "accuracy_greedy": 0.5}, {"step": 2, "accuracy_t1": 0.5,
-                                                                      "accuracy_greedy": 0.75}]
+EVALS = [
+    {"step": 0, "accuracy_t1": 0.25, "accuracy_greedy": 0.5},
+    {"step": 2, "accuracy_t1": 0.5, "accuracy_greedy": 0.75},
+]
 
 
 def _row(step):
     from timbench.metrics.log_summary import MEAN_KEYS
+
     return {"step": step, **{k: 0.001 * (step + 1) for k in MEAN_KEYS}, "critic/rewards/mean": 0.5 + step / 10}
 
 
 def _grid(out, seeds=(0, 1)):
     """A grid dir of one cell per seed, each a finished, sealed run as the grid runner leaves it (bound, done)."""
     from timbench.metrics.log_summary import from_logs
-    cells = [{"id": f"c{s}", "axes": {"remedy": "none", "mode": "recompute", "condition": "baseline", "seed": s},
-              "condition": {"name": "baseline", "kind": "reference"}, "reference": None,
-              "config": {"steps": 2, "seed": s}} for s in seeds]
+
+    cells = [
+        {
+            "id": f"c{s}",
+            "axes": {"remedy": "none", "mode": "recompute", "condition": "baseline", "seed": s},
+            "condition": {"name": "baseline", "kind": "reference"},
+            "reference": None,
+            "config": {"steps": 2, "seed": s},
+        }
+        for s in seeds
+    ]
     out.mkdir(parents=True)
     (out / "cells.json").write_text(json.dumps({"grid": "g", "cells": cells}))
     for c in cells:
@@ -36,8 +47,9 @@ def _grid(out, seeds=(0, 1)):
         (d / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVALS))
         (d / "timing.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(2)))
         (d / "status.json").write_text(json.dumps({"status": "finished", "error": None}))
-        (d / "summary.json").write_text(json.dumps({"status": "finished", "seed": c["config"]["seed"],
-                                                    **from_logs(rows, EVALS)}))
+        (d / "summary.json").write_text(
+            json.dumps({"status": "finished", "seed": c["config"]["seed"], **from_logs(rows, EVALS)})
+        )
         stamp_run(d)
         layout.record_done(out, c, 1.0, 1)
     return out, cells
@@ -50,6 +62,7 @@ def _verify(out, capsys) -> tuple[int, str]:
 
 # 1. A run's manifest binds its cell (id and config fingerprint).
 
+
 def test_a_run_dir_copied_under_another_cells_id_fails_verify_and_is_not_done(tmp_path, capsys):
     out, cells = _grid(tmp_path / "g")
     assert _verify(out, capsys)[0] == 0
@@ -60,6 +73,7 @@ def test_a_run_dir_copied_under_another_cells_id_fails_verify_and_is_not_done(tm
     assert layout.integrity(out, cells[1])  # grid run resets and redoes it
     with pytest.raises(ValueError, match="bound to cell 'c0'"):
         from timbench.report.results import load_results
+
         load_results(out)
     (out / "runs" / "c1" / "cell.json").unlink()  # not recorded done: the next grid run must not record it either
     assert layout.record_if_finished(out, cells[1]) is None
@@ -102,6 +116,7 @@ def test_a_finished_run_is_bound_when_recorded(tmp_path):
 
 # 2. verify recomputes the summary's log aggregates.
 
+
 @pytest.mark.parametrize("edit", ["eval", "metrics"])
 def test_an_edited_log_rehashed_into_the_manifest_is_caught(tmp_path, capsys, edit):
     out, _ = _grid(tmp_path / "g", seeds=(0,))
@@ -128,9 +143,11 @@ def test_adopt_refuses_a_summary_its_logs_do_not_give(tmp_path, capsys):
 
 # 3. cells.json is covered by the grid's manifest.
 
+
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
+
     d = tmp_path_factory.mktemp("ckpt")
     save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), d)
     return d
@@ -138,8 +155,14 @@ def ckpt(tmp_path_factory):
 
 def _prepared(ckpt, out):
     from timbench.grid.spec import expand, parse_grid
-    grid = parse_grid({"name": "g", "base": {"model": str(ckpt), "steps": 2}, "axes": {
-        "condition": ["baseline", "bf16-engine"], "seed": [0, 1]}})
+
+    grid = parse_grid(
+        {
+            "name": "g",
+            "base": {"model": str(ckpt), "steps": 2},
+            "axes": {"condition": ["baseline", "bf16-engine"], "seed": [0, 1]},
+        }
+    )
     layout.prepare(out, grid, expand(grid))
     return out
 
@@ -169,6 +192,7 @@ def test_an_edited_cells_json_fails_verify(ckpt, tmp_path, capsys, damage):
 
 def test_prepare_covers_cells_json_and_an_update_keeps_other_entries(ckpt, tmp_path):
     from timbench.util import manifest
+
     out = _prepared(ckpt, tmp_path / "g")
     assert list(manifest.read(out)) == ["cells.json"]
     manifest.update(out, ["grid.yaml"])
@@ -177,7 +201,9 @@ def test_prepare_covers_cells_json_and_an_update_keeps_other_entries(ckpt, tmp_p
 
 def test_a_report_beside_cells_json_keeps_it_covered(tmp_path, capsys):
     from gridfab import standard_grid
+
     from timbench.util import manifest
+
     out = standard_grid(tmp_path / "g")
     manifest.update(out, ["cells.json"])
     assert main(["grid", "report", str(out)]) == 0
@@ -188,10 +214,22 @@ def test_a_report_beside_cells_json_keeps_it_covered(tmp_path, capsys):
 
 # 4. A checkpoint carries a hash of its content, checked before a resume.
 
+
 def _train_args(ckpt, out, steps):
     return ["train", "--out", str(out), "--quiet"] + [
-        a for o in (f"model={ckpt}", f"steps={steps}", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                    "eval_every=1", "eval_n=16", "checkpoint_every=1") for a in ("--set", o)]
+        a
+        for o in (
+            f"model={ckpt}",
+            f"steps={steps}",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=1",
+            "eval_n=16",
+            "checkpoint_every=1",
+        )
+        for a in ("--set", o)
+    ]
 
 
 def test_a_flipped_bit_in_an_interrupted_runs_checkpoint_is_refused(ckpt, tmp_path, capsys):

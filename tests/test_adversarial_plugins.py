@@ -17,8 +17,18 @@ def ckpt(tmp_path_factory):
 
 def _args(ckpt, out, *extra):
     return ["train", "--out", str(out), "--quiet", *extra] + [
-        a for o in (f"model={ckpt}", "steps=1", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                    "eval_every=1", "eval_n=16") for a in ("--set", o)]
+        a
+        for o in (
+            f"model={ckpt}",
+            "steps=1",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=1",
+            "eval_n=16",
+        )
+        for a in ("--set", o)
+    ]
 
 
 def _one_line(capsys) -> str:
@@ -58,8 +68,9 @@ def test_a_plugins_init_raising_is_the_plugins_failure(ckpt, tmp_path, capsys, c
     assert "Traceback" in (out / "error.txt").read_text()
 
 
-@pytest.mark.parametrize("body,raised", [("open('/nonexistent/plugin-data')", "FileNotFoundError"),
-                                         ("{}['missing']", "KeyError: 'missing'")])
+@pytest.mark.parametrize(
+    "body,raised", [("open('/nonexistent/plugin-data')", "FileNotFoundError"), ("{}['missing']", "KeyError: 'missing'")]
+)
 def test_a_plugin_module_raising_on_import_is_the_plugins_failure(ckpt, tmp_path, capsys, body, raised):
     (tmp_path / "p.py").write_text(body + "\n")
     out = tmp_path / "run"
@@ -77,8 +88,9 @@ def test_a_plugin_missing_a_dependency_is_still_bad_input(ckpt, tmp_path, capsys
 
 def test_a_run_dirs_config_naming_a_plugin_file_needs_allow_plugins(ckpt, tmp_path, capsys):
     marker = tmp_path / "pwned"
-    (tmp_path / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
-                                      "raise SystemExit('imported')\n")
+    (tmp_path / "evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nraise SystemExit('imported')\n"
+    )
     run = tmp_path / "results" / "runs" / "c1"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({"remedy": f"{tmp_path / 'evil.py'}:E"}))

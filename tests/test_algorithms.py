@@ -6,8 +6,18 @@ import pytest
 import torch
 
 from timbench.rl import (
-    ALGORITHMS, agg_loss, drgrpo_advantage, dynamic_sampling_mask, get_algorithm, grpo_advantage, gspo_loss,
-    kl_penalty, ppo_clip_loss, reinforce_advantage, reinforce_pp_advantage, rloo_advantage,
+    ALGORITHMS,
+    agg_loss,
+    drgrpo_advantage,
+    dynamic_sampling_mask,
+    get_algorithm,
+    grpo_advantage,
+    gspo_loss,
+    kl_penalty,
+    ppo_clip_loss,
+    reinforce_advantage,
+    reinforce_pp_advantage,
+    rloo_advantage,
 )
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
@@ -26,12 +36,15 @@ def close(a, b, tol=1e-9):
 
 # ---------------------------------------------------------------- advantages
 
+
 def test_grpo_unbiased_std_and_eps():
     # group 1: mean .25, deviations (.75, -.25 x3), sum sq .75, unbiased var .75/3 = .25, std .5
     # group 2: mean .5, deviations +-.5, sum sq 1, unbiased var 1/3
     s1, s2 = 0.5 + 1e-6, math.sqrt(1 / 3) + 1e-6
-    close(grpo_advantage(REWARDS, 4),
-          [.75 / s1, -.25 / s1, -.25 / s1, -.25 / s1, .5 / s2, .5 / s2, -.5 / s2, -.5 / s2])
+    close(
+        grpo_advantage(REWARDS, 4),
+        [0.75 / s1, -0.25 / s1, -0.25 / s1, -0.25 / s1, 0.5 / s2, 0.5 / s2, -0.5 / s2, -0.5 / s2],
+    )
 
 
 def test_grpo_constant_group_and_group_of_one():
@@ -41,7 +54,7 @@ def test_grpo_constant_group_and_group_of_one():
 
 
 def test_drgrpo_rloo_reinforce():
-    close(drgrpo_advantage(REWARDS, 4), [.75, -.25, -.25, -.25, .5, .5, -.5, -.5])
+    close(drgrpo_advantage(REWARDS, 4), [0.75, -0.25, -0.25, -0.25, 0.5, 0.5, -0.5, -0.5])
     # leave-one-out: group 1: 1 - 0, 0 - 1/3; group 2: 1 - 1/3, 0 - 2/3
     close(rloo_advantage(REWARDS, 4), [1, -1 / 3, -1 / 3, -1 / 3, 2 / 3, 2 / 3, -2 / 3, -2 / 3])
     close(rloo_advantage(t([3.0, 1.0]), 1), [3.0, 1.0])
@@ -52,11 +65,13 @@ def test_drgrpo_rloo_reinforce():
 def test_reinforce_pp_whitening():
     r = t([1.0, 0, 0, 0])
     # mean .25, unbiased var ((.75)^2 + 3 (.25)^2) / 3 = .25
-    close(reinforce_pp_advantage(r), [x / math.sqrt(.25 + 1e-8) for x in (.75, -.25, -.25, -.25)])
+    close(reinforce_pp_advantage(r), [x / math.sqrt(0.25 + 1e-8) for x in (0.75, -0.25, -0.25, -0.25)])
     # token-weighted as verl's masked_whiten, lengths (3, 1, 1, 1): mean 3/6 = .5,
     # var (3 * .25 + 3 * .25) / (6 - 1) = .3
-    close(reinforce_pp_advantage(r, lengths=t([3.0, 1, 1, 1])),
-          [x / math.sqrt(.3 + 1e-8) for x in (.5, -.5, -.5, -.5)])
+    close(
+        reinforce_pp_advantage(r, lengths=t([3.0, 1, 1, 1])),
+        [x / math.sqrt(0.3 + 1e-8) for x in (0.5, -0.5, -0.5, -0.5)],
+    )
 
 
 def test_dynamic_sampling_mask():
@@ -73,6 +88,7 @@ def test_advantage_shape_errors():
 
 
 # ---------------------------------------------------------------- PPO clip loss
+
 
 def _ppo_case():
     # row 0: A = +1, ratios 1.5 (above 1 + eps: clipped to 1.2), 0.9, 0.5 (A > 0: unclipped, pessimistic)
@@ -113,12 +129,17 @@ def test_ppo_log_ratio_clamped_at_20():
 
 # ---------------------------------------------------------------- dual-clip (verl clip_ratio_c)
 
+
 def _dual_case():
     # row 0: A = -1, ratios 10 (dual-clipped: max(10, 1.2) = 10 > 3 -> 3), 1.5 (kept), 0.5 (low clip: 0.8)
     # row 1: A = +1, ratios 10 (high clip: -1.2), 1.0, 0.5 (-0.5); row 2: A = -2, ratio 10 -> -A c = 6, 2.0 -> 4
     ratios = t([[10.0, 1.5, 0.5], [10.0, 1.0, 0.5], [10.0, 2.0, 1.0]])
-    return ratios.log().requires_grad_(), torch.zeros(3, 3, dtype=D), t([-1.0, 1.0, -2.0]), \
-        torch.ones(3, 3, dtype=torch.bool)
+    return (
+        ratios.log().requires_grad_(),
+        torch.zeros(3, 3, dtype=D),
+        t([-1.0, 1.0, -2.0]),
+        torch.ones(3, 3, dtype=torch.bool),
+    )
 
 
 def test_dual_clip_bounds_negative_advantage_at_minus_a_c():
@@ -193,8 +214,11 @@ def test_dual_clip_matches_verl_compute_policy_loss_vanilla():
 @pytest.mark.parametrize("c", [1.0, 0.5, 0.0, -3.0, math.inf, math.nan])
 def test_dual_clip_out_of_range_is_a_one_line_error(c):
     logp, old, adv, mask = _dual_case()
-    with pytest.raises(ValueError, match=r"clip_ratio_c: .* is out of range; valid: None \(dual-clip off\) or a "
-                                         r"finite number > 1") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"clip_ratio_c: .* is out of range; valid: None \(dual-clip off\) or a "
+        r"finite number > 1",
+    ) as e:
         ppo_clip_loss(logp, old, adv, mask, clip_ratio_c=c)
     assert "\n" not in str(e.value)
 
@@ -266,6 +290,7 @@ def test_gradient_sign():
 
 # ---------------------------------------------------------------- GSPO
 
+
 def _gspo_case():
     # row 0 mean log-ratio (0.3 - 0.1 + 0.1) / 3 = 0.1; row 1 (-0.2 + 0.0) / 2 = -0.1 (5.0 is masked out)
     logp = t([[0.3, -0.1, 0.1], [-0.2, 0.0, 5.0]]).requires_grad_()
@@ -296,6 +321,7 @@ def test_gspo_default_clip():
 
 # ---------------------------------------------------------------- KL penalty
 
+
 def test_kl_penalty_estimators():
     lp, ref = t([math.log(0.5)]), t([math.log(0.25)])
     close(kl_penalty(lp, ref, "k1"), [math.log(2)])
@@ -308,6 +334,7 @@ def test_kl_penalty_estimators():
 
 
 # ---------------------------------------------------------------- registry
+
 
 def test_registry_entries():
     assert {"grpo", "dapo", "drgrpo", "reinforce", "reinforce_pp", "gspo"} <= set(ALGORITHMS)

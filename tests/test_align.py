@@ -40,8 +40,9 @@ def test_cli_json_and_errors(capsys):
 
 
 def test_console_script_exit_code():
-    p = subprocess.run([sys.executable, "-m", "timbench.cli", "align", "--engine", "dtype=fp128"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "timbench.cli", "align", "--engine", "dtype=fp128"], capture_output=True, text=True
+    )
     assert p.returncode == 2 and "valid: fp32|bf16|fp16" in p.stderr
 
 
@@ -53,10 +54,13 @@ def test_bf16_engine_against_fp32_trainer_is_a_larger_mismatch(dense):
 
 def test_align_table_writes_and_resumes(tmp_path):
     from timbench.align_table import read_table, run_table
+
     table = tmp_path / "t.yaml"
-    table.write_text("models: [tiny-dense]\nseed: 0\nbatches: [1, 5]\nconditions:\n"
-                     "  - {name: a, engine: kernels=exact, trainer: kernels=exact}\n"
-                     "  - {name: b, engine: kernels=exact, trainer: kernels=exact}\n")
+    table.write_text(
+        "models: [tiny-dense]\nseed: 0\nbatches: [1, 5]\nconditions:\n"
+        "  - {name: a, engine: kernels=exact, trainer: kernels=exact}\n"
+        "  - {name: b, engine: kernels=exact, trainer: kernels=exact}\n"
+    )
     said = []
     rows = run_table(table, tmp_path / "out", progress=said.append)
     assert rows[0]["max_abs_diff"] == 0.0

@@ -25,11 +25,13 @@ def _all_parsers(parser, prefix="timbench"):
 
 
 def test_parser_and_arg_errors_import_no_torch_or_numba():
-    code = ("import sys\nfrom timbench.cli import main\n"
-            "for argv in (['grid', 'run'], ['submit'], ['paper'], ['train'], ['warmstart'], ['align', '--seed', 'x']):\n"
-            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 2, (argv, e.code)\n"
-            "heavy = sorted(m for m in ('torch', 'numba', 'matplotlib', 'numpy') if m in sys.modules)\n"
-            "assert not heavy, heavy\n")
+    code = (
+        "import sys\nfrom timbench.cli import main\n"
+        "for argv in (['grid', 'run'], ['submit'], ['paper'], ['train'], ['warmstart'], ['align', '--seed', 'x']):\n"
+        "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 2, (argv, e.code)\n"
+        "heavy = sorted(m for m in ('torch', 'numba', 'matplotlib', 'numpy') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
 
@@ -55,6 +57,7 @@ def test_closed_pipe_is_not_a_traceback():
 
 def test_every_option_has_help_and_workers_has_one_default():
     from timbench.cli import build_parser
+
     missing, workers = [], {}
     for name, parser in _all_parsers(build_parser()):
         for a in parser._actions:
@@ -71,15 +74,24 @@ def test_every_option_has_help_and_workers_has_one_default():
 
 def test_default_workers_rule():
     from timbench.grid.cli import default_workers
+
     assert default_workers(3, 2) == 3
     assert default_workers(None, 2) == 2
     assert default_workers(None) >= 1
 
 
-@pytest.mark.parametrize("source,out", [("results/paper", "build/paper"), ("results/paper_vllm/", "build/paper_vllm"),
-                                        ("build/paper", "build/paper"), ("/tmp/x/results/quick", "build/quick")])
+@pytest.mark.parametrize(
+    "source,out",
+    [
+        ("results/paper", "build/paper"),
+        ("results/paper_vllm/", "build/paper_vllm"),
+        ("build/paper", "build/paper"),
+        ("/tmp/x/results/quick", "build/quick"),
+    ],
+)
 def test_regenerations_default_under_build(source, out):
     from timbench.report.cli import default_out
+
     assert default_out(source, "build/paper") == out
 
 
@@ -87,20 +99,26 @@ def test_paper_on_a_narrower_grid_writes_only_where_told(tmp_path):
     """results/rise_collapse (recompute only, 160 steps) is a narrower paper grid: `timbench paper` answers what
     its cells can; results/quick (24 steps) is none and is refused, writing nothing (tests/test_paper.py)."""
     before = sorted(p.name for p in (REPO / "results/rise_collapse").iterdir())
-    r = subprocess.run(TIMBENCH + ["paper", "results/rise_collapse", "--out", str(tmp_path / "p")],
-                       capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run(
+        TIMBENCH + ["paper", "results/rise_collapse", "--out", str(tmp_path / "p")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "p" / "paper.md").read_text()
     assert "## F1:" in text and "## F2: not tested" in text  # recompute only: F2 compares the two modes
     assert sorted(p.name for p in (REPO / "results/rise_collapse").iterdir()) == before
-    r = subprocess.run(TIMBENCH + ["paper", "results/quick", "--out", str(tmp_path / "q")], capture_output=True,
-                       text=True, cwd=REPO)
+    r = subprocess.run(
+        TIMBENCH + ["paper", "results/quick", "--out", str(tmp_path / "q")], capture_output=True, text=True, cwd=REPO
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "runs are 24 steps" in r.stderr, r.stderr
     assert not (tmp_path / "q").exists()
 
 
 def test_grid_progress_counts_running_cells_steps(tmp_path):
     from timbench.runners.progress import Progress, steps_of
+
     cells = [{"id": "a", "config": {"steps": 10}}, {"id": "b", "config": {"steps": 6}}]
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n{"step": 2}\n')
@@ -113,6 +131,7 @@ def test_grid_progress_counts_running_cells_steps(tmp_path):
 
 def test_eta_counts_and_estimates():
     from timbench.eta import Eta
+
     t = [0.0]
     eta = Eta(3, clock=lambda: t[0])
     t[0] = 10.0

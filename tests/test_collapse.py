@@ -12,14 +12,22 @@ pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 def rows(rewards, grads=None, k3=None, loss=None):
     out = []
     for i, r in enumerate(rewards):
-        row = {"step": i, "critic/rewards/mean": r, "actor/grad_norm": 1.0 if grads is None else grads[i],
-               "actor/loss": 0.01 if loss is None else loss[i], "rollout_corr/k3_kl": 0.0 if k3 is None else k3[i]}
+        row = {
+            "step": i,
+            "critic/rewards/mean": r,
+            "actor/grad_norm": 1.0 if grads is None else grads[i],
+            "actor/loss": 0.01 if loss is None else loss[i],
+            "rollout_corr/k3_kl": 0.0 if k3 is None else k3[i],
+        }
         out.append(row)
     return out
 
 
-EVALS = [{"step": 0, "accuracy_t1": 0.3, "accuracy_greedy": 0.6}, {"step": 10, "accuracy_t1": 0.5},
-         {"step": 40, "accuracy_t1": 0.45, "accuracy_greedy": 0.8}]
+EVALS = [
+    {"step": 0, "accuracy_t1": 0.3, "accuracy_greedy": 0.6},
+    {"step": 10, "accuracy_t1": 0.5},
+    {"step": 40, "accuracy_t1": 0.45, "accuracy_greedy": 0.8},
+]
 
 
 def test_stable_run_does_not_collapse():
@@ -74,8 +82,11 @@ def test_non_finite_loss_or_grad_row_and_failed_summary():
     assert (r["collapsed"], r["collapse_step"], r["collapse_reason"]) == (True, 10, "non_finite")
     loss = [0.01] * 5 + [math.inf] + [0.01] * 14
     assert detect_collapse(rows([0.5] * 20, loss=loss))["collapse_step"] == 5
-    failed = {"status": "failed", "steps_done": 7,
-              "error": "step 7: non-finite loss=nan or grad_norm=inf (lane main); metrics up to step 6 are kept"}
+    failed = {
+        "status": "failed",
+        "steps_done": 7,
+        "error": "step 7: non-finite loss=nan or grad_norm=inf (lane main); metrics up to step 6 are kept",
+    }
     r = detect_collapse(rows([0.5] * 7), EVALS[:2], failed)
     assert (r["collapse_step"], r["collapse_reason"], r["final_accuracy_t1"]) == (7, "non_finite", 0.5)
     # a failure for another reason is not a collapse

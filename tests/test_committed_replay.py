@@ -18,8 +18,22 @@ RESULTS = REPO / "results"
 STEPS = 2
 # The grids and tracks committed when this test was written: discovery below must keep finding them (a grid
 # moved or its cells.json lost would otherwise drop out of the replay without a word).
-KNOWN = {"claims_grid", "long_pilot", "lowprec", "nvfp4", "paper", "paper_vllm", "proxy_dense", "proxy_moe", "quick",
-         "rise_collapse", "staleness_quick", "tracks/mini", "tracks/quick", "vllm_moe"}
+KNOWN = {
+    "claims_grid",
+    "long_pilot",
+    "lowprec",
+    "nvfp4",
+    "paper",
+    "paper_vllm",
+    "proxy_dense",
+    "proxy_moe",
+    "quick",
+    "rise_collapse",
+    "staleness_quick",
+    "tracks/mini",
+    "tracks/quick",
+    "vllm_moe",
+}
 GRIDS = sorted(str(p.parent.relative_to(RESULTS)) for p in RESULTS.glob("**/cells.json") if "runs" not in p.parts)
 RUNS = sorted(str(p.parent.relative_to(RESULTS)) for p in RESULTS.glob("runs/*/config.yaml"))
 
@@ -35,8 +49,10 @@ def test_committed_grid_replays_at_head(grid):
     cell, diffs = replay_grid(RESULTS / grid, steps=STEPS)
     # No CPU-independent cell means nothing here can be checked bit for bit: say so rather than pass silently.
     assert cell is not None, f"results/{grid} has no cell with exact kernels on timbench's CPU engine to replay"
-    assert not diffs, (f"results/{grid} no longer reproduces at this code ({summarize(cell, diffs)}); "
-                       f"regenerate it or mark its page as made by an older version")
+    assert not diffs, (
+        f"results/{grid} no longer reproduces at this code ({summarize(cell, diffs)}); "
+        f"regenerate it or mark its page as made by an older version"
+    )
 
 
 @pytest.mark.slow
@@ -51,6 +67,7 @@ def test_a_changed_committed_value_is_named(tmp_path):
     # The check above can fail: one committed value off by a factor is reported by key with both values.
     import json
     import shutil
+
     run = tmp_path / "baseline"
     shutil.copytree(RESULTS / "runs/baseline", run)
     lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)

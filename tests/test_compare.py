@@ -5,19 +5,38 @@ import json
 import shutil
 
 import pytest
-
 from gridfab import cell_id, group_id, seeded_grid, standard_grid, write_cell
+
 from timbench.cli import main
-from timbench.util.manifest import stamp_run
 from timbench.report.compare import Tolerances, compare, load_tolerances
+from timbench.util.manifest import stamp_run
 
 ALIGN = [
-    {"model_name": "tiny-dense", "condition": "zero-mismatch (exact/exact fp32)", "max_abs_diff": 0.0,
-     "mean_abs_diff": 0.0, "k3_kl": 0.0, "frac_tokens_differ": 0.0},
-    {"model_name": "tiny-dense", "condition": "precision mismatch", "max_abs_diff": 0.0071, "mean_abs_diff": 0.00149,
-     "k3_kl": 1.77e-06, "frac_tokens_differ": 1.0},
-    {"model_name": "tiny-moe", "condition": "precision mismatch", "max_abs_diff": 0.0525, "mean_abs_diff": 0.00216,
-     "k3_kl": 7.72e-06, "frac_tokens_differ": 1.0, "routing_agreement": 0.9887},
+    {
+        "model_name": "tiny-dense",
+        "condition": "zero-mismatch (exact/exact fp32)",
+        "max_abs_diff": 0.0,
+        "mean_abs_diff": 0.0,
+        "k3_kl": 0.0,
+        "frac_tokens_differ": 0.0,
+    },
+    {
+        "model_name": "tiny-dense",
+        "condition": "precision mismatch",
+        "max_abs_diff": 0.0071,
+        "mean_abs_diff": 0.00149,
+        "k3_kl": 1.77e-06,
+        "frac_tokens_differ": 1.0,
+    },
+    {
+        "model_name": "tiny-moe",
+        "condition": "precision mismatch",
+        "max_abs_diff": 0.0525,
+        "mean_abs_diff": 0.00216,
+        "k3_kl": 7.72e-06,
+        "frac_tokens_differ": 1.0,
+        "routing_agreement": 0.9887,
+    },
 ]
 
 
@@ -54,8 +73,10 @@ def test_collapse_appeared_and_accuracy_fell(base_grid, tmp_path, capsys):
     got = {(r["id"], r["check"]) for r in v["regressions"]}
     assert rc == 1 and v["verdict"] == "fail"
     # one seed per group: the explicit tolerances decide, per seed group (the cell id without its seed)
-    assert got == {(group_id("noise-3", "tis_token"), "collapse_appeared"),
-                   (group_id("noise-1", "tis_token"), "accuracy_fell")}
+    assert got == {
+        (group_id("noise-3", "tis_token"), "collapse_appeared"),
+        (group_id("noise-1", "tis_token"), "accuracy_fell"),
+    }
     # the same drop passes with a looser tolerance file
     tol = tmp_path / "tol.yaml"
     tol.write_text("accuracy_abs: 0.2\n")
@@ -84,18 +105,22 @@ def test_exactness_lost_and_mismatch_grew_in_a_grid(base_grid, tmp_path, capsys)
 def test_unfinished_cells(base_grid, tmp_path, capsys):
     cand = _copy(base_grid, tmp_path)
     (cand / "runs" / cell_id("bf16-engine", "tis_token") / "cell.json").write_text(
-        json.dumps({"status": "running", "error": None, "wall_s": 1.0, "attempts": 1}))
+        json.dumps({"status": "running", "error": None, "wall_s": 1.0, "attempts": 1})
+    )
     rc, v = _run(capsys, base_grid, cand)
     got = {(r["id"], r["check"]) for r in v["regressions"]}
     assert rc == 1 and got == {(cell_id("bf16-engine", "tis_token"), "not_finished")}
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: m["cells"].pop(), "cell sets differ (10 vs 9 cells; add-4d-v1.tiny-dense.noise-3.mis_seq"),
-    (lambda m: m.update(grid="other"), "grid name 'fab' vs 'other'"),
-    (lambda m: m["cells"][1]["config"].update(steps=1), "config differs in steps (30 vs 1)"),
-    (lambda m: m.update(collapse={"alpha": 0.9}), "collapse {} vs {'alpha': 0.9}"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m["cells"].pop(), "cell sets differ (10 vs 9 cells; add-4d-v1.tiny-dense.noise-3.mis_seq"),
+        (lambda m: m.update(grid="other"), "grid name 'fab' vs 'other'"),
+        (lambda m: m["cells"][1]["config"].update(steps=1), "config differs in steps (30 vs 1)"),
+        (lambda m: m.update(collapse={"alpha": 0.9}), "collapse {} vs {'alpha': 0.9}"),
+    ],
+)
 def test_different_experiments_are_refused_with_one_line_exit_2(base_grid, tmp_path, capsys, edit, message):
     cand = _copy(base_grid, tmp_path)
     meta = json.loads((cand / "cells.json").read_text())
@@ -109,18 +134,22 @@ def test_different_experiments_are_refused_with_one_line_exit_2(base_grid, tmp_p
 
 
 # three seeds: (final acc, mean |delta|, collapse) for seeds 0, 1, 2
-BASE3 = {("baseline", "none"): [(0.80, 0.0, False), (0.74, 0.0, False), (0.77, 0.0, False)],
-         ("noise-1", "none"): [(0.72, 0.11, False), (0.66, 0.11, False), (0.70, 0.11, False)],
-         ("noise-3", "tis_token"): [(0.64, 0.9, False), (0.60, 0.9, False), (0.66, 0.9, False)]}
+BASE3 = {
+    ("baseline", "none"): [(0.80, 0.0, False), (0.74, 0.0, False), (0.77, 0.0, False)],
+    ("noise-1", "none"): [(0.72, 0.11, False), (0.66, 0.11, False), (0.70, 0.11, False)],
+    ("noise-3", "tis_token"): [(0.64, 0.9, False), (0.60, 0.9, False), (0.66, 0.9, False)],
+}
 
 
 def test_seed_intervals_that_overlap_pass(tmp_path, capsys):
     base = seeded_grid(tmp_path / "base", BASE3)
     # another machine: every seed lands elsewhere (a 0.06 drop on noise-1 seed 0, more than the
     # single-run tolerance of 0.05), but the means stay inside the seeds' spread
-    other = {("baseline", "none"): [(0.76, 0.0, False), (0.79, 0.0, False), (0.75, 0.0, False)],
-             ("noise-1", "none"): [(0.66, 0.11, False), (0.71, 0.11, False), (0.68, 0.11, False)],
-             ("noise-3", "tis_token"): [(0.62, 0.9, False), (0.66, 0.9, False), (0.61, 0.9, False)]}
+    other = {
+        ("baseline", "none"): [(0.76, 0.0, False), (0.79, 0.0, False), (0.75, 0.0, False)],
+        ("noise-1", "none"): [(0.66, 0.11, False), (0.71, 0.11, False), (0.68, 0.11, False)],
+        ("noise-3", "tis_token"): [(0.62, 0.9, False), (0.66, 0.9, False), (0.61, 0.9, False)],
+    }
     cand = seeded_grid(tmp_path / "cand", other)
     rc, v = _run(capsys, base, cand)
     assert rc == 0 and v["verdict"] == "pass" and v["compared"] == 3
@@ -134,11 +163,16 @@ def test_seed_interval_regressions_fail_with_both_intervals(tmp_path, capsys):
     rc, v = _run(capsys, base, cand)
     got = {(r["id"], r["check"], r["metric"]) for r in v["regressions"]}
     g = group_id("noise-1", "none")
-    assert rc == 1 and got == {(g, "accuracy_fell", "final_accuracy_t1"), (g, "collapse_appeared", "collapse_rate"),
-                               (g, "mismatch_grew", "mean/mismatch/mean_abs_delta"),
-                               (g, "mismatch_grew", "mean/rollout_corr/k3_kl")}
+    assert rc == 1 and got == {
+        (g, "accuracy_fell", "final_accuracy_t1"),
+        (g, "collapse_appeared", "collapse_rate"),
+        (g, "mismatch_grew", "mean/mismatch/mean_abs_delta"),
+        (g, "mismatch_grew", "mean/rollout_corr/k3_kl"),
+    }
     acc = next(r for r in v["regressions"] if r["check"] == "accuracy_fell")
-    assert acc["baseline_interval"][0] == pytest.approx(2.08 / 3) and acc["candidate_interval"][0] == pytest.approx(1.27 / 3)
+    assert acc["baseline_interval"][0] == pytest.approx(2.08 / 3) and acc["candidate_interval"][0] == pytest.approx(
+        1.27 / 3
+    )
     assert acc["difference_interval"][2] < 0 and acc["baseline_interval"][3] == 3
     assert main(["compare", str(base), str(cand)]) == 1
     out = capsys.readouterr().out
@@ -160,7 +194,8 @@ def test_align_tables(tmp_path, capsys):
     assert rc == 1 and got == {
         ("tiny-dense / zero-mismatch (exact/exact fp32)", "exact_lost", "max_abs_diff"),
         ("tiny-dense / precision mismatch", "mismatch_grew", "mean_abs_diff"),
-        ("tiny-moe / precision mismatch", "routing_dropped", "routing_agreement")}
+        ("tiny-moe / precision mismatch", "routing_dropped", "routing_agreement"),
+    }
     # small growth inside the tolerance passes; a dropped row is a regression
     slight = copy.deepcopy(ALIGN)
     slight[1]["mean_abs_diff"] = 0.0016
@@ -192,9 +227,13 @@ def test_bad_inputs_are_one_line_errors(base_grid, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert msg in err and err.startswith("timbench compare: error:") and len(err.splitlines()) == 1
     tol = tmp_path / "t.yaml"
-    for text, msg in [("mismatch_rell: 1\n", "unknown key 'mismatch_rell'; valid: mismatch_rel, mismatch_abs"),
-                      ("accuracy_abs: -1\n", "finite number >= 0"), ("accuracy_abs: .nan\n", "finite number"),
-                      ("- 1\n", "expected a mapping"), ("a: [\n", "malformed YAML")]:
+    for text, msg in [
+        ("mismatch_rell: 1\n", "unknown key 'mismatch_rell'; valid: mismatch_rel, mismatch_abs"),
+        ("accuracy_abs: -1\n", "finite number >= 0"),
+        ("accuracy_abs: .nan\n", "finite number"),
+        ("- 1\n", "expected a mapping"),
+        ("a: [\n", "malformed YAML"),
+    ]:
         tol.write_text(text)
         with pytest.raises(ValueError, match=msg):
             load_tolerances(tol)
@@ -219,6 +258,7 @@ def real_grid(tmp_path_factory):
     from timbench.grid.spec import expand, parse_grid
     from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
     from timbench.runners.cell import run_cell
+
     ckpt = tmp_path_factory.mktemp("ckpt")
     save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), ckpt)
     spec = {"name": "real", "base": {"model": str(ckpt), **TINY}, "axes": {"condition": ["baseline", "bf16-engine"]}}
@@ -251,6 +291,7 @@ def test_real_runs_same_grid_passes_and_a_silently_bf16_engine_fails(real_grid, 
 def test_real_grids_of_different_step_budgets_are_refused(real_grid, tmp_path, capsys):
     from timbench.grid.layout import prepare
     from timbench.grid.spec import expand, parse_grid
+
     out, spec = real_grid
     one_step = parse_grid({**spec, "base": {**spec["base"], "steps": 1}})
     prepare(tmp_path / "one", one_step, expand(one_step))

@@ -14,8 +14,8 @@ import torch
 from timbench.align import align
 from timbench.engine import Engine, Request, SamplingParams, make_engine
 from timbench.engine.sampler import perturb_logits
-from timbench.kernels.logprobs import token_logprobs_all
 from timbench.kernels import get_kernels
+from timbench.kernels.logprobs import token_logprobs_all
 from timbench.kernels.noise_ops import row_keyed_normal
 from timbench.kernels.split_kv import attend_split, split_decode_attention_torch
 from timbench.kernels.tensor_parallel import all_reduce, row_parallel_linear
@@ -27,27 +27,32 @@ BATCHES = (1, 3, 24)
 
 # ---------------------------------------------------------------- spec keys
 
+
 def test_spec_keys_parse_and_print_short_form():
-    s = parse_spec("kernels=torch,dtype=bf16,tp=4,tp_reduce=tree,noise=student_t:0.5:3,router_noise=0.01",
-                   side="engine")
+    s = parse_spec(
+        "kernels=torch,dtype=bf16,tp=4,tp_reduce=tree,noise=student_t:0.5:3,router_noise=0.01", side="engine"
+    )
     assert (s.tp, s.tp_reduce, s.noise, s.router_noise) == (4, "tree", Noise("student_t", 0.5, 3), 0.01)
     assert str(s) == "kernels=torch,dtype=bf16,tp=4,tp_reduce=tree,router_noise=0.01,noise=student_t:0.5:3"
     assert parse_spec(str(s)) == s and parse_spec(s.to_dict()) == s
     assert str(parse_spec(None)) == "kernels=exact,dtype=fp32"  # defaults print as before the new keys
 
 
-@pytest.mark.parametrize("text,side,msg", [
-    ("tp=3", None, "invalid value '3' for tp; valid: 1|2|4|8"),
-    ("noise=gaussian", None, "valid: none|gaussian:SIGMA"),
-    ("noise=gaussian:-1", None, "invalid value 'gaussian:-1'"),
-    ("noise=student_t:1:0", None, "invalid value"),
-    ("attn_splits=0", None, "valid: integer >= 1"),
-    ("router_noise=nan", None, "valid: float >= 0"),
-    ("tp_reduce=tree", None, "tp_reduce=tree needs tp > 1"),
-    ("noise=gaussian:1", "trainer", "noise is an engine-only key"),
-    ("engine=vllm", "trainer", "engine is an engine-only key"),
-    ("attn_splits=2", "trainer", "attn_splits is an engine-only key"),
-])
+@pytest.mark.parametrize(
+    "text,side,msg",
+    [
+        ("tp=3", None, "invalid value '3' for tp; valid: 1|2|4|8"),
+        ("noise=gaussian", None, "valid: none|gaussian:SIGMA"),
+        ("noise=gaussian:-1", None, "invalid value 'gaussian:-1'"),
+        ("noise=student_t:1:0", None, "invalid value"),
+        ("attn_splits=0", None, "valid: integer >= 1"),
+        ("router_noise=nan", None, "valid: float >= 0"),
+        ("tp_reduce=tree", None, "tp_reduce=tree needs tp > 1"),
+        ("noise=gaussian:1", "trainer", "noise is an engine-only key"),
+        ("engine=vllm", "trainer", "engine is an engine-only key"),
+        ("attn_splits=2", "trainer", "attn_splits is an engine-only key"),
+    ],
+)
 def test_bad_specs_are_one_line_errors(text, side, msg):
     with pytest.raises(SpecError, match=msg.replace("|", r"\|")) as e:
         parse_spec(text, "engine spec", side=side)
@@ -90,9 +95,10 @@ def test_make_engine_with_weights_generates_like_a_later_load(dense, kernels):
 
 # ---------------------------------------------------------------- tensor parallelism
 
+
 def test_all_reduce_orders():
     g = torch.Generator().manual_seed(0)
-    parts = [torch.randn(5, 8, generator=g) * 10 ** i for i in range(4)]
+    parts = [torch.randn(5, 8, generator=g) * 10**i for i in range(4)]
     exact = sum(p.double() for p in parts)
     ring, tree = all_reduce(parts, "ring"), all_reduce(parts, "tree")
     assert torch.allclose(ring.double(), exact, rtol=1e-6) and torch.allclose(tree.double(), exact, rtol=1e-6)
@@ -133,6 +139,7 @@ def test_tp_engine_vs_tp1_trainer_is_mismatch_and_tp_on_both_sides_is_exact(mode
 
 # ---------------------------------------------------------------- split-KV decode attention
 
+
 def _attn_inputs(seed=0, b=5, t=37, h=4, hkv=2, d=16):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(b, h, d, generator=g)
@@ -159,7 +166,7 @@ def test_split_kv_exact_kernel_is_batch_invariant():
     args = (kc.numpy(), vc.numpy())
     full = attend_split(q.numpy(), *args, slots.numpy(), lengths.numpy(), 0.25, 4)
     for i in range(len(slots)):
-        alone = attend_split(q[i:i + 1].numpy(), *args, slots[i:i + 1].numpy(), lengths[i:i + 1].numpy(), 0.25, 4)
+        alone = attend_split(q[i : i + 1].numpy(), *args, slots[i : i + 1].numpy(), lengths[i : i + 1].numpy(), 0.25, 4)
         assert (alone[0] == full[i]).all()
 
 
@@ -169,6 +176,7 @@ def test_attn_splits_engine_is_a_kernel_mismatch(dense):
 
 
 # ---------------------------------------------------------------- precision keys
+
 
 def test_logits_and_router_dtype_on_both_sides_are_exact(moe):
     for spec in ("dtype=bf16,logits_dtype=fp32", "dtype=bf16,router_dtype=fp32"):
@@ -190,6 +198,7 @@ def test_fp16_on_both_sides_is_exact_and_closer_than_bf16_against_fp32(dense):
 
 # ---------------------------------------------------------------- MoE router noise
 
+
 def test_router_noise_is_keyed_by_the_row_and_lowers_routing_agreement(moe):
     x = torch.randn(6, 8, generator=torch.Generator().manual_seed(0)).numpy()
     a, b = row_keyed_normal(x, 3), row_keyed_normal(x[2:4].copy(), 3)
@@ -203,6 +212,7 @@ def test_router_noise_is_keyed_by_the_row_and_lowers_routing_agreement(moe):
 
 
 # ---------------------------------------------------------------- synthetic logit noise
+
 
 def _noise(kind, sigma, df=0, rows=512, width=64, seed=0):
     logits = torch.randn(rows, width, generator=torch.Generator().manual_seed(9)) * 3
@@ -253,8 +263,14 @@ def test_noisy_engine_reports_the_distribution_it_sampled_from(dense):
     assert alone.token_ids == comps[2].token_ids and torch.equal(alone.logprobs, comps[2].logprobs)
     c = comps[0]  # recompute its first token's logprob from the perturbed logits
     logits, _ = dense(torch.tensor([c.prompt_ids]), Compute(get_kernels("exact")))
-    pert = perturb_logits(logits[:, -1], engine.spec.noise, params, torch.tensor([0]),
-                          torch.tensor([len(c.prompt_ids)]), get_kernels("exact"))
+    pert = perturb_logits(
+        logits[:, -1],
+        engine.spec.noise,
+        params,
+        torch.tensor([0]),
+        torch.tensor([len(c.prompt_ids)]),
+        get_kernels("exact"),
+    )
     lp = token_logprobs_all(pert, params.temperature, get_kernels("exact"))[0, c.token_ids[0]]
     assert lp.item() == c.logprobs[0].item()
     r = align(dense, "noise=gaussian:0.5", "kernels=exact", seed=0, batches=BATCHES)

@@ -55,23 +55,45 @@ WORKER = Path(__file__).with_name("determinism_worker.py")
 LD_SO = Path("/lib64/ld-linux-x86-64.so.2")
 NO_AVX512 = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 EMULATED = {  # host ATen level -> the lower level the second variant emulates
-    "AVX512": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-               "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "GLIBC_TUNABLES": NO_AVX512,
-               "TIMBENCH_NATIVE_ISA": "generic"},
-    "AVX2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
-             "NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "", "TIMBENCH_NATIVE_ISA": "generic"},
+    "AVX512": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "NUMBA_CPU_NAME": "haswell",
+        "NUMBA_CPU_FEATURES": "",
+        "GLIBC_TUNABLES": NO_AVX512,
+        "TIMBENCH_NATIVE_ISA": "generic",
+    },
+    "AVX2": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "NUMBA_CPU_NAME": "x86-64",
+        "NUMBA_CPU_FEATURES": "",
+        "TIMBENCH_NATIVE_ISA": "generic",
+    },
 }
 HOST_BUILD = {"AVX512": "avx512", "AVX2": "avx2"}  # host ATen level -> the C kernels' build its variant forces
-ALL_KEYS = {k for env in EMULATED.values() for k in env} | {"NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
-                                                              "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+ALL_KEYS = {k for env in EMULATED.values() for k in env} | {
+    "NUMBA_CACHE_DIR",
+    "NUMBA_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+}
 
 
 def _run(extra: dict, threads: int, cache: Path, runs: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ALL_KEYS}
-    env.update(extra, NUMBA_CACHE_DIR=str(cache), NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    proc = subprocess.run([sys.executable, str(WORKER), str(threads), str(runs)], env=env, capture_output=True,
-                          text=True, timeout=900)
+    env.update(
+        extra,
+        NUMBA_CACHE_DIR=str(cache),
+        NUMBA_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(threads), str(runs)], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -106,8 +128,10 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     # Two at a time (the third starts when the 1-thread host variant ends): three at once oversubscribed 2 cores
     # with 5 threads, and OpenMP's spinning barriers stretched the 2-thread variants past the timeout.
     with ThreadPoolExecutor(2) as pool:
-        futs = {name: pool.submit(_run, env, threads, tmp_path / name, tmp_path / f"runs-{name}")
-                for name, (env, threads) in variants.items()}
+        futs = {
+            name: pool.submit(_run, env, threads, tmp_path / name, tmp_path / f"runs-{name}")
+            for name, (env, threads) in variants.items()
+        }
         outs = {name: f.result() for name, f in futs.items()}
     host_out, low_out = outs["host"], outs["low"]
 
@@ -116,7 +140,8 @@ def test_update_is_bitwise_identical_across_emulated_cpus_and_threads(tmp_path):
     assert low_out["_env"]["numba_cpu"] == low["NUMBA_CPU_NAME"]
     # Which C build ran in each: the host's best (forced), SSE2, and (AVX-512 host) AVX2.
     assert {name: out["_env"]["native_isa"] for name, out in outs.items()} == {
-        name: env["TIMBENCH_NATIVE_ISA"] for name, (env, _) in variants.items()}
+        name: env["TIMBENCH_NATIVE_ISA"] for name, (env, _) in variants.items()
+    }
     for name, (_, threads) in variants.items():
         assert (outs[name]["_env"]["torch_threads"], outs[name]["_env"]["numba_threads"]) == (threads, threads)
     # Negative controls: the emulation changes ordinary kernels' bits ...

@@ -16,14 +16,17 @@ from timbench.spec.keys import SpecError, parse_spec
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("kernels=torch,device=tpu", "invalid value 'tpu' for device; valid: cpu|cuda|cuda:N"),
-    ("kernels=torch,device=cpu:0", "invalid value 'cpu:0' for device"),
-    ("kernels=torch,device=cuda:x", "invalid value 'cuda:x' for device"),
-    ("device=cuda", "device=cuda needs kernels=torch"),
-    ("kernels=torch,device=cuda,weight_quant=fp8", "weight_quant=fp8 is host-only"),
-    ("kernels=torch,device=cuda,noise=gaussian:0.1", "noise=gaussian:0.1 is host-only"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("kernels=torch,device=tpu", "invalid value 'tpu' for device; valid: cpu|cuda|cuda:N"),
+        ("kernels=torch,device=cpu:0", "invalid value 'cpu:0' for device"),
+        ("kernels=torch,device=cuda:x", "invalid value 'cuda:x' for device"),
+        ("device=cuda", "device=cuda needs kernels=torch"),
+        ("kernels=torch,device=cuda,weight_quant=fp8", "weight_quant=fp8 is host-only"),
+        ("kernels=torch,device=cuda,noise=gaussian:0.1", "noise=gaussian:0.1 is host-only"),
+    ],
+)
 def test_bad_device_specs_are_one_line_errors(text, needle):
     with pytest.raises(SpecError) as e:
         parse_spec(text, "engine spec", side="engine")

@@ -58,7 +58,10 @@ def test_exact_exact_has_zero_gap_and_equal_nonzero_side_errors(moe):
 def test_attribution_models_on_synthetic_errors():
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(20000, generator=g, dtype=torch.float64)
-    ee, et = 1e-3 * torch.randn(20000, generator=g, dtype=torch.float64), 2e-3 * torch.randn(20000, generator=g, dtype=torch.float64)
+    ee, et = (
+        1e-3 * torch.randn(20000, generator=g, dtype=torch.float64),
+        2e-3 * torch.randn(20000, generator=g, dtype=torch.float64),
+    )
     a = attribute(ref + ee, ref + et, ref)  # independent: quadrature
     assert a["best_model"] == "quadrature" and abs(a["quadrature_ratio"] - 1) < 0.05
     b = attribute(ref + ee, ref + 0.5 * ee, ref)  # same sign, fully correlated: errors cancel
@@ -70,14 +73,26 @@ def test_attribution_models_on_synthetic_errors():
 def test_key_groups_split_any_spec_one_key_at_a_time():
     s = parse_spec("kernels=torch,dtype=bf16,tp=4,tp_reduce=tree,attn_splits=2,noise=gaussian:0.5", side="engine")
     groups = key_groups(s, "engine")
-    assert [g for g, _ in groups] == ["kernels=torch", "dtype=bf16", "attn_splits=2", "tp=4,tp_reduce=tree",
-                                      "noise=gaussian:0.5"]
+    assert [g for g, _ in groups] == [
+        "kernels=torch",
+        "dtype=bf16",
+        "attn_splits=2",
+        "tp=4,tp_reduce=tree",
+        "noise=gaussian:0.5",
+    ]
     for label, g in groups:  # each is the reference with only those keys changed
         assert {k for k, _ in changed_keys(g)} == {kv.split("=")[0] for kv in label.split(",")}
     # every key of the registry, set alone to a non-default valid value, forms its own group
     for key in SPEC_KEYS:
-        spec = next((sp for v in ("bf16", "torch", "2", "4", "0.1", "gaussian:0.1", "vllm", "fp16", "tree")
-                     for sp in [_try(key, v)] if sp is not None), None)
+        spec = next(
+            (
+                sp
+                for v in ("bf16", "torch", "2", "4", "0.1", "gaussian:0.1", "vllm", "fp16", "tree")
+                for sp in [_try(key, v)]
+                if sp is not None
+            ),
+            None,
+        )
         if spec is not None and changed_keys(spec):
             assert [k for k, _ in changed_keys(key_groups(spec, "engine")[0][1])] == [key]
 
@@ -90,10 +105,15 @@ def _try(key, value):
 
 
 def test_key_shares_and_gap_share():
-    out = key_shares(1.0, [{"side": "engine", "key": "a", "ms": 4.0, "shared": False},
-                           {"side": "engine", "key": "b", "ms": 2.0, "shared": True},
-                           {"side": "trainer", "key": "b", "ms": 2.0, "shared": True},
-                           {"side": "trainer", "key": "c", "ms": 0.5, "shared": False}])
+    out = key_shares(
+        1.0,
+        [
+            {"side": "engine", "key": "a", "ms": 4.0, "shared": False},
+            {"side": "engine", "key": "b", "ms": 2.0, "shared": True},
+            {"side": "trainer", "key": "b", "ms": 2.0, "shared": True},
+            {"side": "trainer", "key": "c", "ms": 0.5, "shared": False},
+        ],
+    )
     assert [k["share"] for k in out] == [0.6, 0.2, 0.2, 0.0]
     assert [k["gap_share"] for k in out] == [1.0, None, None, 0.0]
 
@@ -115,8 +135,10 @@ def test_views_and_localise_on_known_inputs():
     assert out["first_level"] == "layer1" and out["most_common_first_level"] == "logits"
 
 
-@pytest.mark.parametrize("spec,first", [("tp=4", "layer0"), ("noise=gaussian:0.5", "logprob"),
-                                        ("kernels=exact,dtype=bf16,logits_dtype=fp32", "layer0")])
+@pytest.mark.parametrize(
+    "spec,first",
+    [("tp=4", "layer0"), ("noise=gaussian:0.5", "logprob"), ("kernels=exact,dtype=bf16,logits_dtype=fp32", "layer0")],
+)
 def test_localisation_pins_the_level(dense, spec, first):
     r = diagnose(dense, spec, "kernels=exact", batches=SMALL, per_key=False)
     assert r["layers"]["first_level"] == first
@@ -128,8 +150,12 @@ def test_localisation_pins_the_level(dense, spec, first):
 def test_production_keys_and_figures(moe, tmp_path):
     r = diagnose(moe, "kernels=torch,dtype=bf16,router_noise=0.05", "kernels=torch", batches=SMALL)
     keys = {(k["side"], k["key"]): k for k in r["keys"]["keys"]}
-    assert set(keys) == {("engine", "kernels=torch"), ("engine", "dtype=bf16"), ("engine", "router_noise=0.05"),
-                         ("trainer", "kernels=torch")}
+    assert set(keys) == {
+        ("engine", "kernels=torch"),
+        ("engine", "dtype=bf16"),
+        ("engine", "router_noise=0.05"),
+        ("trainer", "kernels=torch"),
+    }
     assert keys[("engine", "kernels=torch")]["shared"] and keys[("engine", "kernels=torch")]["gap_share"] is None
     own = [keys[("engine", "dtype=bf16")]["gap_share"], keys[("engine", "router_noise=0.05")]["gap_share"]]
     assert min(own) > 0 and abs(sum(own) - 1) < 1e-12
@@ -137,8 +163,15 @@ def test_production_keys_and_figures(moe, tmp_path):
     assert max(r["views"]["routing_disagreement_by_layer"]["engine_vs_trainer"]) > 0
     json.dumps(r)
     paths = draw_all([("prod", r)], tmp_path)
-    assert {p.name for p in paths} == {"attribution.png", "keys.png", "probability.png", "position.png",
-                                       "argmax.png", "layers.png", "routing.png"}
+    assert {p.name for p in paths} == {
+        "attribution.png",
+        "keys.png",
+        "probability.png",
+        "position.png",
+        "argmax.png",
+        "layers.png",
+        "routing.png",
+    }
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
@@ -151,13 +184,16 @@ def test_library_call_without_engine_spec(dense):
         diagnose_rollouts(dense, seqs, lp[:1], "kernels=exact")
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--engine", "kernals=torch"], "unknown key 'kernals'"),
-    (["--trainer", "noise=gaussian:1"], "engine-only key"),
-    (["--engine", "dtype=fp64"], "dtype=fp64 is the trainer-side reference"),
-    (["--model", "/nonexistent/ckpt"], "neither a preset"),
-    (["--table", "/nonexistent.yaml"], "nonexistent"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--engine", "kernals=torch"], "unknown key 'kernals'"),
+        (["--trainer", "noise=gaussian:1"], "engine-only key"),
+        (["--engine", "dtype=fp64"], "dtype=fp64 is the trainer-side reference"),
+        (["--model", "/nonexistent/ckpt"], "neither a preset"),
+        (["--table", "/nonexistent.yaml"], "nonexistent"),
+    ],
+)
 def test_bad_input_is_one_line(capsys, args, msg):
     assert main(["diagnose", *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -179,6 +215,7 @@ def test_diagnose_table_writes_under_build_unless_told_results(tmp_path, monkeyp
     """A regeneration writes under build/ by default (never over a committed result); results/diagnose only with --out
     results/..."""
     import timbench.diagnose.table as table
+
     outs = []
     monkeypatch.setattr(table, "run_table", lambda path, out, progress: outs.append(str(out)))
     monkeypatch.chdir(tmp_path)

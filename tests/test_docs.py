@@ -47,8 +47,11 @@ def _gen_reference():
 def _links(path: Path) -> list[str]:
     """Relative link targets of a markdown file, outside fenced code, without their #fragment."""
     text = FENCE.sub("", path.read_text(encoding="utf-8"))
-    return [t.split("#")[0] for t in LINK.findall(text)
-            if "://" not in t and not t.startswith(("#", "/", "mailto:")) and t.split("#")[0]]
+    return [
+        t.split("#")[0]
+        for t in LINK.findall(text)
+        if "://" not in t and not t.startswith(("#", "/", "mailto:")) and t.split("#")[0]
+    ]
 
 
 def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists():
@@ -56,11 +59,14 @@ def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists():
     nav = _nav_pages(config["nav"])
     pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
     assert sorted(set(nav)) == sorted(nav), "a page is twice in the nav"
-    assert sorted(nav) == pages, (f"not in the nav: {sorted(set(pages) - set(nav))}; "
-                                  f"in the nav but missing: {sorted(set(nav) - set(pages))}")
+    assert sorted(nav) == pages, (
+        f"not in the nav: {sorted(set(pages) - set(nav))}; in the nav but missing: {sorted(set(nav) - set(pages))}"
+    )
     assert config["strict"] is True
-    assert all(config["validation"][k] == "warn" for k in ("omitted_files", "absolute_links", "unrecognized_links",
-                                                           "anchors", "not_found"))
+    assert all(
+        config["validation"][k] == "warn"
+        for k in ("omitted_files", "absolute_links", "unrecognized_links", "anchors", "not_found")
+    )
 
 
 def test_generated_reference_pages_are_fresh():

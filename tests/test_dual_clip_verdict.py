@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from gridfab import cell_decl, cell_id, write_cell, write_cells_json
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
@@ -25,8 +24,16 @@ def grid(root: Path, dual_collapses: bool) -> Path:
         write_cell(root, "baseline", "none", final_acc=0.6, delta=0.0, seed=s)
         decls.append(cell_decl("baseline", "none", seed=s))
         for remedy, collapse in (("none", True), ("dualclip_3", dual_collapses)):
-            write_cell(root, "noise-1", remedy, final_acc=0.0 if collapse else 0.5 + 0.01 * s, delta=0.1,
-                       collapse=collapse, mode="bypass", seed=s)
+            write_cell(
+                root,
+                "noise-1",
+                remedy,
+                final_acc=0.0 if collapse else 0.5 + 0.01 * s,
+                delta=0.1,
+                collapse=collapse,
+                mode="bypass",
+                seed=s,
+            )
             d = cell_decl("noise-1", remedy, mode="bypass", seed=s)
             d["reference"] = cell_id("baseline", "none", "recompute", s)  # bypass cells read the recompute baseline
             decls.append(d)

@@ -14,8 +14,14 @@ from timbench.trainer import sequence_logprobs
 
 def _requests(seed, n, vocab=99, max_prompt=20, max_new=24, start_id=0):
     rng = random.Random(seed)
-    return [Request(tuple(rng.randrange(3, vocab) for _ in range(rng.randint(1, max_prompt))),
-                    rng.randint(1, max_new), start_id + i) for i in range(n)]
+    return [
+        Request(
+            tuple(rng.randrange(3, vocab) for _ in range(rng.randint(1, max_prompt))),
+            rng.randint(1, max_new),
+            start_id + i,
+        )
+        for i in range(n)
+    ]
 
 
 def _trainer_lps(model, spec_dtype, completions, order, sizes, kernels="exact"):
@@ -24,7 +30,7 @@ def _trainer_lps(model, spec_dtype, completions, order, sizes, kernels="exact"):
     i = 0
     with torch.no_grad():
         for size in sizes:
-            chunk = order[i:i + size]
+            chunk = order[i : i + size]
             i += size
             if not chunk:
                 break
@@ -44,7 +50,7 @@ def test_exact_engine_and_trainer_agree_bitwise(model, dtype, seed):
     comps = []
     i = 0
     for b in (1, 3, 20, 16):  # 20 > 16 slots: requests join mid-decode
-        comps += engine.generate(reqs[i:i + b], SamplingParams(seed=seed))
+        comps += engine.generate(reqs[i : i + b], SamplingParams(seed=seed))
         i += b
     order = list(range(len(comps)))
     rng.shuffle(order)
@@ -121,7 +127,7 @@ def test_greedy_and_top_p(dense):
     tp = engine.generate(reqs, SamplingParams(top_p=1e-6, seed=1))
     # A nucleus that small keeps only the top token: its renormalised logprob is log(1) (to rounding).
     assert all(c.logprobs.abs().max() < 1e-6 for c in tp)
-    assert all(c.token_ids == g.token_ids[:len(c.token_ids)] for c, g in zip(tp, g1))
+    assert all(c.token_ids == g.token_ids[: len(c.token_ids)] for c, g in zip(tp, g1))
 
 
 def _finish_kind(c, max_new: int, max_len: int, eos: int) -> str:

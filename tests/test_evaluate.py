@@ -7,8 +7,7 @@ from statistics import mean
 import pytest
 import torch
 
-from timbench.data import (BOS_ID, EOS_ID, decode_response, encode_prompt, encode_response,
-                           max_new_tokens, requests_for)
+from timbench.data import BOS_ID, EOS_ID, decode_response, encode_prompt, encode_response, max_new_tokens, requests_for
 from timbench.evaluate import evaluate, evaluate_both
 from timbench.kernels import get_kernels
 from timbench.model import Compute, ModelConfig, Qwen3ForCausalLM, load_model
@@ -17,11 +16,18 @@ from timbench.tasks import get_task
 from timbench.warmstart.run import sft_loss
 
 TASK = get_task("add-4d-v1")
-SMALL = ModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                    num_key_value_heads=1, head_dim=32)
+SMALL = ModelConfig(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+)
 
 
 # ---- data ---------------------------------------------------------------------------------------
+
 
 def test_encode_decode_roundtrip():
     p = TASK.eval_set(1)[0]
@@ -36,6 +42,7 @@ def test_encode_decode_roundtrip():
 
 def test_max_new_tokens_covers_solutions():
     from timbench.tasks import task_names
+
     for name in task_names():
         t = get_task(name)
         budget = max_new_tokens(t)
@@ -56,6 +63,7 @@ def test_requests_for():
 
 
 # ---- evaluate -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def memorized():
@@ -110,8 +118,10 @@ def test_batch_composition_invariance(memorized, temperature):
     """With exact kernels the result does not depend on how many sequences share a batch."""
     model, probs = memorized
     mixed = probs[:8] + TASK.eval_set(40)[16:40]
-    runs = [evaluate(model, TASK, mixed, engine_spec="kernels=exact", temperature=temperature,
-                     seed=1, max_num_seqs=m) for m in (1, 5, 256)]
+    runs = [
+        evaluate(model, TASK, mixed, engine_spec="kernels=exact", temperature=temperature, seed=1, max_num_seqs=m)
+        for m in (1, 5, 256)
+    ]
     assert runs[0] == runs[1] == runs[2]
     assert runs[0]["accuracy"] > 0.0
 
@@ -124,12 +134,16 @@ def test_empty_problems_is_an_error():
 def test_evaluate_builds_its_engine_with_the_one_factory(monkeypatch):
     """Any backend a spec names is reachable from evaluate (engine=vllm used to fail inside Engine)."""
     import timbench.engine.backends as backends
+
     model = Qwen3ForCausalLM(SMALL, seed=1)
     probs = TASK.eval_set(3)
     seen = []
     real = backends.BACKENDS["timbench"]
-    monkeypatch.setitem(backends.BACKENDS, "vllm", lambda config, spec, n, max_len: seen.append(spec) or
-                        real(config, parse_spec("kernels=exact"), n, max_len))
+    monkeypatch.setitem(
+        backends.BACKENDS,
+        "vllm",
+        lambda config, spec, n, max_len: seen.append(spec) or real(config, parse_spec("kernels=exact"), n, max_len),
+    )
     via_vllm = evaluate(model, TASK, probs, engine_spec="engine=vllm,dtype=fp32", seed=1)
     assert [str(s) for s in seen] == ["engine=vllm,dtype=fp32"]
     assert via_vllm == evaluate(model, TASK, probs, engine_spec="kernels=exact", seed=1)

@@ -16,8 +16,14 @@ spec = importlib.util.spec_from_file_location("f5_powered_verdict", ROOT / "benc
 f5 = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(f5)
 SEEDS = range(8)
-FINAL = {"none": 0.40, "tis_token": 0.60, "tis+rs_k3": 0.50, "tis+rs_k1": 0.50, "tis+rs_k3_ppo": 0.50,
-         "ppo_clip_0.05": 0.40}
+FINAL = {
+    "none": 0.40,
+    "tis_token": 0.60,
+    "tis+rs_k3": 0.50,
+    "tis+rs_k1": 0.50,
+    "tis+rs_k3_ppo": 0.50,
+    "ppo_clip_0.05": 0.40,
+}
 
 
 def grid(root: Path) -> Path:
@@ -39,11 +45,13 @@ def test_the_family_decides_each_claim_with_holm_and_the_equivalence_margin(tmp_
     assert f5.main([str(root)]) == 0
     v = json.loads((root / "verdict.json").read_text())
     words = {t["test"]: t["word"] for t in v["family"]}
-    assert words == {"tis_token - none": "reproduced",           # +0.2 at the final eval
-                     "ppo_clip_0.05 - none": "not reproduced",   # same final: only jitter
-                     "tis+rs_k3 - tis_token": "reversed",        # rejection costs 0.1
-                     "tis+rs_k3 - tis+rs_k3_ppo": "not reproduced",
-                     "tis+rs_k1 - tis+rs_k3": "equivalent"}      # within +-0.075, tight over 8 seeds
+    assert words == {
+        "tis_token - none": "reproduced",  # +0.2 at the final eval
+        "ppo_clip_0.05 - none": "not reproduced",  # same final: only jitter
+        "tis+rs_k3 - tis_token": "reversed",  # rejection costs 0.1
+        "tis+rs_k3 - tis+rs_k3_ppo": "not reproduced",
+        "tis+rs_k1 - tis+rs_k3": "equivalent",
+    }  # within +-0.075, tight over 8 seeds
     ps = [t["p"] for t in v["family"] if t["p"] is not None]
     adj = [t["p_holm"] for t in v["family"] if t["p"] is not None]
     assert all(a >= p for p, a in zip(ps, adj)) and min(adj) == pytest.approx(min(ps) * len(ps))

@@ -8,12 +8,21 @@ import json
 from pathlib import Path
 
 import pytest
-
 from gridfab import cell_decl, standard_grid, write_cell, write_cells_json
-from timbench.studies.fidelity import (ACCURACY, CONTROL, GT, LT, MISSING, NO_DIFF, compare,
-                                      proxy_fidelity, write_fidelity)
-from timbench.report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
+
 from timbench.cli import main
+from timbench.report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS
+from timbench.studies.fidelity import (
+    ACCURACY,
+    CONTROL,
+    GT,
+    LT,
+    MISSING,
+    NO_DIFF,
+    compare,
+    proxy_fidelity,
+    write_fidelity,
+)
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
@@ -51,11 +60,21 @@ def proxy_grid(root, cells=CELLS, pending=PENDING):
     decls = []
     for (model, cond, remedy), seeds in cells.items():
         for seed, (acc, collapsed, agree) in enumerate(seeds):
-            write_cell(root, cond, remedy, final_acc=acc, delta=0.0 if cond == "baseline" else 0.05,
-                       collapse=collapsed, seed=seed, model=model, extra={} if agree is None else {AGREE: agree})
+            write_cell(
+                root,
+                cond,
+                remedy,
+                final_acc=acc,
+                delta=0.0 if cond == "baseline" else 0.05,
+                collapse=collapsed,
+                seed=seed,
+                model=model,
+                extra={} if agree is None else {AGREE: agree},
+            )
             decls.append(cell_decl(cond, remedy, seed=seed, model=model, eval_n=256))
-    decls += [cell_decl(cond, remedy, seed=s, model=model, eval_n=256) for model, cond, remedy in pending
-              for s in range(3)]
+    decls += [
+        cell_decl(cond, remedy, seed=s, model=model, eval_n=256) for model, cond, remedy in pending for s in range(3)
+    ]
     for model, cond, remedy in pending[:1]:  # one of them is still running: 7 steps logged, no summary
         write_cell(root, cond, remedy, final_acc=0.5, delta=0.05, status="running", steps_written=7, model=model)
     write_cells_json(root, decls, name="proxy")
@@ -63,8 +82,11 @@ def proxy_grid(root, cells=CELLS, pending=PENDING):
 
 
 def _find(doc, family, a, b=None, metric=None):
-    hits = [v for v in doc["verdicts"] if v["family"] == family and v["a"] == a and v["b"] == b
-            and (metric is None or v["metric"] == metric)]
+    hits = [
+        v
+        for v in doc["verdicts"]
+        if v["family"] == family and v["a"] == a and v["b"] == b and (metric is None or v["metric"] == metric)
+    ]
     assert len(hits) == 1, (family, a, b, metric, len(hits))
     return hits[0]
 
@@ -118,10 +140,16 @@ def test_remedy_order(doc):
     assert v["tests"]["tiny-moe-e4"]["margin"] is None  # routing disagreement has no equivalence margin
     v = _find(doc, "order", f"moe-router-bf16/{R3}", "moe-router-bf16/none", ACCURACY)
     assert v["models"]["tiny-moe-e2"]["word"] == MISSING and v["fidelity"]["tiny-moe-e2"] == CONTROL
-    order = [(v["a"], v["b"]) for v in doc["verdicts"] if v["family"] == "order" and v["metric"] == ACCURACY
-             and v["a"].startswith("moe-router-noise")]
-    assert order == [(f"moe-router-noise/{R3}", "moe-router-noise/none"), (f"moe-router-noise/{R2}",
-                     "moe-router-noise/none"), (f"moe-router-noise/{R3}", f"moe-router-noise/{R2}")]
+    order = [
+        (v["a"], v["b"])
+        for v in doc["verdicts"]
+        if v["family"] == "order" and v["metric"] == ACCURACY and v["a"].startswith("moe-router-noise")
+    ]
+    assert order == [
+        (f"moe-router-noise/{R3}", "moe-router-noise/none"),
+        (f"moe-router-noise/{R2}", "moe-router-noise/none"),
+        (f"moe-router-noise/{R3}", f"moe-router-noise/{R2}"),
+    ]
 
 
 def test_survival_counts_the_rule_words(doc):
@@ -137,8 +165,11 @@ def test_control_on_the_model_whose_routing_cannot_disagree(doc, tmp_path):
     assert [c["model"] for c in doc["control"]] == ["tiny-moe-e2"]  # e4 (4 experts, top-2) can disagree
     c = doc["control"][0]
     assert c["verdict"] == "passes" and c["max_routing_disagreement"] == 0.0
-    assert {x["a"] for x in c["checks"]} == {f"moe-router-noise/{R2}", f"moe-router-noise/{R3}",
-                                             f"moe-router-bf16/{R3}"}
+    assert {x["a"] for x in c["checks"]} == {
+        f"moe-router-noise/{R2}",
+        f"moe-router-noise/{R3}",
+        f"moe-router-bf16/{R3}",
+    }
     # noise: R2 and R3 vs none x 2 metrics, all no difference; bf16: R3 vs none x 2 metrics, never ran on e2
     words = [x["result"]["word"] for x in c["checks"]]
     assert words.count(NO_DIFF) == 4 and c["missing"] == 2 and len(words) == 6
@@ -180,20 +211,27 @@ def test_a_grid_that_has_not_run_yet_is_all_not_tested(tmp_path):
 
 def test_a_dense_pair_has_no_routing_verdicts_and_no_control(tmp_path):
     ok = [(0.60, False, None), (0.62, False, None), (0.61, False, None)]
-    cells = {("tiny-dense", "baseline", "none"): ok,
-             ("tiny-dense", "bf16-engine", "none"): [(0.50, False, None), (0.51, False, None), (0.52, False, None)],
-             ("tiny-dense", "bf16-engine", "tis_token"): ok,
-             ("dense-wide", "baseline", "none"): ok,
-             ("dense-wide", "bf16-engine", "none"): [(0.60, False, None), (0.63, False, None), (0.58, False, None)],
-             ("dense-wide", "bf16-engine", "tis_token"): ok}
+    cells = {
+        ("tiny-dense", "baseline", "none"): ok,
+        ("tiny-dense", "bf16-engine", "none"): [(0.50, False, None), (0.51, False, None), (0.52, False, None)],
+        ("tiny-dense", "bf16-engine", "tis_token"): ok,
+        ("dense-wide", "baseline", "none"): ok,
+        ("dense-wide", "bf16-engine", "none"): [(0.60, False, None), (0.63, False, None), (0.58, False, None)],
+        ("dense-wide", "bf16-engine", "tis_token"): ok,
+    }
     doc = proxy_fidelity([proxy_grid(tmp_path / "dense", cells, pending=[])])
     assert doc["control"] == [] and {v["metric"] for v in doc["verdicts"] if v["family"] == "order"} == {ACCURACY}
     v = _find(doc, "effect", "bf16-engine/none", "baseline/none")
     assert v["models"]["tiny-dense"]["word"] == LT and v["models"]["dense-wide"]["word"] == NO_DIFF
     assert v["fidelity"] == {"dense-wide": DIFFERS}
     # collapse: nothing collapses at any size (3 not tested); the effect and tis_token vs none differ by size
-    assert doc["survival"]["dense-wide"]["all"] == {TRANSFERS: 0, DIFFERS: 2, INCONCLUSIVE: 0, NOT_TESTED: 3,
-                                                    CONTROL: 0}
+    assert doc["survival"]["dense-wide"]["all"] == {
+        TRANSFERS: 0,
+        DIFFERS: 2,
+        INCONCLUSIVE: 0,
+        NOT_TESTED: 3,
+        CONTROL: 0,
+    }
 
 
 def _error(capsys, *args) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from timbench.fingerprint import CASES, GOLDEN, RUNS, first_difference, fingerprint, load_golden, machine
+from timbench.fingerprint import CASES, GOLDEN, RUNS, fingerprint, first_difference, load_golden, machine
 from timbench.kernels.pointwise import fsqrt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +31,10 @@ def test_this_machine_reproduces_the_golden_fingerprints():
     assert all(any(k.startswith(f"{c}/grad/") for k in golden) for c in CASES)
     got = fingerprint(threads=2)  # the golden file was written with one thread
     diff = first_difference(golden, got)
-    assert diff is None, (f"{machine()} does not reproduce {GOLDEN.name}; first differing value: {diff}. "
-                          "Something whose result depends on the CPU reaches training.")
+    assert diff is None, (
+        f"{machine()} does not reproduce {GOLDEN.name}; first differing value: {diff}. "
+        "Something whose result depends on the CPU reaches training."
+    )
 
 
 def test_first_difference_names_the_earliest_key_in_computation_order():
@@ -47,8 +49,13 @@ def test_first_difference_names_the_earliest_key_in_computation_order():
 def test_fsqrt_is_the_correctly_rounded_ieee_sqrt(dtype):
     rng = np.random.default_rng(0)
     # Values over many binades, their neighbours one ulp away, and the special values.
-    x = np.concatenate([rng.random(200_000) * 10, np.exp2(rng.integers(-60, 60, 50_000)) * rng.random(50_000),
-                        [0.0, -0.0, 1.0, 2.0 ** -7, np.inf, 2.0 / 7]]).astype(dtype)
+    x = np.concatenate(
+        [
+            rng.random(200_000) * 10,
+            np.exp2(rng.integers(-60, 60, 50_000)) * rng.random(50_000),
+            [0.0, -0.0, 1.0, 2.0**-7, np.inf, 2.0 / 7],
+        ]
+    ).astype(dtype)
     x = np.concatenate([x, np.nextafter(x, dtype(np.inf)), np.nextafter(x, dtype(0))])
     got = fsqrt(torch.from_numpy(x)).numpy()
     if dtype is np.float64:
@@ -79,19 +86,54 @@ def test_std_and_clip_use_the_ieee_sqrt():
     p = torch.nn.Parameter(torch.zeros(3))
     p.grad = torch.tensor([0.5, 0.25, 0.125])
     norm = clip_grad_norm([p], 1e-3)
-    assert float(norm) == float(np.float32(math.sqrt(0.5 ** 2 + 0.25 ** 2 + 0.125 ** 2)))
+    assert float(norm) == float(np.float32(math.sqrt(0.5**2 + 0.25**2 + 0.125**2)))
 
 
 # Library routines whose result may depend on the CPU (vendor-dispatched vector math, SIMD-width
 # reductions): none may be called on the path from rollout logprobs to the update and its metrics.
-FORBIDDEN = {"sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid",
-             "softmax", "log_softmax", "logsumexp", "erf", "erfinv", "sin", "cos", "std", "var", "norm",
-             "var_mean", "std_mean", "cumsum", "cumprod", "logcumsumexp"}
-TRAINING_PATH = ["timbench/rl", "timbench/trainer", "timbench/remedies", "timbench/metrics/ratios.py", "timbench/metrics/mismatch.py",
-                 "timbench/metrics/dist.py",
-                 "timbench/kernels/reduce.py", "timbench/kernels/pointwise.py", "timbench/kernels/logprobs.py",
-                 "timbench/kernels/exact_kernels.py", "timbench/kernels/noise_ops.py",
-                 "timbench/kernels/tensor_parallel.py", "timbench/quant"]
+FORBIDDEN = {
+    "sqrt",
+    "rsqrt",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "tanh",
+    "sigmoid",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "erf",
+    "erfinv",
+    "sin",
+    "cos",
+    "std",
+    "var",
+    "norm",
+    "var_mean",
+    "std_mean",
+    "cumsum",
+    "cumprod",
+    "logcumsumexp",
+}
+TRAINING_PATH = [
+    "timbench/rl",
+    "timbench/trainer",
+    "timbench/remedies",
+    "timbench/metrics/ratios.py",
+    "timbench/metrics/mismatch.py",
+    "timbench/metrics/dist.py",
+    "timbench/kernels/reduce.py",
+    "timbench/kernels/pointwise.py",
+    "timbench/kernels/logprobs.py",
+    "timbench/kernels/exact_kernels.py",
+    "timbench/kernels/noise_ops.py",
+    "timbench/kernels/tensor_parallel.py",
+    "timbench/quant",
+]
 
 
 # Names whose methods are not torch's: libm via numba, the fixed-order numba kernel modules, a KernelSet.
@@ -121,10 +163,12 @@ def test_the_scan_would_see_torch_sqrt(tmp_path):
     assert sorted(c for _, c in _torch_calls(bad)) == ["torch.exp", "x.sqrt"]
 
 
-LIBM_PROBE = ("import math, random, sys\n"
-              "rng = random.Random(0)\n"
-              "xs = [rng.uniform(-30.0, 5.0) for _ in range(100000)]\n"
-              "sys.stdout.write(' '.join(math.exp(x).hex() for x in xs))\n")
+LIBM_PROBE = (
+    "import math, random, sys\n"
+    "rng = random.Random(0)\n"
+    "xs = [rng.uniform(-30.0, 5.0) for _ in range(100000)]\n"
+    "sys.stdout.write(' '.join(math.exp(x).hex() for x in xs))\n"
+)
 
 
 def test_in_scope_cpus_share_the_fma_libm_variant():
@@ -135,12 +179,15 @@ def test_in_scope_cpus_share_the_fma_libm_variant():
     import sys
 
     isa = machine()["isa"]
-    assert {"fma", "avx2"} <= set(isa), (f"{machine()['cpu']} lacks FMA/AVX2 ({isa}): glibc's libm runs its SSE2 "
-                                         "variant here, whose exp/log differ from the golden machine's in the last bit")
+    assert {"fma", "avx2"} <= set(isa), (
+        f"{machine()['cpu']} lacks FMA/AVX2 ({isa}): glibc's libm runs its SSE2 "
+        "variant here, whose exp/log differ from the golden machine's in the last bit"
+    )
 
     def probe(env: dict) -> list[str]:
-        return subprocess.run([sys.executable, "-c", LIBM_PROBE], env=os.environ | env, capture_output=True,
-                              text=True, check=True).stdout.split()
+        return subprocess.run(
+            [sys.executable, "-c", LIBM_PROBE], env=os.environ | env, capture_output=True, text=True, check=True
+        ).stdout.split()
 
     host, sse2 = probe({}), probe({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX"})
     assert len(host) == len(sse2) == 100000

@@ -10,14 +10,14 @@ import pytest
 
 from timbench.cli import main
 from timbench.engine import SamplingParams, make_engine
-from timbench.spec.faults import FAULTS
 from timbench.gate.check import check
 from timbench.gate.probes import PROBES
 from timbench.gate.run import run_gate
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.warmstart.shipped import default_checkpoint
+from timbench.spec.faults import FAULTS
 from timbench.spec.keys import SpecError, parse_spec
+from timbench.warmstart.shipped import default_checkpoint
 
 TINY = """name: tiny
 version: 3
@@ -52,13 +52,21 @@ def _probe(name, model, suite, engine_spec):
     return PROBES[name](make, model, suite.probes[name], PARAMS, spec)
 
 
-@pytest.mark.parametrize("name,fault", [("batch_invariance", "batch_leak"), ("prefill_vs_decode", "bf16_logprobs"),
-                                        ("alignment", "rope_base"), ("alignment", "zero_logprobs"),
-                                        ("weight_sync", "stale_weights"), ("weight_sync", "stale_embedding"),
-                                        ("weight_sync", "stale_prefix_cache"),
-                                        ("sampling_semantics", "temperature_twice"),
-                                        ("sampling_semantics", "raw_logprobs"),
-                                        ("sampling_semantics", "zero_logprobs")])
+@pytest.mark.parametrize(
+    "name,fault",
+    [
+        ("batch_invariance", "batch_leak"),
+        ("prefill_vs_decode", "bf16_logprobs"),
+        ("alignment", "rope_base"),
+        ("alignment", "zero_logprobs"),
+        ("weight_sync", "stale_weights"),
+        ("weight_sync", "stale_embedding"),
+        ("weight_sync", "stale_prefix_cache"),
+        ("sampling_semantics", "temperature_twice"),
+        ("sampling_semantics", "raw_logprobs"),
+        ("sampling_semantics", "zero_logprobs"),
+    ],
+)
 def test_each_probe_passes_clean_and_fails_on_its_fault(model, suite, name, fault):
     clean = _probe(name, model, suite, "kernels=exact")
     assert clean.passed, clean.numbers
@@ -79,14 +87,16 @@ def test_determinism_fails_on_an_engine_that_changes_between_calls(model, suite)
             for c in out:
                 c.logprobs = c.logprobs + 1e-7 * (len(calls) - 1)
             return out
+
         engine.generate = drifting
         return engine
 
     spec = parse_spec("kernels=exact", side="engine")
     r = PROBES["determinism"](make, model, suite.probes["determinism"], PARAMS, spec)
     assert not r.passed and r.numbers["max_abs_diff"] > 0
-    assert PROBES["determinism"](lambda w: make_engine(w.config, "kernels=exact", weights=w), model,
-                                 suite.probes["determinism"], PARAMS, spec).passed
+    assert PROBES["determinism"](
+        lambda w: make_engine(w.config, "kernels=exact", weights=w), model, suite.probes["determinism"], PARAMS, spec
+    ).passed
 
 
 def test_run_writes_identity_and_check_compares(suite, tmp_path):
@@ -121,8 +131,15 @@ def test_cli_fails_naming_the_probe_and_bad_input_is_one_line(suite, tmp_path, c
         parse_spec("fault=nope", side="engine")
     with pytest.raises(SpecError, match="fault"):
         parse_spec("fault=batch_leak", side="trainer")
-    assert set(FAULTS) >= {"stale_weights", "stale_embedding", "zero_logprobs", "bf16_logprobs", "batch_leak",
-                           "rope_base", "stale_prefix_cache"} and all(len(f.doc) > 40 for f in FAULTS.values())
+    assert set(FAULTS) >= {
+        "stale_weights",
+        "stale_embedding",
+        "zero_logprobs",
+        "bf16_logprobs",
+        "batch_leak",
+        "rope_base",
+        "stale_prefix_cache",
+    } and all(len(f.doc) > 40 for f in FAULTS.values())
 
 
 def test_frequency_test_and_chi2_on_hand_computed_cases():
@@ -184,8 +201,9 @@ def test_a_production_shape_runs_the_probes_at_its_real_geometry():
 
     def probe(engine_spec):
         spec = parse_spec(engine_spec, side="engine")
-        return PROBES["prefill_vs_decode"](lambda w: make_engine(w.config, spec, max_num_seqs=4, weights=w),
-                                           model, p, PARAMS, spec)
+        return PROBES["prefill_vs_decode"](
+            lambda w: make_engine(w.config, spec, max_num_seqs=4, weights=w), model, p, PARAMS, spec
+        )
 
     clean = probe("kernels=exact")
     assert clean.passed and clean.numbers["max_abs_diff"] == 0.0 and clean.numbers["tokens"] == 6
@@ -237,8 +255,12 @@ def test_a_model_whose_engine_cannot_start_is_its_error_rows_and_the_rest_stand(
     (tmp_path / "s.yaml").write_text(TWO_MODELS)
     assert main(["gate", "run", "--suite", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "g")]) == 2
     cap = capsys.readouterr()
-    assert cap.out.count("\n") == 1 and "gate tiny2 v1: ERROR; 2 of 4 probes pass; tiny-moe: 2 probe(s) erred, " \
-        f"first determinism: RuntimeError: {MOE_ERROR};" in cap.out
+    assert (
+        cap.out.count("\n") == 1
+        and "gate tiny2 v1: ERROR; 2 of 4 probes pass; tiny-moe: 2 probe(s) erred, "
+        f"first determinism: RuntimeError: {MOE_ERROR};"
+        in cap.out
+    )
     assert tried == [1]
     progress = [ln for ln in cap.err.splitlines() if ln.startswith("[gate tiny2 v1]")]
     assert len(progress) == 4 and len(set(progress)) == 4
@@ -246,8 +268,10 @@ def test_a_model_whose_engine_cannot_start_is_its_error_rows_and_the_rest_stand(
     assert rows["tiny-dense", "determinism"]["passed"] and rows["tiny-dense", "batch_invariance"]["passed"]
     assert rows["tiny-dense", "determinism"]["error"] is None
     assert rows["tiny-moe", "determinism"]["error"] == f"RuntimeError: {MOE_ERROR}"
-    assert rows["tiny-moe", "batch_invariance"]["error"] == \
-        f"not run: its engine failed to start in determinism: RuntimeError: {MOE_ERROR}"
+    assert (
+        rows["tiny-moe", "batch_invariance"]["error"]
+        == f"not run: its engine failed to start in determinism: RuntimeError: {MOE_ERROR}"
+    )
     assert not rows["tiny-moe", "determinism"]["passed"]
     md = (tmp_path / "g/gate.md").read_text()
     assert "**ERROR (2 of 4 probes erred)**" in md and md.count("| pass |") == 2
@@ -263,8 +287,9 @@ def test_a_probe_that_raises_errs_alone(suite, tmp_path, monkeypatch):
     monkeypatch.setitem(probes.PROBES, "prefill_vs_decode", broken)
     three = {k: suite.probes[k] for k in ("determinism", "prefill_vs_decode", "batch_invariance")}
     rep = run_gate("kernels=exact", dataclasses.replace(suite, probes=three), tmp_path / "g")
-    assert [(r["probe"], r["passed"], r["error"]) for r in rep["probes"]] == \
-        [("determinism", True, None), ("prefill_vs_decode", False, "KeyError: 'max_new_tokens'"),
-         ("batch_invariance", True, None)]
+    assert [(r["probe"], r["passed"], r["error"]) for r in rep["probes"]] == [
+        ("determinism", True, None),
+        ("prefill_vs_decode", False, "KeyError: 'max_new_tokens'"),
+        ("batch_invariance", True, None),
+    ]
     assert rep["errors"] == 1 and not rep["passed"]
-

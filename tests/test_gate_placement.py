@@ -17,8 +17,12 @@ def rows():
 
 def _report(mad, k3=None, **row):
     numbers = {"mean_abs_diff": mad, **({"k3_kl": k3} if k3 is not None else {})}
-    return {"probes": [{"model": "m", "probe": "determinism", "numbers": {"max_abs_diff": 0.0}},
-                       {"model": "m", "probe": "alignment", "numbers": numbers, **row}]}
+    return {
+        "probes": [
+            {"model": "m", "probe": "determinism", "numbers": {"max_abs_diff": 0.0}},
+            {"model": "m", "probe": "alignment", "numbers": numbers, **row},
+        ]
+    }
 
 
 def test_a_measured_mismatch_is_placed_per_mode_with_the_scale_caveat(rows):
@@ -27,8 +31,9 @@ def test_a_measured_mismatch_is_placed_per_mode_with_the_scale_caveat(rows):
     assert set(f["nearest"]) == {"recompute", "bypass"} and len(f["lines"]) == 2
     want = answer(f["query"], rows, k=1)["nearest"]
     for mode, s in f["nearest"].items():
-        assert (s["grid"], s["model"], s["condition"]) == tuple(want[mode][0][k] for k in ("grid", "model",
-                                                                                            "condition"))
+        assert (s["grid"], s["model"], s["condition"]) == tuple(
+            want[mode][0][k] for k in ("grid", "model", "condition")
+        )
         assert "remedies" not in s
     for line, mode in zip(f["lines"], f["nearest"]):
         s = f["nearest"][mode]
@@ -41,9 +46,14 @@ def test_a_measured_mismatch_is_placed_per_mode_with_the_scale_caveat(rows):
     assert "- m (mean_abs_delta 0.074, k3_kl 0.004):" in md and f"  - {f['lines'][0]}" in md
 
 
-@pytest.mark.parametrize("mad,why", [(5.5e-7, "outside the committed mean |delta| range"),
-                                     (50.0, "outside the committed mean |delta| range"),
-                                     (-1.0, "must be a finite number >= 0")])
+@pytest.mark.parametrize(
+    "mad,why",
+    [
+        (5.5e-7, "outside the committed mean |delta| range"),
+        (50.0, "outside the committed mean |delta| range"),
+        (-1.0, "must be a finite number >= 0"),
+    ],
+)
 def test_outside_the_committed_range_is_not_placed(rows, mad, why):
     (f,) = placement(_report(mad), rows)
     assert not f["placed"] and "nearest" not in f and len(f["lines"]) == 1

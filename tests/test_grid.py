@@ -20,16 +20,15 @@ from timbench.cli import main
 from timbench.grid.conditions import KINDS, load_conditions
 from timbench.grid.cost import cell_seconds, wall_seconds
 from timbench.grid.layout import prepare, read_status, run_dir, write_status
-from timbench.util.manifest import stamp_run
 from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners.cell import run_cell
 from timbench.runners.driver import run_grid, select
 from timbench.tasks.base import Task
+from timbench.util.manifest import stamp_run
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {"steps": 2, "prompts_per_step": 4, "group_size": 4, "mini_batches": 2, "eval_n": 16,
-        "checkpoint_every": 1}
+TINY = {"steps": 2, "prompts_per_step": 4, "group_size": 4, "mini_batches": 2, "eval_n": 16, "checkpoint_every": 1}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +45,12 @@ def _grid_file(tmp_path, doc, name="g.yaml") -> Path:
 
 
 def _tiny(ckpt, name, conditions, **extra):
-    return {"name": name, "base": {"model": ckpt, **TINY, **extra.pop("base", {})},
-            "axes": {"condition": conditions, **extra.pop("axes", {})}, **extra}
+    return {
+        "name": name,
+        "base": {"model": ckpt, **TINY, **extra.pop("base", {})},
+        "axes": {"condition": conditions, **extra.pop("axes", {})},
+        **extra,
+    }
 
 
 def _lines(path):
@@ -56,14 +59,36 @@ def _lines(path):
 
 # ---- spec, expansion, references ----------------------------------------------------------------
 
+
 def test_shipped_condition_table():
     table = load_conditions(SHIPPED_CONDITIONS)
     kinds = {n: c.kind for n, c in table.items()}
-    assert {k: kinds[k] for k in ("baseline", "bf16-engine", "torch-kernels", "production", "tp4", "splitkv4",
-                                  "moe-router-bf16", "noise-g2", "vllm-bf16", "nvfp4-rollout")} == {
-        "baseline": "reference", "bf16-engine": "precision", "torch-kernels": "kernels", "production": "precision",
-        "tp4": "tp", "splitkv4": "kernels", "moe-router-bf16": "moe", "noise-g2": "noise", "vllm-bf16": "vllm",
-        "nvfp4-rollout": "quant"}
+    assert {
+        k: kinds[k]
+        for k in (
+            "baseline",
+            "bf16-engine",
+            "torch-kernels",
+            "production",
+            "tp4",
+            "splitkv4",
+            "moe-router-bf16",
+            "noise-g2",
+            "vllm-bf16",
+            "nvfp4-rollout",
+        )
+    } == {
+        "baseline": "reference",
+        "bf16-engine": "precision",
+        "torch-kernels": "kernels",
+        "production": "precision",
+        "tp4": "tp",
+        "splitkv4": "kernels",
+        "moe-router-bf16": "moe",
+        "noise-g2": "noise",
+        "vllm-bf16": "vllm",
+        "nvfp4-rollout": "quant",
+    }
     assert set(kinds.values()) == set(KINDS)  # every family has a shipped condition
     assert table["mma-k16-vs-k8"].trainer_spec.mma_accum.block == 8
     assert table["production"].engine == "kernels=torch,dtype=bf16"
@@ -73,34 +98,54 @@ def test_shipped_condition_table():
 def test_shipped_condition_table_is_package_data_and_the_default(tmp_path, monkeypatch):
     import fnmatch
     import tomllib
+
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["timbench"]
     rel = SHIPPED_CONDITIONS.relative_to(ROOT / "timbench").as_posix()
     assert any(fnmatch.fnmatch(rel, pattern) for pattern in data), (rel, data)
     monkeypatch.chdir(tmp_path)  # library code must not read tables relative to the repo root
     grid = parse_grid({"name": "d", "axes": {"condition": ["baseline", "noise-g2"]}})
     assert grid.conditions["noise-g2"].engine == "noise=gaussian:2"
-    (tmp_path / "mine.yaml").write_text("conditions:\n  base2: {kind: reference, engine: kernels=exact, "
-                                        "trainer: kernels=exact}\n")
-    own = parse_grid({"name": "o", "conditions_file": "mine.yaml", "reference": "base2",
-                      "axes": {"condition": ["base2"]}})  # relative to the working directory
+    (tmp_path / "mine.yaml").write_text(
+        "conditions:\n  base2: {kind: reference, engine: kernels=exact, trainer: kernels=exact}\n"
+    )
+    own = parse_grid(
+        {"name": "o", "conditions_file": "mine.yaml", "reference": "base2", "axes": {"condition": ["base2"]}}
+    )  # relative to the working directory
     assert list(own.conditions) == ["base2"]
 
 
 def test_expansion_order_ids_exclusion_and_references(ckpt):
-    grid = parse_grid({
-        "name": "x", "base": {"model": ckpt, "steps": 3},
-        "axes": {"condition": ["baseline", "bf16-engine"], "remedy": ["none", "tis_token+seq_rs"],
-                 "mode": ["recompute", "bypass"], "seed": [0, 1]},
-        "exclude": [{"condition": "baseline", "remedy": "tis_token+seq_rs"},
-                    {"condition": "bf16-engine", "mode": "bypass", "remedy": ["none"]}]})
+    grid = parse_grid(
+        {
+            "name": "x",
+            "base": {"model": ckpt, "steps": 3},
+            "axes": {
+                "condition": ["baseline", "bf16-engine"],
+                "remedy": ["none", "tis_token+seq_rs"],
+                "mode": ["recompute", "bypass"],
+                "seed": [0, 1],
+            },
+            "exclude": [
+                {"condition": "baseline", "remedy": "tis_token+seq_rs"},
+                {"condition": "bf16-engine", "mode": "bypass", "remedy": ["none"]},
+            ],
+        }
+    )
     cells = expand(grid)
     assert len(cells) == 16 - 4 - 2
     assert [c.id for c in cells] == [c.id for c in expand(grid)]  # deterministic
     ids = {c.id: c for c in cells}
     assert len(ids) == len(cells)
     c = ids["add-4d-v1.tiny-dense.bf16-engine.tis_token-seq_rs.bypass.grpo.s1"]
-    assert c.axes == {"task": "add-4d-v1", "model": "tiny-dense", "condition": "bf16-engine",
-                      "remedy": "tis_token+seq_rs", "mode": "bypass", "algorithm": "grpo", "seed": 1}
+    assert c.axes == {
+        "task": "add-4d-v1",
+        "model": "tiny-dense",
+        "condition": "bf16-engine",
+        "remedy": "tis_token+seq_rs",
+        "mode": "bypass",
+        "algorithm": "grpo",
+        "seed": 1,
+    }
     assert c.config["remedy"] == "tis_token+seq_rs" and c.config["mode"] == "bypass"
     assert c.config["engine"] == {"kernels": "exact", "dtype": "bf16"} and c.config["preset"] == "tiny-dense"
     assert c.config["steps"] == 3 and c.config["threads"] == 1 and c.config["model"] == ckpt
@@ -115,55 +160,78 @@ def test_expansion_order_ids_exclusion_and_references(ckpt):
 
 
 def test_reference_falls_back_to_another_mode_and_is_null_without_one(ckpt):
-    grid = parse_grid({"name": "x", "base": {"model": ckpt},
-                       "axes": {"condition": ["baseline", "torch-kernels"], "mode": ["recompute", "bypass"],
-                                "seed": [0, 1]},
-                       "exclude": [{"condition": "baseline", "mode": "recompute"},
-                                   {"condition": "baseline", "seed": 1}]})
+    grid = parse_grid(
+        {
+            "name": "x",
+            "base": {"model": ckpt},
+            "axes": {"condition": ["baseline", "torch-kernels"], "mode": ["recompute", "bypass"], "seed": [0, 1]},
+            "exclude": [{"condition": "baseline", "mode": "recompute"}, {"condition": "baseline", "seed": 1}],
+        }
+    )
     refs = {c.id: c.reference for c in expand(grid)}
-    assert refs["add-4d-v1.tiny-dense.torch-kernels.none.recompute.grpo.s0"] == \
-        "add-4d-v1.tiny-dense.baseline.none.bypass.grpo.s0"
+    assert (
+        refs["add-4d-v1.tiny-dense.torch-kernels.none.recompute.grpo.s0"]
+        == "add-4d-v1.tiny-dense.baseline.none.bypass.grpo.s0"
+    )
     assert refs["add-4d-v1.tiny-dense.torch-kernels.none.bypass.grpo.s1"] is None
 
 
 def test_inline_conditions_override_and_defaults(ckpt, tmp_path):
-    p = _grid_file(tmp_path, {"name": "y", "base": {"model": ckpt},
-                              "conditions": {"fp16-both": {"kind": "reference", "engine": "dtype=fp16",
-                                                           "trainer": "kernels=exact,dtype=fp16"}},
-                              "axes": {"condition": ["fp16-both", "torch-kernels"]}, "reference": "fp16-both"})
+    p = _grid_file(
+        tmp_path,
+        {
+            "name": "y",
+            "base": {"model": ckpt},
+            "conditions": {
+                "fp16-both": {"kind": "reference", "engine": "dtype=fp16", "trainer": "kernels=exact,dtype=fp16"}
+            },
+            "axes": {"condition": ["fp16-both", "torch-kernels"]},
+            "reference": "fp16-both",
+        },
+    )
     grid = load_grid(p)
     cells = expand(grid)
-    assert [c.id for c in cells] == ["add-4d-v1.tiny-dense.fp16-both.none.recompute.grpo.s0",
-                                     "add-4d-v1.tiny-dense.torch-kernels.none.recompute.grpo.s0"]
+    assert [c.id for c in cells] == [
+        "add-4d-v1.tiny-dense.fp16-both.none.recompute.grpo.s0",
+        "add-4d-v1.tiny-dense.torch-kernels.none.recompute.grpo.s0",
+    ]
     assert cells[1].reference == cells[0].id and cells[0].config["trainer"]["dtype"] == "fp16"
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"axes": {"colour": ["red"]}}, "unknown axis 'colour'; valid axes: task, model"),
-    ({"axes": {"condition": ["baseline", "warp-drive"]}}, "unknown condition 'warp-drive'; valid: baseline"),
-    ({"conditions": {"bad": {"kind": "kernels", "engine": "kernels=cuda", "trainer": ""}}},
-     "missing trainer"),
-    ({"conditions": {"bad": {"kind": "kernels", "engine": "kernels=cuda", "trainer": "dtype=fp32"}}},
-     "invalid value 'cuda' for kernels; valid: exact|torch"),
-    ({"conditions": {"bad": {"kind": "gpu", "engine": "dtype=fp32", "trainer": "dtype=fp32"}}},
-     "unknown kind 'gpu'; valid: reference, precision"),
-    ({"conditions": {"bad": {"kind": "noise", "engine": "", "trainer": "", "sigma": 2}}}, "unknown key"),
-    ({"conditions": {"r2": {"kind": "reference", "engine": "dtype=bf16", "trainer": "dtype=fp32"}}},
-     "identical engine and trainer"),
-    ({"conditions_file": "nowhere/conditions.yaml"}, "conditions_file 'nowhere/conditions.yaml' not found"),
-    ({"conditions_file": 5}, "'conditions_file' must be a path string or null"),
-    ({"reference": "bf16-engine"}, "not a condition of kind reference"),
-    ({"base": {"seed": 3}}, "base sets 'seed', which axis 'seed' owns"),
-    ({"base": {"engine": "kernels=torch"}}, "axis 'condition' owns"),
-    ({"base": {"learning_rate": 1}}, "unknown config key 'learning_rate'"),
-    ({"exclude": [{"condition": "torch-kernel"}]}, "condition='torch-kernel' is not a value of axes.condition"),
-    ({"exclude": [{"flavour": "x"}]}, "exclude[0]: unknown axis 'flavour'"),
-    ({"axes": {"seed": [0, 0]}}, "axes.seed lists ['0'] more than once"),
-    ({"axes": {"seed": ["zero"]}}, "axes.seed values are integers"),
-    ({"workers": 0}, "'workers' must be an integer >= 1"),
-    ({"name": "a/b"}, "'name' must be a filesystem-safe string"),
-    ({"colour": 1}, "unknown key(s) ['colour']"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"axes": {"colour": ["red"]}}, "unknown axis 'colour'; valid axes: task, model"),
+        ({"axes": {"condition": ["baseline", "warp-drive"]}}, "unknown condition 'warp-drive'; valid: baseline"),
+        ({"conditions": {"bad": {"kind": "kernels", "engine": "kernels=cuda", "trainer": ""}}}, "missing trainer"),
+        (
+            {"conditions": {"bad": {"kind": "kernels", "engine": "kernels=cuda", "trainer": "dtype=fp32"}}},
+            "invalid value 'cuda' for kernels; valid: exact|torch",
+        ),
+        (
+            {"conditions": {"bad": {"kind": "gpu", "engine": "dtype=fp32", "trainer": "dtype=fp32"}}},
+            "unknown kind 'gpu'; valid: reference, precision",
+        ),
+        ({"conditions": {"bad": {"kind": "noise", "engine": "", "trainer": "", "sigma": 2}}}, "unknown key"),
+        (
+            {"conditions": {"r2": {"kind": "reference", "engine": "dtype=bf16", "trainer": "dtype=fp32"}}},
+            "identical engine and trainer",
+        ),
+        ({"conditions_file": "nowhere/conditions.yaml"}, "conditions_file 'nowhere/conditions.yaml' not found"),
+        ({"conditions_file": 5}, "'conditions_file' must be a path string or null"),
+        ({"reference": "bf16-engine"}, "not a condition of kind reference"),
+        ({"base": {"seed": 3}}, "base sets 'seed', which axis 'seed' owns"),
+        ({"base": {"engine": "kernels=torch"}}, "axis 'condition' owns"),
+        ({"base": {"learning_rate": 1}}, "unknown config key 'learning_rate'"),
+        ({"exclude": [{"condition": "torch-kernel"}]}, "condition='torch-kernel' is not a value of axes.condition"),
+        ({"exclude": [{"flavour": "x"}]}, "exclude[0]: unknown axis 'flavour'"),
+        ({"axes": {"seed": [0, 0]}}, "axes.seed lists ['0'] more than once"),
+        ({"axes": {"seed": ["zero"]}}, "axes.seed values are integers"),
+        ({"workers": 0}, "'workers' must be an integer >= 1"),
+        ({"name": "a/b"}, "'name' must be a filesystem-safe string"),
+        ({"colour": 1}, "unknown key(s) ['colour']"),
+    ],
+)
 def test_bad_grid_specs_are_one_line_errors(doc, message, tmp_path):
     p = _grid_file(tmp_path, {"name": "bad", **doc})
     with pytest.raises((ValueError, FileNotFoundError)) as e:
@@ -171,15 +239,26 @@ def test_bad_grid_specs_are_one_line_errors(doc, message, tmp_path):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"base": {"eval_n": 0}}, "cell add-4d-v1.tiny-dense.baseline.none.recompute.grpo.s0: eval_n must be >= 1"),
-    ({"axes": {"task": ["add-9d-v9"]}}, "cell add-9d-v9.tiny-dense.baseline.none.recompute.grpo.s0: unknown task"),
-    ({"axes": {"mode": ["sideways"]}}, "cell add-4d-v1.tiny-dense.baseline.none.sideways.grpo.s0: mode"),
-    ({"axes": {"task": ["mul-v1"]}}, "no shipped warm-start checkpoint for task 'mul-v1'"),
-    ({"axes": {"model": ["huge"]}}, "unknown model preset 'huge'"),
-    ({"conditions": {n: {"kind": "kernels", "engine": "kernels=torch", "trainer": "kernels=exact"}
-                     for n in ("t+k", "t:k")}, "axes": {"condition": ["t+k", "t:k"]}}, "both get id"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"base": {"eval_n": 0}}, "cell add-4d-v1.tiny-dense.baseline.none.recompute.grpo.s0: eval_n must be >= 1"),
+        ({"axes": {"task": ["add-9d-v9"]}}, "cell add-9d-v9.tiny-dense.baseline.none.recompute.grpo.s0: unknown task"),
+        ({"axes": {"mode": ["sideways"]}}, "cell add-4d-v1.tiny-dense.baseline.none.sideways.grpo.s0: mode"),
+        ({"axes": {"task": ["mul-v1"]}}, "no shipped warm-start checkpoint for task 'mul-v1'"),
+        ({"axes": {"model": ["huge"]}}, "unknown model preset 'huge'"),
+        (
+            {
+                "conditions": {
+                    n: {"kind": "kernels", "engine": "kernels=torch", "trainer": "kernels=exact"}
+                    for n in ("t+k", "t:k")
+                },
+                "axes": {"condition": ["t+k", "t:k"]},
+            },
+            "both get id",
+        ),
+    ],
+)
 def test_invalid_cells_fail_at_plan_time_naming_the_cell(doc, message):
     with pytest.raises(ValueError) as e:
         expand(parse_grid({"name": "bad", **doc}))
@@ -199,10 +278,17 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
 
 # ---- cost model and plan ------------------------------------------------------------------------
 
+
 def test_cost_model_matches_the_measured_baseline_and_orders_conditions(capsys):
-    base = expand(parse_grid({"name": "c", "base": {"steps": 200},
-                              "axes": {"condition": ["baseline", "torch-kernels", "production"],
-                                       "model": ["tiny-dense", "tiny-moe"]}}))
+    base = expand(
+        parse_grid(
+            {
+                "name": "c",
+                "base": {"steps": 200},
+                "axes": {"condition": ["baseline", "torch-kernels", "production"], "model": ["tiny-dense", "tiny-moe"]},
+            }
+        )
+    )
     cost = {(c.axes["model"], c.axes["condition"]): cell_seconds(c.config) for c in base}
     no_eval = {**base[0].config, "eval_every": 1000}  # evals at the start and the end only
     per_step = [cell_seconds({**no_eval, "steps": n}) for n in (100, 200, 300)]
@@ -262,6 +348,7 @@ def test_quick_grid_has_three_seeds_a_512_eval_and_fits_make_quick():
 
 # ---- layout and runner pieces (in process) ------------------------------------------------------
 
+
 def test_layout_refuses_another_grid_and_resolved_spec_reloads(ckpt, tmp_path):
     grid = parse_grid(_tiny(ckpt, "one", ["baseline", "bf16-engine"]))
     prepare(tmp_path, grid, expand(grid))
@@ -308,6 +395,7 @@ def test_select_skips_done_and_failed_unless_retrying(tmp_path):
 
 def test_select_redoes_a_damaged_done_cell_and_refuses_one_without_manifest(tmp_path):
     import io
+
     cells = [{"id": "a"}, {"id": "b"}]
     d = _sealed_done(tmp_path, "a")
     _sealed_done(tmp_path, "b")
@@ -324,8 +412,9 @@ def test_select_redoes_a_damaged_done_cell_and_refuses_one_without_manifest(tmp_
 
 def test_run_cell_records_non_finite_failure_and_skips_finished_runs(ckpt, tmp_path, monkeypatch):
     monkeypatch.setattr(Task, "reward", lambda self, response, problem, format_reward=0.0: float(len(response) % 2))
-    grid = parse_grid(_tiny(ckpt, "nan", ["baseline"], base={"lr": 1e30, "grad_clip": 1e30, "steps": 3},
-                            axes={"seed": [0]}))
+    grid = parse_grid(
+        _tiny(ckpt, "nan", ["baseline"], base={"lr": 1e30, "grad_clip": 1e30, "steps": 3}, axes={"seed": [0]})
+    )
     (bad,) = [c.to_dict() for c in expand(grid)]
     st = run_cell(bad, str(tmp_path))
     assert st["status"] == "failed" and st["attempts"] == 1
@@ -349,6 +438,7 @@ def test_run_cell_records_non_finite_failure_and_skips_finished_runs(ckpt, tmp_p
 def test_missing_ray_and_busy_directory_are_one_line_errors(ckpt, tmp_path, monkeypatch, capsys):
     from timbench.grid.layout import GridLock
     from timbench.runners import get_backend
+
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     with pytest.raises(ValueError, match=r"needs the optional extra: pip install 'timbench\[ray\]'"):
         get_backend("ray")([], str(tmp_path))
@@ -363,9 +453,11 @@ def test_missing_ray_and_busy_directory_are_one_line_errors(ckpt, tmp_path, monk
 
 # ---- local runner end to end (cells in spawned processes) ---------------------------------------
 
+
 def test_local_grid_two_workers_layout_and_failure_isolation(ckpt, tmp_path, capfd):
-    p = _grid_file(tmp_path, _tiny(ckpt, "iso", ["baseline", "torch-kernels", "bf16-engine"],
-                                   collapse={"min_drop": 0.2}))
+    p = _grid_file(
+        tmp_path, _tiny(ckpt, "iso", ["baseline", "torch-kernels", "bf16-engine"], collapse={"min_drop": 0.2})
+    )
     out = tmp_path / "out"
     bad = "add-4d-v1.tiny-dense.bf16-engine.none.recompute.grpo.s0"
     # A stale, foreign run directory: the run refuses it, so this one cell fails at run time.
@@ -438,8 +530,9 @@ def test_kill_9_then_rerun_finishes_without_losing_or_duplicating(ckpt, tmp_path
     try:
         # Kill once the first cell is done and the second has a checkpoint (mid-run if we are quick enough).
         while time.monotonic() < deadline and proc.poll() is None:
-            if (read_status(out, first) or {}).get("status") == "done" and \
-                    (out / "runs" / second / "checkpoints" / "state.pt").is_file():
+            if (read_status(out, first) or {}).get("status") == "done" and (
+                out / "runs" / second / "checkpoints" / "state.pt"
+            ).is_file():
                 break
             time.sleep(0.05)
         assert proc.poll() is None, "the grid finished before it could be killed"
@@ -457,6 +550,7 @@ def test_kill_9_then_rerun_finishes_without_losing_or_duplicating(ckpt, tmp_path
     done_bytes = {n: (out / "runs" / first / f"{n}.jsonl").read_bytes() for n in ("metrics", "eval")}
     interrupted = read_status(out, second)["status"] == "running"
     import torch
+
     resume_at = torch.load(out / "runs" / second / "checkpoints" / "state.pt", weights_only=True)["step"]
     # Wall times differ between runs, so kept timing rows prove a resume from the checkpoint, not a restart.
     kept_timing = (out / "runs" / second / "timing.jsonl").read_text().splitlines(keepends=True)[:resume_at]
@@ -477,6 +571,7 @@ def test_kill_9_then_rerun_finishes_without_losing_or_duplicating(ckpt, tmp_path
 
 # ---- Ray backend --------------------------------------------------------------------------------
 
+
 def test_ray_backend_runs_a_two_cell_grid(ckpt, tmp_path):
     ray = pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
     grid = load_grid(_grid_file(tmp_path, _tiny(ckpt, "ray", ["baseline", "production"])))
@@ -494,30 +589,44 @@ def test_ray_backend_runs_a_two_cell_grid(ckpt, tmp_path):
 
 # ---- remedy variants ------------------------------------------------------------------------------
 
+
 def test_remedy_variants_label_a_remedy_with_its_own_args_and_config(ckpt):
-    doc = _tiny(ckpt, "v", ["baseline"], axes={"remedy": ["none", "rs_k1", "clip"]},
-                remedy_variants={"rs_k1": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k1"}},
-                                 "clip": {"remedy": "none", "eps_low": 0.05, "eps_high": 0.05}})
+    doc = _tiny(
+        ckpt,
+        "v",
+        ["baseline"],
+        axes={"remedy": ["none", "rs_k1", "clip"]},
+        remedy_variants={
+            "rs_k1": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k1"}},
+            "clip": {"remedy": "none", "eps_low": 0.05, "eps_high": 0.05},
+        },
+    )
     grid = parse_grid(doc)
     cells = {c.axes["remedy"]: c for c in expand(grid)}
     assert cells["rs_k1"].id == "add-4d-v1.tiny-dense.baseline.rs_k1.recompute.grpo.s0"
     assert cells["rs_k1"].config["remedy"] == "tis_token+seq_rs"
     assert cells["rs_k1"].config["remedy_args"] == {"divergence": "k1"}
-    assert (cells["clip"].config["remedy"], cells["clip"].config["eps_low"], cells["clip"].config["eps_high"]) == \
-        ("none", 0.05, 0.05)
+    assert (cells["clip"].config["remedy"], cells["clip"].config["eps_low"], cells["clip"].config["eps_high"]) == (
+        "none",
+        0.05,
+        0.05,
+    )
     assert cells["none"].config["eps_low"] is None and cells["none"].config["remedy_args"] == {}
     assert parse_grid(grid.to_dict()).remedy_variants == grid.remedy_variants  # the resolved spec reloads
     # A grid without variants keeps its resolved spec (and so its fingerprint) as before the key existed.
     assert "remedy_variants" not in parse_grid(_tiny(ckpt, "plain", ["baseline"])).to_dict()
 
 
-@pytest.mark.parametrize("variants, message", [
-    ({"x": {"remedy_args": {}}}, "remedy_variants.x must be a mapping with a 'remedy' name"),
-    ({"x": {"remedy": "none", "seed": 3}}, "unknown key(s) ['seed']; 'seed' is owned by axis 'seed'"),
-    ({"x": {"remedy": "none", "colour": 1}}, "remedy_variants.x: unknown key(s) ['colour']"),
-    ({"a/b": {"remedy": "none"}}, "remedy_variants label 'a/b' must be a string of [A-Za-z0-9_.+-]"),
-    ([1], "'remedy_variants' must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "variants, message",
+    [
+        ({"x": {"remedy_args": {}}}, "remedy_variants.x must be a mapping with a 'remedy' name"),
+        ({"x": {"remedy": "none", "seed": 3}}, "unknown key(s) ['seed']; 'seed' is owned by axis 'seed'"),
+        ({"x": {"remedy": "none", "colour": 1}}, "remedy_variants.x: unknown key(s) ['colour']"),
+        ({"a/b": {"remedy": "none"}}, "remedy_variants label 'a/b' must be a string of [A-Za-z0-9_.+-]"),
+        ([1], "'remedy_variants' must be a mapping"),
+    ],
+)
 def test_bad_remedy_variants_are_one_line_errors(variants, message):
     with pytest.raises(ValueError) as e:
         parse_grid({"name": "bad", "remedy_variants": variants})
@@ -525,8 +634,11 @@ def test_bad_remedy_variants_are_one_line_errors(variants, message):
 
 
 def test_a_variant_with_a_bad_parameter_fails_at_plan_time_naming_the_cell():
-    doc = {"name": "bad", "axes": {"remedy": ["v"]},
-           "remedy_variants": {"v": {"remedy": "tis_token+seq_rs", "remedy_args": {"ratio": "pi"}}}}
+    doc = {
+        "name": "bad",
+        "axes": {"remedy": ["v"]},
+        "remedy_variants": {"v": {"remedy": "tis_token+seq_rs", "remedy_args": {"ratio": "pi"}}},
+    }
     with pytest.raises(ValueError) as e:
         expand(parse_grid(doc))
     assert "cell add-4d-v1.tiny-dense.baseline.v.recompute.grpo.s0" in str(e.value) and "ratio 'pi'" in str(e.value)
@@ -552,7 +664,7 @@ def test_paper_grid_fits_three_hours_and_holds_every_figures_cells():
             assert {m for (c, r, m) in settings if c == cond and r == "none"} == {"recompute", "bypass"}, cond
 
 
-SLEEPER = '''
+SLEEPER = """
 import time
 from timbench.remedies import Remedy
 
@@ -561,16 +673,23 @@ class Sleeper(Remedy):
     doc = "never returns (a hung plug-in)"
     def __call__(self, batch):
         time.sleep(3600)
-'''
+"""
 
 
 # waits out a 40 s cell timeout: CI's `slow` stage (make test-slow).
 @pytest.mark.slow
 def test_a_cell_past_its_timeout_is_killed_and_the_grid_goes_on(ckpt, tmp_path, capfd):
     (tmp_path / "sleeper.py").write_text(SLEEPER)
-    p = _grid_file(tmp_path, _tiny(ckpt, "hang", ["baseline", "bf16-engine"],
-                                   axes={"remedy": ["none", f"{tmp_path / 'sleeper.py'}:Sleeper"]},
-                                   exclude=[{"condition": "baseline", "remedy": f"{tmp_path / 'sleeper.py'}:Sleeper"}]))
+    p = _grid_file(
+        tmp_path,
+        _tiny(
+            ckpt,
+            "hang",
+            ["baseline", "bf16-engine"],
+            axes={"remedy": ["none", f"{tmp_path / 'sleeper.py'}:Sleeper"]},
+            exclude=[{"condition": "baseline", "remedy": f"{tmp_path / 'sleeper.py'}:Sleeper"}],
+        ),
+    )
     out = tmp_path / "out"
     # 40 s: a cell's process start and imports count, and on a loaded 2-core machine 20 s was seen to be too few
     assert main(["grid", "run", str(p), "--out", str(out), "--workers", "2", "--cell-timeout", "40"]) == 1
@@ -580,10 +699,11 @@ def test_a_cell_past_its_timeout_is_killed_and_the_grid_goes_on(ckpt, tmp_path, 
     assert "sleeper" in hung and "timed out after 40 s" in hung and "--cell-timeout" in hung
     with pytest.raises(ValueError, match="--cell-timeout must be >= 0"):
         from timbench.runners.local import cell_timeouts
+
         cell_timeouts([{"id": "a", "config": {}}], -1.0)
 
 
-HANG_WHILE = '''
+HANG_WHILE = """
 import os, time
 from timbench.remedies.builtin import NoRemedy
 
@@ -598,13 +718,14 @@ class HangWhile(NoRemedy):
         while HangWhile.calls > 1 and os.path.exists(HANG):
             time.sleep(0.2)
         return super().__call__(batch)
-'''
+"""
 
 
 @pytest.mark.slow  # 30-90 s: CI runs it in the `slow` stage (make test-slow)
 def test_a_ray_cell_past_its_timeout_is_cancelled_recorded_and_resumed_by_a_rerun(ckpt, tmp_path, capfd):
     ray = pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
     from timbench.runners.ship import CKPT, checkpoint_step
+
     hang, pids = tmp_path / "hang", tmp_path / "pids"
     hang.touch()
     (tmp_path / "hang.py").write_text(f"HANG, PIDS = {str(hang)!r}, {str(pids)!r}\n{HANG_WHILE}")
@@ -663,10 +784,12 @@ print("RESULT", ok, p.returncode, "JOINED" in p.stdout)
 def test_the_local_ray_cluster_refuses_a_client_without_its_token(tmp_path):
     import subprocess
     import sys
+
     pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    p = subprocess.run([sys.executable, "-c", _RAY_AUTH], capture_output=True, text=True, timeout=300, env=env,
-                       cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-c", _RAY_AUTH], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")] or [p.stderr[-3000:]]
     ok, rc, joined = line.split()[1:]
     assert ok == "42" and rc != "0" and joined == "False", line  # our tasks run; a tokenless client is refused

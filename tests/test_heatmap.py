@@ -5,8 +5,8 @@ trained, pending, no reference), and failed ones stay hatched."""
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-
 from gridfab import standard_grid
+
 from timbench.report.figures.heatmap import heat_blocks, heat_text, relative_accuracy_heatmap
 from timbench.report.seeds import NOTHING_TRAINED
 from timbench.report.summary import summarize_grid
@@ -15,9 +15,18 @@ pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 
 def row(mode, cond, remedy, rel=0.9, status="done", error=None, collapsed=False, step=None, kind="real"):
-    return {"mode": mode, "condition": cond, "remedy": remedy, "kind": kind, "relative_accuracy_t1": rel,
-            "final_accuracy_t1": 0.5, "status": status,
-            "error": error, "collapse/collapsed": collapsed, "collapse/step": step}
+    return {
+        "mode": mode,
+        "condition": cond,
+        "remedy": remedy,
+        "kind": kind,
+        "relative_accuracy_t1": rel,
+        "final_accuracy_t1": 0.5,
+        "status": status,
+        "error": error,
+        "collapse/collapsed": collapsed,
+        "collapse/step": step,
+    }
 
 
 def sweep_rows() -> list[dict]:
@@ -40,8 +49,10 @@ def test_blocks_are_full_and_hold_every_cell_once():
     blocks = heat_blocks(rows)
     drawn = [(m, c, r) for m, bs in blocks.items() for conds, rems in bs for c in conds for r in rems]
     assert len(drawn) == len(set(drawn)) == len(cells_of(rows)) and set(drawn) == cells_of(rows)
-    assert blocks["recompute"] == [(["baseline", "noise-g1", "noise-g2", "noise-g3"], ["none"]),
-                                   (["nvfp4"], ["none", "geo_rs", "icepop", "k3_rs", "tis_token"])]
+    assert blocks["recompute"] == [
+        (["baseline", "noise-g1", "noise-g2", "noise-g3"], ["none"]),
+        (["nvfp4"], ["none", "geo_rs", "icepop", "k3_rs", "tis_token"]),
+    ]
     assert blocks["bypass"] == [(["bf16", "fp8"], ["none"]), (["nvfp4"], ["none", "ppo_clip"])]
 
 
@@ -65,14 +76,17 @@ def test_the_figure_has_a_square_per_cell_and_no_blank_ones():
     plt.close(fig)
 
 
-@pytest.mark.parametrize("cell, text, kind", [
-    ([row("m", "c", "r", 0.4, status="failed", error="boom")], "failed\n1/1", "failed"),
-    ([row("m", "c", "r", 0.0, status="failed", error=NOTHING_TRAINED)] * 3, "nothing\ntrained\n3/3", "failed"),
-    ([row("m", "c", "r", None, status="pending"), row("m", "c", "r")], "pending\n1/2", "waiting"),
-    ([row("m", "c", "r", None)], "acc 0.50\nno ref", "no ratio"),
-    ([row("m", "c", "r", 0.25, collapsed=True, step=7), row("m", "c", "r", 0.35)], "0.30\nC 1/2@7", "collapsed"),
-    ([row("m", "c", "r", 0.25, status="failed", error="nan", collapsed=True, step=9)], "0.25\nC@9", "collapsed"),
-])
+@pytest.mark.parametrize(
+    "cell, text, kind",
+    [
+        ([row("m", "c", "r", 0.4, status="failed", error="boom")], "failed\n1/1", "failed"),
+        ([row("m", "c", "r", 0.0, status="failed", error=NOTHING_TRAINED)] * 3, "nothing\ntrained\n3/3", "failed"),
+        ([row("m", "c", "r", None, status="pending"), row("m", "c", "r")], "pending\n1/2", "waiting"),
+        ([row("m", "c", "r", None)], "acc 0.50\nno ref", "no ratio"),
+        ([row("m", "c", "r", 0.25, collapsed=True, step=7), row("m", "c", "r", 0.35)], "0.30\nC 1/2@7", "collapsed"),
+        ([row("m", "c", "r", 0.25, status="failed", error="nan", collapsed=True, step=9)], "0.25\nC@9", "collapsed"),
+    ],
+)
 def test_a_square_says_what_it_is(cell, text, kind):
     got_text, value, got_kind = heat_text(cell)
     assert (got_text, got_kind) == (text, kind)

@@ -60,18 +60,36 @@ def _render(page: Path, tmp_path: Path, width: int) -> dict:
         pytest.skip("no Chromium here; `make test-browser` installs it and runs these tests")
     probe = tmp_path / page.name
     probe.write_text(page.read_text().replace("</body>", CHECKS + "</body>"))
-    r = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--window-size={width},900", "--virtual-time-budget=10000", "--dump-dom",
-                        probe.as_uri()], capture_output=True, text=True, timeout=180,
-                       env={**os.environ, "HOME": str(tmp_path)})
+    r = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={width},900",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     m = re.search(r'<pre id="dom-checks">(.*?)</pre>', r.stdout, re.S)
     assert m, f"the page's checks never ran (chromium exit {r.returncode}): {r.stderr[-1500:]}"
     return json.loads(m.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
 
 
-@pytest.mark.parametrize("page,width", [("results/tracks/quick/leaderboard.html", 1280),
-                                        ("results/paper/leaderboard.html", 1000),
-                                        ("results/paper/paper.html", 1280)])
+@pytest.mark.parametrize(
+    "page,width",
+    [
+        ("results/tracks/quick/leaderboard.html", 1280),
+        ("results/paper/leaderboard.html", 1000),
+        ("results/paper/paper.html", 1280),
+    ],
+)
 def test_page_renders_without_overflow_and_with_every_image(page, width, tmp_path):
     checks = _render(REPO / page, tmp_path, width)
     assert checks["tables"] >= 1 and checks["images"] >= 1, checks

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from plugin_text import readme_plugin
 
 pytestmark = pytest.mark.journey
@@ -46,8 +45,10 @@ def test_submit_a_builtin_on_the_mini_track(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     sub = _ranked(out, "trl:sequence_mask")
     assert f"rank {sub['rank_label']} of 3" in r.stdout  # the printed rank is the tie-aware label
-    assert f"regenerate: `timbench submit trl:sequence_mask --track mini --out {out}`" in (
-        out / "leaderboard.md").read_text()
+    assert (
+        f"regenerate: `timbench submit trl:sequence_mask --track mini --out {out}`"
+        in (out / "leaderboard.md").read_text()
+    )
 
 
 def test_submit_the_readme_masking_plugin_on_the_mini_track(tmp_path):
@@ -60,12 +61,17 @@ def test_submit_the_readme_masking_plugin_on_the_mini_track(tmp_path):
     # it masked some tokens and trained on the rest (keep= reached the loss)
     cells = [c for c in json.loads((out / "cells.json").read_text())["cells"] if c["axes"]["remedy"] == sub["remedy"]]
     assert len(cells) == 3
-    masked = [json.loads(ln)["rollout_corr/rollout_rs_masked_fraction"]
-              for c in cells for ln in (out / "runs" / c["id"] / "metrics.jsonl").read_text().splitlines()]
+    masked = [
+        json.loads(ln)["rollout_corr/rollout_rs_masked_fraction"]
+        for c in cells
+        for ln in (out / "runs" / c["id"] / "metrics.jsonl").read_text().splitlines()
+    ]
     assert 0 < max(masked) < 1, masked
     # the regenerate line is a command that names the file and the parameter, as run
-    assert f"timbench submit {plug}:MaskRemedy --track mini --out {out} --set remedy_args.bound=0.5" in (
-        out / "leaderboard.md").read_text()
+    assert (
+        f"timbench submit {plug}:MaskRemedy --track mini --out {out} --set remedy_args.bound=0.5"
+        in (out / "leaderboard.md").read_text()
+    )
 
 
 def test_the_paper_page_of_results_paper_is_remade_byte_for_byte(tmp_path):
@@ -108,7 +114,8 @@ def test_a_readme_journey_block_runs_as_written(block, tmp_path):
     # As a user pastes it after `make setup`: the venv's bin first on PATH, from the repository root, any
     # failing line fails the block.
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path))
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, f"README block failed (exit {r.returncode}):\n{block}\n{r.stderr[-2000:]}"
     assert r.stdout.strip()

@@ -1,7 +1,8 @@
 """Kernel sets: exact ops are bitwise batch-invariant and numerically right; gradients flow."""
 
 import torch
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from timbench.kernels import get_kernels
 
@@ -14,8 +15,13 @@ def _rand(seed, *shape, dtype=torch.float32):
 
 
 @SETTINGS
-@given(m=st.integers(1, 70), k=st.sampled_from([32, 128, 256]), n=st.sampled_from([7, 98, 384]),
-       seed=st.integers(0, 10_000), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+@given(
+    m=st.integers(1, 70),
+    k=st.sampled_from([32, 128, 256]),
+    n=st.sampled_from([7, 98, 384]),
+    seed=st.integers(0, 10_000),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
 def test_linear_rows_do_not_depend_on_batch(m, k, n, seed, dtype):
     x, w = _rand(seed, 80, k, dtype=dtype), _rand(seed + 1, n, k, dtype=dtype)
     full = EX.linear(x, w)
@@ -83,11 +89,13 @@ def test_exact_gradients_match_torch():
 
 def test_unknown_kernel_set_is_a_clear_error():
     import pytest
+
     with pytest.raises(ValueError, match="valid: exact, torch"):
         get_kernels("triton")
 
 
 # --- fixed-order backward vs float64 autograd --------------------------------------------------
+
 
 def _grad_err(f_exact, f_ref, xs, seed, dtype=torch.float32):
     """Max over inputs of max|g_exact - g_ref| / max(max|g_ref|, 1e-2), g_ref by float64 autograd of f_ref.
@@ -111,8 +119,13 @@ DTYPE = st.sampled_from([torch.float32, torch.bfloat16])
 
 
 @SETTINGS
-@given(m=st.integers(1, 70), k=st.sampled_from([8, 32, 128, 384]), n=st.sampled_from([1, 7, 98, 256]),
-       seed=st.integers(0, 10_000), dtype=DTYPE)
+@given(
+    m=st.integers(1, 70),
+    k=st.sampled_from([8, 32, 128, 384]),
+    n=st.sampled_from([1, 7, 98, 256]),
+    seed=st.integers(0, 10_000),
+    dtype=DTYPE,
+)
 def test_linear_backward_matches_float64(m, k, n, seed, dtype):
     err = _grad_err(EX.linear, lambda x, w: x @ w.t(), [_rand(seed, m, k), _rand(seed + 1, n, k)], seed + 2, dtype)
     assert err < GRAD_TOL[dtype]
@@ -124,33 +137,62 @@ def test_rowwise_backwards_match_float64(m, d, seed, dtype):
     x, u = _rand(seed, m, d), _rand(seed + 1, m, d)
     w = 1 + 0.3 * _rand(seed + 2, d)
     tol = GRAD_TOL[dtype]
-    assert _grad_err(lambda a, b: EX.rmsnorm(a, b, 1e-6), lambda a, b: TO.rmsnorm(a, b, 1e-6), [x, w], seed, dtype) < tol
+    assert (
+        _grad_err(lambda a, b: EX.rmsnorm(a, b, 1e-6), lambda a, b: TO.rmsnorm(a, b, 1e-6), [x, w], seed, dtype) < tol
+    )
     assert _grad_err(EX.silu_mul, TO.silu_mul, [x, u], seed, dtype) < tol
     # log_softmax and the router softmax take fp32 logits (as the model calls them).
     assert _grad_err(EX.log_softmax, lambda a: torch.log_softmax(a, -1), [3 * x], seed) < 1e-5
-    assert _grad_err(lambda a: EX.router_topk(a, 1, False)[0], lambda a: torch.softmax(a, -1).max(-1, keepdim=True)[0],
-                     [x[:, :16] if d > 16 else x], seed) < 1e-5
+    assert (
+        _grad_err(
+            lambda a: EX.router_topk(a, 1, False)[0],
+            lambda a: torch.softmax(a, -1).max(-1, keepdim=True)[0],
+            [x[:, :16] if d > 16 else x],
+            seed,
+        )
+        < 1e-5
+    )
 
 
 @SETTINGS
-@given(b=st.integers(1, 3), t=st.integers(1, 19), kvh=st.sampled_from([1, 2]), group=st.sampled_from([1, 2, 4]),
-       d=st.sampled_from([8, 32]), seed=st.integers(0, 10_000), dtype=DTYPE)
+@given(
+    b=st.integers(1, 3),
+    t=st.integers(1, 19),
+    kvh=st.sampled_from([1, 2]),
+    group=st.sampled_from([1, 2, 4]),
+    d=st.sampled_from([8, 32]),
+    seed=st.integers(0, 10_000),
+    dtype=DTYPE,
+)
 def test_causal_attention_backward_matches_float64(b, t, kvh, group, d, seed, dtype):
     q, k, v = _rand(seed, b, t, kvh * group, d), _rand(seed + 1, b, t, kvh, d), _rand(seed + 2, b, t, kvh, d)
     assert _grad_err(EX.causal_attention, TO.causal_attention, [q, k, v], seed + 3, dtype) < GRAD_TOL[dtype]
 
 
 @SETTINGS
-@given(n=st.integers(1, 30), experts=st.sampled_from([4, 8]), k=st.sampled_from([1, 2, 3]), seed=st.integers(0, 10_000),
-       normalize=st.booleans(), replay=st.booleans())
+@given(
+    n=st.integers(1, 30),
+    experts=st.sampled_from([4, 8]),
+    k=st.sampled_from([1, 2, 3]),
+    seed=st.integers(0, 10_000),
+    normalize=st.booleans(),
+    replay=st.booleans(),
+)
 def test_router_backward_matches_float64_with_replayed_experts(n, experts, k, seed, normalize, replay):
     # k=1 renormalised weights are p/p = 1: the true gradient is 0 and any fp32 one is cancellation noise
     assume(not (k == 1 and normalize))
     logits = 2 * _rand(seed, n, experts)
-    chosen = torch.stack([torch.randperm(experts, generator=torch.Generator().manual_seed(seed + i))[:k]
-                          for i in range(n)]) if replay else EX.router_topk(logits, k, normalize)[1]
-    err = _grad_err(lambda x: EX.router_topk(x, k, normalize, chosen if replay else None)[0],
-                    lambda x: TO.router_topk(x, k, normalize, chosen)[0], [logits], seed + 1)
+    chosen = (
+        torch.stack([torch.randperm(experts, generator=torch.Generator().manual_seed(seed + i))[:k] for i in range(n)])
+        if replay
+        else EX.router_topk(logits, k, normalize)[1]
+    )
+    err = _grad_err(
+        lambda x: EX.router_topk(x, k, normalize, chosen if replay else None)[0],
+        lambda x: TO.router_topk(x, k, normalize, chosen)[0],
+        [logits],
+        seed + 1,
+    )
     assert err < 1e-5
 
 

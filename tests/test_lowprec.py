@@ -13,10 +13,10 @@ from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_model
 from timbench.quant import WEIGHT_QUANT
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
-from timbench.warmstart.shipped import default_checkpoint
 from timbench.spec.keys import SpecError, parse_spec, quantized_reference
 from timbench.tasks.base import Task
 from timbench.trainer import sequence_logprobs
+from timbench.warmstart.shipped import default_checkpoint
 
 BATCHES = (1, 3, 16)
 FORMATS = [k for k in WEIGHT_QUANT if k != "none"]
@@ -31,11 +31,16 @@ def test_same_weight_format_on_both_sides_is_exactly_zero(model, fmt):
         assert r["routing_agreement"] == 1.0
 
 
-@pytest.mark.parametrize("spec", ["dtype=bf16,weight_quant=nvfp4,act_quant=nvfp4",
-                                  "dtype=bf16,weight_quant=fp8_block,act_quant=fp8_block",
-                                  "dtype=bf16,weight_quant=int8,act_quant=int8",
-                                  "dtype=fp32,weight_quant=mxfp4,act_quant=mxfp8",
-                                  "dtype=bf16,weight_quant=int4,tp=2"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "dtype=bf16,weight_quant=nvfp4,act_quant=nvfp4",
+        "dtype=bf16,weight_quant=fp8_block,act_quant=fp8_block",
+        "dtype=bf16,weight_quant=int8,act_quant=int8",
+        "dtype=fp32,weight_quant=mxfp4,act_quant=mxfp8",
+        "dtype=bf16,weight_quant=int4,tp=2",
+    ],
+)
 def test_weights_and_activations_quantized_on_both_sides_is_exactly_zero(model, spec):
     r = align(model, spec, spec, seed=2, batches=BATCHES)
     assert r["max_abs_diff"] == 0.0 and r["frac_tokens_differ"] == 0.0
@@ -45,8 +50,10 @@ def test_weights_and_activations_quantized_on_both_sides_is_exactly_zero(model, 
 
 def test_quantized_engine_is_a_mismatch_ordered_by_bits(dense):
     # fp32 exact trainer throughout; only the engine's weight format changes.
-    mean = {f: align(dense, f"weight_quant={f}", "kernels=exact", seed=0, batches=BATCHES)["mean_abs_diff"]
-            for f in ("int8", "fp8", "nvfp4")}
+    mean = {
+        f: align(dense, f"weight_quant={f}", "kernels=exact", seed=0, batches=BATCHES)["mean_abs_diff"]
+        for f in ("int8", "fp8", "nvfp4")
+    }
     assert 0.0 < mean["int8"] < mean["fp8"] < mean["nvfp4"]
 
 
@@ -88,8 +95,11 @@ def test_engine_requantizes_at_each_weight_sync(dense):
 
 
 def test_spec_errors_are_one_line():
-    for bad, needle in [("weight_quant=fp7", "valid: none|fp8"), ("act_quant=fp8", "needs weight_quant"),
-                        ("kv_cache_dtype=int8", "valid: auto|fp8_e4m3")]:
+    for bad, needle in [
+        ("weight_quant=fp7", "valid: none|fp8"),
+        ("act_quant=fp8", "needs weight_quant"),
+        ("kv_cache_dtype=int8", "valid: auto|fp8_e4m3"),
+    ]:
         with pytest.raises(SpecError, match=needle) as e:
             parse_spec(bad, "engine spec", side="engine")
         assert "\n" not in str(e.value)
@@ -110,12 +120,26 @@ def parity_reward(monkeypatch):
 
 def _cfg(tmp_path, *extra):
     from timbench.model import save_checkpoint
+
     ck = tmp_path / "ck"
     if not ck.exists():
         save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), ck)
-    return load_config(None, [f"model={ck}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                              "eval_every=2", "eval_n=8", "lr=1e-3", "engine.weight_quant=nvfp4",
-                              "engine.act_quant=nvfp4", *extra])
+    return load_config(
+        None,
+        [
+            f"model={ck}",
+            "steps=2",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=8",
+            "lr=1e-3",
+            "engine.weight_quant=nvfp4",
+            "engine.act_quant=nvfp4",
+            *extra,
+        ],
+    )
 
 
 def _rows(d, name):
@@ -142,8 +166,10 @@ def test_unified_precision_makes_a_quantized_run_exact_again(tmp_path, parity_re
 
 def test_unquantized_runs_log_no_quantized_accuracy(tmp_path, parity_reward):
     from timbench.model import save_checkpoint
+
     save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), tmp_path / "ck")
-    cfg = load_config(None, [f"model={tmp_path / 'ck'}", "steps=1", "prompts_per_step=2", "group_size=2",
-                             "eval_every=1", "eval_n=4"])
+    cfg = load_config(
+        None, [f"model={tmp_path / 'ck'}", "steps=1", "prompts_per_step=2", "group_size=2", "eval_every=1", "eval_n=4"]
+    )
     run(cfg, tmp_path / "r", progress=False)
     assert all("quantized/accuracy_greedy" not in r for r in _rows(tmp_path / "r", "eval"))

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from gridfab import cell_decl, cell_id, write_cell, write_cells_json
+
 from timbench.cli import main
 from timbench.grid.merge import merge
 from timbench.report.leaderboard import remedy_ranking
@@ -53,8 +53,11 @@ def test_merging_into_an_existing_merge_keeps_what_it_holds(tmp_path):
 def test_different_results_for_one_cell_are_refused(tmp_path):
     a = part(tmp_path / "a", BASE)
     b = part(tmp_path / "b", [("baseline", "none", 0, 0.81)])  # same cell, another accuracy
-    with pytest.raises(ValueError, match=r"cell add-4d-v1.tiny-dense.baseline.none.recompute.grpo.s0 finished in "
-                                         r"both .* with different results \(eval.jsonl differs\)") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"cell add-4d-v1.tiny-dense.baseline.none.recompute.grpo.s0 finished in "
+        r"both .* with different results \(eval.jsonl differs\)",
+    ) as e:
         merge([a, b], tmp_path / "m")
     assert "\n" not in str(e.value) and not (tmp_path / "m").exists()  # refused before anything is written
 
@@ -74,16 +77,27 @@ def test_a_done_copy_wins_over_a_failed_or_pending_one(tmp_path):
     b = part(tmp_path / "b", [("baseline", "none", 0, 0.8), ("noise-3", "none", 0, 0.5)])
     merge([a, b], tmp_path / "m")
     assert {c.id: c.status for c in load_results(tmp_path / "m").cells} == {
-        cell_id("baseline", "none"): "done", cell_id("noise-3", "none"): "done"}
+        cell_id("baseline", "none"): "done",
+        cell_id("noise-3", "none"): "done",
+    }
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.update(grid="other"), "different grid fingerprint \\(grid 'fab' vs 'other'\\)"),
-    (lambda d: d.update(collapse={"alpha": 0.3}), "collapse"),
-    (lambda d: [c["config"].update(steps=99) for c in d["cells"]], "config key 'steps' \\(30 vs 99\\)"),
-    (lambda d: [c["condition"].update(engine="kernels=exact,noise=gaussian:4.0") for c in d["cells"]
-                if c["condition"]["name"] == "noise-3"], "condition 'noise-3'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.update(grid="other"), "different grid fingerprint \\(grid 'fab' vs 'other'\\)"),
+        (lambda d: d.update(collapse={"alpha": 0.3}), "collapse"),
+        (lambda d: [c["config"].update(steps=99) for c in d["cells"]], "config key 'steps' \\(30 vs 99\\)"),
+        (
+            lambda d: [
+                c["condition"].update(engine="kernels=exact,noise=gaussian:4.0")
+                for c in d["cells"]
+                if c["condition"]["name"] == "noise-3"
+            ],
+            "condition 'noise-3'",
+        ),
+    ],
+)
 def test_another_grid_is_refused_naming_what_differs(tmp_path, change, message):
     a, b = part(tmp_path / "a", BASE), part(tmp_path / "b", NEW)
     doc = json.loads((b / "cells.json").read_text())
@@ -122,8 +136,10 @@ def _variant(root, eps, seeds):
     part(root, [("baseline", "none", s, 0.8) for s in seeds] + [("noise-3", "clip", s, 0.6) for s in seeds])
     doc = json.loads((root / "cells.json").read_text())
     for c in doc["cells"]:
-        c["config"].update(eps_low=eps if c["axes"]["remedy"] == "clip" else None,
-                           eps_high=eps if c["axes"]["remedy"] == "clip" else None)
+        c["config"].update(
+            eps_low=eps if c["axes"]["remedy"] == "clip" else None,
+            eps_high=eps if c["axes"]["remedy"] == "clip" else None,
+        )
     (root / "cells.json").write_text(json.dumps(doc))
     return root
 
@@ -132,8 +148,11 @@ def test_remedy_variant_keys_merge_per_label_and_a_label_with_two_configs_is_ref
     a, b = _variant(tmp_path / "a", 0.05, [0, 1]), _variant(tmp_path / "b", 0.05, [2, 3])
     assert merge([a, b], tmp_path / "m")["cells"] == 8  # eps differs between labels, not within one
     c = _variant(tmp_path / "c", 0.1, [4])
-    with pytest.raises(ValueError, match=r"the merged cells: cell .*noise-3.clip.recompute.grpo.s4 differs from "
-                                         r"the other 'clip' cells in config key 'eps_high'") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"the merged cells: cell .*noise-3.clip.recompute.grpo.s4 differs from "
+        r"the other 'clip' cells in config key 'eps_high'",
+    ) as e:
         merge([a, c], tmp_path / "m2")
     assert "\n" not in str(e.value) and not (tmp_path / "m2").exists()
     # a shared key that differs is still refused, variants or not

@@ -28,8 +28,8 @@ def test_known_values():
     assert m["tokens"] == 2
     assert math.isclose(m["rollout_corr/kl"], -math.log(2) / 2, rel_tol=1e-6)
     assert math.isclose(m["rollout_corr/k3_kl"], float((rho - 1 - rho.log()).mean()), rel_tol=1e-6)
-    assert math.isclose(m["rollout_corr/chi2_token"], float((rho ** 2).mean() - 1), rel_tol=1e-6)
-    assert math.isclose(m["rollout_corr/chi2_seq"], 2.0 ** 2 - 1, rel_tol=1e-6)
+    assert math.isclose(m["rollout_corr/chi2_token"], float((rho**2).mean() - 1), rel_tol=1e-6)
+    assert math.isclose(m["rollout_corr/chi2_seq"], 2.0**2 - 1, rel_tol=1e-6)
     assert math.isclose(m["training/rollout_probs_diff_max"], 0.25, rel_tol=1e-6)
     assert math.isclose(m["mismatch/max_abs_delta"], math.log(2), rel_tol=1e-6)
     assert m["mismatch/frac_tokens_differ"] == 0.5

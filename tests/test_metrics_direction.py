@@ -8,8 +8,13 @@ import json
 import pytest
 import torch
 
-from timbench.metrics.direction import (IMBALANCE_CAP, QUADRANTS, direction_metrics, quadrant_metrics,
-                                        tail_segment_concentration)
+from timbench.metrics.direction import (
+    IMBALANCE_CAP,
+    QUADRANTS,
+    direction_metrics,
+    quadrant_metrics,
+    tail_segment_concentration,
+)
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 
@@ -23,8 +28,12 @@ MASK = torch.tensor([[True, True, True], [True, True, False]])
 def test_quadrant_shares_and_imbalance_by_hand():
     # |A| |delta|: row 0 -> 0.2 (A>0, d>0), 0.1 (A>0, d<0), 0; row 1 -> 0.6 (A<0, d<0), 0.8 (A<0, d>0). Total 1.7.
     m = quadrant_metrics(DELTA, ADV, MASK)
-    want = {"pos_adv_pos_delta": 0.2 / 1.7, "pos_adv_neg_delta": 0.1 / 1.7, "neg_adv_pos_delta": 0.8 / 1.7,
-            "neg_adv_neg_delta": 0.6 / 1.7}
+    want = {
+        "pos_adv_pos_delta": 0.2 / 1.7,
+        "pos_adv_neg_delta": 0.1 / 1.7,
+        "neg_adv_pos_delta": 0.8 / 1.7,
+        "neg_adv_neg_delta": 0.6 / 1.7,
+    }
     for q in QUADRANTS:
         assert m[f"tim/quadrant_mass/{q}"] == pytest.approx(want[q], rel=1e-12)
     assert m["tim/neg_adv_imbalance"] == pytest.approx(0.6 / 0.8, rel=1e-12)

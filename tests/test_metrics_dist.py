@@ -13,12 +13,12 @@ from timbench.engine.sampler import SamplingParams, sampling_support
 from timbench.engine.sequence import Request
 from timbench.kernels import get_kernels
 from timbench.metrics.dist import TOP_K, distribution_metrics, topk_key
+from timbench.metrics.schema import is_known
 from timbench.model import Compute
 from timbench.rl import step as step_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.rl.rollout import pad_dist
-from timbench.metrics.schema import is_known
 from timbench.spec.keys import parse_spec
 from timbench.trainer import sequence_logprobs
 
@@ -39,8 +39,8 @@ def _log(rows, dtype=torch.float64):
 #   C: p = (.1, .2, .3, .4)       q = (.4, .3, .2, .1)       TV = (.3 + .1 + .1 + .3) / 2 = .4;  argmax 3 vs 0;
 #      top-2 {3, 2} vs {0, 1}: overlap 0
 # tv_mean = .95 / 3, tv_max = .4, top1 = 1/3, top-2 consistency = (2 + 2 + 0) / 6 = 2/3, top-1 = top-1 agreement.
-P = [[[.5, .25, .125, .125], [.7, .1, .1, .1]], [[.1, .2, .3, .4], [1.0, 0.0, 0.0, 0.0]]]
-Q = [[[.25, .5, .125, .125], [.4, .3, .2, .1]], [[.4, .3, .2, .1], [0.5, 0.5, 0.0, 0.0]]]
+P = [[[0.5, 0.25, 0.125, 0.125], [0.7, 0.1, 0.1, 0.1]], [[0.1, 0.2, 0.3, 0.4], [1.0, 0.0, 0.0, 0.0]]]
+Q = [[[0.25, 0.5, 0.125, 0.125], [0.4, 0.3, 0.2, 0.1]], [[0.4, 0.3, 0.2, 0.1], [0.5, 0.5, 0.0, 0.0]]]
 MASK = torch.tensor([[True, True], [True, False]])
 
 
@@ -54,12 +54,17 @@ def _poisoned(x: torch.Tensor) -> torch.Tensor:
 def test_formulas_on_a_batch_worked_out_by_hand(dtype):
     p, q = _poisoned(_log(P, dtype)), _poisoned(_log(Q, dtype))
     m = distribution_metrics(p, q, MASK, k=2)
-    assert set(m) == {"tim/bitwise_equal_frac", "tim/tv_mean", "tim/tv_max", "tim/top1_agreement",
-                      "tim/top2_consistency"}
+    assert set(m) == {
+        "tim/bitwise_equal_frac",
+        "tim/tv_mean",
+        "tim/tv_max",
+        "tim/top1_agreement",
+        "tim/top2_consistency",
+    }
     assert m["tim/tv_mean"] == pytest.approx(0.95 / 3, rel=1e-6) and m["tim/tv_max"] == pytest.approx(0.4, rel=1e-6)
     assert m["tim/top1_agreement"] == 1 / 3 and m["tim/top2_consistency"] == 4 / 6
     assert m["tim/bitwise_equal_frac"] == 0.0
-    assert distribution_metrics(p, q, MASK, k=1)["tim/top1_consistency"] == 1 / 3   # K = 1 is top-1 agreement
+    assert distribution_metrics(p, q, MASK, k=1)["tim/top1_consistency"] == 1 / 3  # K = 1 is top-1 agreement
     # K = V: every set is the whole vocabulary
     assert distribution_metrics(p, q, MASK, k=4)["tim/top4_consistency"] == 1.0
     # one position equal bit for bit: a third of the rows
@@ -69,21 +74,21 @@ def test_formulas_on_a_batch_worked_out_by_hand(dtype):
 
 
 def test_ties_go_to_the_lower_token_id():
-    p = _log([[.1, .1, .4, .4]])          # argmax: ids 2 and 3 tie -> 2
-    q = _log([[.1, .1, .45, .35]])        # argmax 2
-    r = _log([[.1, .1, .35, .45]])        # argmax 3
+    p = _log([[0.1, 0.1, 0.4, 0.4]])  # argmax: ids 2 and 3 tie -> 2
+    q = _log([[0.1, 0.1, 0.45, 0.35]])  # argmax 2
+    r = _log([[0.1, 0.1, 0.35, 0.45]])  # argmax 3
     assert distribution_metrics(p, q, k=1)["tim/top1_agreement"] == 1.0
     assert distribution_metrics(p, r, k=1)["tim/top1_agreement"] == 0.0
     # top-3 of p: {2, 3} then the tie .1 = .1 -> id 0; q2's top-3 is {2, 3, 0}, q3's {2, 3, 1}
-    assert distribution_metrics(p, _log([[.15, .1, .4, .35]]), k=3)["tim/top3_consistency"] == 1.0
-    assert distribution_metrics(p, _log([[.1, .15, .4, .35]]), k=3)["tim/top3_consistency"] == 2 / 3
+    assert distribution_metrics(p, _log([[0.15, 0.1, 0.4, 0.35]]), k=3)["tim/top3_consistency"] == 1.0
+    assert distribution_metrics(p, _log([[0.1, 0.15, 0.4, 0.35]]), k=3)["tim/top3_consistency"] == 2 / 3
 
 
 def test_masked_rows_never_leak_and_an_empty_mask_gives_the_zero_mismatch_values():
     p, q = _log(P), _log(Q)
     clean = distribution_metrics(p, q, MASK, k=2)
     assert clean == distribution_metrics(_poisoned(p), _poisoned(q), MASK, k=2)
-    assert all(v == v for v in clean.values())   # no NaN
+    assert all(v == v for v in clean.values())  # no NaN
     empty = distribution_metrics(_poisoned(p), _poisoned(q), torch.zeros(2, 2, dtype=torch.bool), k=2)
     assert empty == {**ZERO, topk_key(2): 1.0} and topk_key(TOP_K) == "tim/top5_consistency"
     # -inf entries (zero probability) inside compared rows are fine: exp(-inf) = 0 on both sides
@@ -93,15 +98,18 @@ def test_masked_rows_never_leak_and_an_empty_mask_gives_the_zero_mismatch_values
 
 @pytest.mark.parametrize("k", [0, -1, 5, True, 2.0, "3"])
 def test_a_bad_k_is_a_one_line_error(k):
-    p = _log([[.25, .25, .25, .25]])
-    with pytest.raises(ValueError, match=r"^distribution_metrics: k \(the top-K set size\) must be an integer "
-                                         r"in \[1, V=4\], got ") as e:
+    p = _log([[0.25, 0.25, 0.25, 0.25]])
+    with pytest.raises(
+        ValueError,
+        match=r"^distribution_metrics: k \(the top-K set size\) must be an integer "
+        r"in \[1, V=4\], got ",
+    ) as e:
         distribution_metrics(p, p, k=k)
     assert "\n" not in str(e.value)
 
 
 def test_bad_shapes_are_one_line_errors():
-    p = _log([[.25, .25, .25, .25]])
+    p = _log([[0.25, 0.25, 0.25, 0.25]])
     with pytest.raises(ValueError, match=r"must have one shape \[\.\.\., V\], got \(1, 4\) and \(1, 3\)"):
         distribution_metrics(p, p[:, :3])
     with pytest.raises(ValueError, match=r"mask must have the distributions' leading shape \(1,\), got \(2,\)"):
@@ -130,9 +138,9 @@ def test_full_logprobs_are_opt_in_raw_and_change_no_sampled_bit(dense, spec):
         # raw: normalised over the whole vocabulary, whatever top-k / top-p kept
         assert torch.allclose(rows.double().exp().sum(-1), torch.ones(len(rows), dtype=torch.float64), atol=1e-5)
         picked = rows.gather(-1, torch.tensor(b.token_ids)[:, None])[:, 0]
-        if b.support is None:       # no truncation: the sampled token's logprob is read off the same row
+        if b.support is None:  # no truncation: the sampled token's logprob is read off the same row
             assert torch.equal(picked, b.logprobs)
-        else:                       # truncated: the processed logprob is the raw one renormalised over the support
+        else:  # truncated: the processed logprob is the raw one renormalised over the support
             assert bool((b.logprobs >= picked).all()) and not torch.equal(picked, b.logprobs)
             # and the support is the one top-k / top-p cut from this very row
             assert torch.equal(sampling_support(rows, SamplingParams(top_k=4, top_p=0.9), EXACT), b.support)
@@ -143,14 +151,15 @@ def test_zero_mismatch_is_exact_in_two_chunks(dense, dtype):
     spec = parse_spec(f"dtype={dtype}")
     eng = Engine(dense.config, spec)
     eng.load_weights(dense)
-    comps = eng.generate([Request((1, 5, 7, i % 5 + 2), 3 + 2 * i, i) for i in range(5)],
-                         SamplingParams(seed=1, full_logprobs=True))
+    comps = eng.generate(
+        [Request((1, 5, 7, i % 5 + 2), 3 + 2 * i, i) for i in range(5)], SamplingParams(seed=1, full_logprobs=True)
+    )
     seqs = [(c.prompt_ids, c.token_ids) for c in comps]
     width = max(len(c.token_ids) for c in comps)
     engine_dist = pad_dist([c.full_logprobs for c in comps], width)
     assert engine_dist.shape == (5, width, dense.config.vocab_size)
     compute = Compute.from_spec(parse_spec(f"dtype={dtype}", side="trainer"))
-    with torch.no_grad():   # two chunks of different response widths, padded as the loop's recompute does
+    with torch.no_grad():  # two chunks of different response widths, padded as the loop's recompute does
         outs = [sequence_logprobs(dense, compute, seqs[s], full_dist=True) for s in (slice(0, 2), slice(2, 5))]
     trainer_dist = torch.cat([torch.nn.functional.pad(o.dist, (0, 0, 0, width - o.dist.shape[1])) for o in outs])
     mask = torch.cat([torch.nn.functional.pad(o.mask, (0, width - o.mask.shape[1])) for o in outs])
@@ -175,8 +184,9 @@ def test_logged_every_step_and_absent_without_an_engine_distribution(tmp_path, m
     assert all({k: r[k] for k in ZERO} == ZERO and r["tim/top5_consistency"] == 1.0 for r in _rows(tmp_path / "zero"))
     run(load_config(None, replay + ["engine.dtype=bf16"]), tmp_path / "bf16", progress=False)
     bf16 = _rows(tmp_path / "bf16")
-    assert all(r["tim/tv_mean"] > 0 and r["tim/tv_max"] >= r["tim/tv_mean"] and r["tim/bitwise_equal_frac"] < 1
-               for r in bf16)
+    assert all(
+        r["tim/tv_mean"] > 0 and r["tim/tv_max"] >= r["tim/tv_mean"] and r["tim/bitwise_equal_frac"] < 1 for r in bf16
+    )
     # an engine that gives no full distribution (vLLM): no tim/ keys, and every other value the same bits
     real = step_mod.collect
 
@@ -189,6 +199,9 @@ def test_logged_every_step_and_absent_without_an_engine_distribution(tmp_path, m
     run(load_config(None, replay + ["engine.dtype=bf16"]), tmp_path / "none", progress=False)
     none = _rows(tmp_path / "none")
     from timbench.metrics.dist import distribution_metrics
-    dist_keys = set(distribution_metrics(torch.zeros(1, 1, 8), torch.zeros(1, 1, 8), torch.ones(1, 1, dtype=torch.bool)))
+
+    dist_keys = set(
+        distribution_metrics(torch.zeros(1, 1, 8), torch.zeros(1, 1, 8), torch.ones(1, 1, dtype=torch.bool))
+    )
     assert not [k for r in none for k in r if k in dist_keys]
     assert none == [{k: v for k, v in r.items() if k not in dist_keys} for r in bf16]

@@ -10,9 +10,9 @@ from timbench.align import align
 from timbench.kernels import get_kernels
 from timbench.kernels import numba_ops as nb
 from timbench.kernels.mma_accum import blocked_matmul
-from timbench.spec.mma import MmaAccum, parse_mma_accum
 from timbench.model import Compute, load_model
 from timbench.spec.keys import SpecError, parse_spec
+from timbench.spec.mma import MmaAccum, parse_mma_accum
 
 
 def _data(m=5, k=64, n=7, seed=0):
@@ -123,9 +123,9 @@ def test_committed_accumulation_table():
 def test_an_rl_run_with_the_same_accumulation_on_both_sides_has_zero_mismatch(tmp_path):
     import json
 
+    from timbench.metrics.schema import MAX_ABS_DELTA
     from timbench.rl.config import load_config
     from timbench.rl.loop import run
-    from timbench.metrics.schema import MAX_ABS_DELTA
 
     sets = ["steps=2", "prompts_per_step=2", "group_size=4", "eval_every=2", "eval_n=8", "engine.mma_accum=16:e13"]
     run(load_config(None, sets + ["trainer.mma_accum=16:e13"]), tmp_path / "same", progress=False)

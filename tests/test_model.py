@@ -20,6 +20,7 @@ def test_presets_are_tiny_and_counted_right():
 @pytest.mark.parametrize("kernels", ["torch", "exact"])
 def test_transformers_loads_checkpoint_and_agrees(model, kernels, tmp_path):
     from transformers import AutoModelForCausalLM
+
     save_checkpoint(model, tmp_path)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
     assert hf.config.model_type == model.config.model_type
@@ -38,7 +39,8 @@ def test_save_load_round_trip_is_bitwise(model, tmp_path):
         assert torch.equal(a, b), k
     assert json.loads((tmp_path / "card.json").read_text()) == {"note": "x"}
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
-        p.name for p in tmp_path.iterdir()}
+        p.name for p in tmp_path.iterdir()
+    }
 
 
 def test_checkpoint_whose_config_does_not_match_is_rejected(dense, tmp_path):
@@ -65,14 +67,18 @@ CORRUPTIONS = {  # file -> (how its bytes are damaged, what the one-line error m
     "config-a-list": ("config.json", lambda b: b"[1, 2]", "expected a JSON object"),
     "config-binary": ("config.json", lambda b: b"\xff\xfe\x00\x01", "not UTF-8 text"),
     "tokenizer-not-json": ("tokenizer.json", lambda b: b"{oops", "not a readable tokenizer.json"),
-    "config-field-wrong-type": ("config.json", lambda b: b.replace(b'"hidden_size": 128', b'"hidden_size": "x"'),
-                                "hidden_size='x' is not valid; expected an integer >= 0"),
+    "config-field-wrong-type": (
+        "config.json",
+        lambda b: b.replace(b'"hidden_size": 128', b'"hidden_size": "x"'),
+        "hidden_size='x' is not valid; expected an integer >= 0",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CORRUPTIONS))
 def test_corrupt_checkpoint_file_is_a_one_line_error_naming_it(dense, tmp_path, case, capsys):
     from timbench.cli import main
+
     name, damage, says = CORRUPTIONS[case]
     save_checkpoint(dense, tmp_path)
     path = tmp_path / name

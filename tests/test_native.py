@@ -26,8 +26,19 @@ from timbench.kernels import numba_ops as nb
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no gcc here: numba serves (nothing to compare)")
 
-SHAPES = [(1, 1, 1), (1, 128, 128), (3, 7, 5), (5, 300, 40), (13, 37, 21), (64, 128, 99), (6, 16, 16),
-          (7, 600, 33), (257, 129, 8), (2048, 64, 17), (2100, 40, 48)]
+SHAPES = [
+    (1, 1, 1),
+    (1, 128, 128),
+    (3, 7, 5),
+    (5, 300, 40),
+    (13, 37, 21),
+    (64, 128, 99),
+    (6, 16, 16),
+    (7, 600, 33),
+    (257, 129, 8),
+    (2048, 64, 17),
+    (2100, 40, 48),
+]
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -35,9 +46,13 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 HOST = native.library().host_isa if native.library() else -1  # the best build this CPU runs (native.ISAS)
-ISA = pytest.mark.parametrize("isa", [
-    pytest.param(i, id=name, marks=pytest.mark.skipif(i > HOST, reason=f"this CPU lacks {native.ISA_NEEDS[name]}"))
-    for i, name in enumerate(native.ISAS)])
+ISA = pytest.mark.parametrize(
+    "isa",
+    [
+        pytest.param(i, id=name, marks=pytest.mark.skipif(i > HOST, reason=f"this CPU lacks {native.ISA_NEEDS[name]}"))
+        for i, name in enumerate(native.ISAS)
+    ],
+)
 
 
 def _with(isa: int, threads: int, fn, *args):
@@ -62,8 +77,11 @@ def test_native_matmuls_equal_the_numba_kernels_bit_for_bit(m, k, n, isa):
     w = np.ascontiguousarray(wt.T)  # [n, k]: dX = g @ w
     want = (nb.matmul(x, wt), ng.matmul_fma(g, w), ng.matmul_tn(g, x))
     for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
-        got = (_with(isa, threads, native.matmul, x, wt), _with(isa, threads, native.matmul_fma, g, w),
-               _with(isa, threads, native.matmul_tn, g, x))
+        got = (
+            _with(isa, threads, native.matmul, x, wt),
+            _with(isa, threads, native.matmul_fma, g, w),
+            _with(isa, threads, native.matmul_tn, g, x),
+        )
         for name, a, b in zip(("matmul", "matmul_fma", "matmul_tn"), want, got):
             assert a.shape == b.shape, name
             assert np.array_equal(_bits(a), _bits(b)), f"{name} isa={isa} threads={threads}"
@@ -110,28 +128,33 @@ def test_the_build_is_cached_and_a_broken_source_names_gcc(tmp_path, monkeypatch
 
 
 def _child(env: dict, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_switches_numba_fallback_and_each_build():
     code = "from timbench.kernels import native; print(native.isa())"
     assert _child({"TIMBENCH_NATIVE": "0"}, code).stdout.strip() == "numba"
     assert _child({}, code).stdout.strip() == native.ISAS[HOST]  # auto: the best build this CPU runs
-    for name in native.ISAS[:HOST + 1]:
+    for name in native.ISAS[: HOST + 1]:
         assert _child({"TIMBENCH_NATIVE_ISA": name}, code).stdout.strip() == name
     bad = _child({"TIMBENCH_NATIVE_ISA": "avx9"}, code)
     assert bad.returncode != 0 and "TIMBENCH_NATIVE_ISA='avx9'; valid: auto, avx512, avx2, generic" in bad.stderr
     # No gcc on PATH and nothing cached: a warning, then numba serves, with the same bits.
-    same = ("import hashlib, numpy as np\nr = np.random.default_rng(0)\n"
-            "q, k = r.standard_normal((2, 9, 4, 8), dtype=np.float32), r.standard_normal((2, 9, 2, 8), dtype=np.float32)\n"
-            "o, p = native.attend_causal(q, k, k, 0.3, True)\n"
-            "g = native.attend_causal_bwd(q, k, k, q, p, 0.3)\n"
-            "x = r.standard_normal((9, 5), dtype=np.float32)\n"
-            "print(hashlib.sha256(b''.join(a.tobytes() for a in (o, *g, native.matmul(x, x.T.copy()), "
-            "native.matmul_fma(x, x.T.copy()), native.matmul_tn(x, x)))).hexdigest())")
-    no_gcc = _child({"PATH": "/nonexistent", "TIMBENCH_CACHE_DIR": "/nonexistent/cache"},
-                    "import warnings; warnings.simplefilter('always')\n" + code + "\n" + same)
+    same = (
+        "import hashlib, numpy as np\nr = np.random.default_rng(0)\n"
+        "q, k = r.standard_normal((2, 9, 4, 8), dtype=np.float32), r.standard_normal((2, 9, 2, 8), dtype=np.float32)\n"
+        "o, p = native.attend_causal(q, k, k, 0.3, True)\n"
+        "g = native.attend_causal_bwd(q, k, k, q, p, 0.3)\n"
+        "x = r.standard_normal((9, 5), dtype=np.float32)\n"
+        "print(hashlib.sha256(b''.join(a.tobytes() for a in (o, *g, native.matmul(x, x.T.copy()), "
+        "native.matmul_fma(x, x.T.copy()), native.matmul_tn(x, x)))).hexdigest())"
+    )
+    no_gcc = _child(
+        {"PATH": "/nonexistent", "TIMBENCH_CACHE_DIR": "/nonexistent/cache"},
+        "import warnings; warnings.simplefilter('always')\n" + code + "\n" + same,
+    )
     assert no_gcc.stdout.split()[0] == "numba" and "native matmuls unavailable" in no_gcc.stderr
     assert no_gcc.stdout.split()[1] == _child({}, code + "\n" + same).stdout.split()[1]
 
@@ -139,8 +162,11 @@ def test_switches_numba_fallback_and_each_build():
 def test_a_build_this_cpu_cannot_run_is_refused_in_one_line():
     assert [native.pick_isa(w, 2) for w in ("auto", "avx512", "avx2", "generic")] == [2, 2, 1, 0]
     assert native.pick_isa("auto", 0) == 0
-    with pytest.raises(ValueError, match=r"^TIMBENCH_NATIVE_ISA='avx512': this CPU lacks avx512f; it runs avx2, "
-                                         r"generic$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^TIMBENCH_NATIVE_ISA='avx512': this CPU lacks avx512f; it runs avx2, "
+        r"generic$",
+    ):
         native.pick_isa("avx512", 1)
     with pytest.raises(ValueError, match=r"^TIMBENCH_NATIVE_ISA='avx2': this CPU lacks avx2 \+ fma; it runs generic$"):
         native.pick_isa("avx2", 0)
@@ -186,16 +212,19 @@ def test_every_build_gives_the_same_bits_as_each_other_and_numba():
         nans += sum(int((a == 0x7FC00000).sum()) for a in want)
         for isa in range(HOST + 1):
             for threads in (1, 2):
-                got = [_bits_nan(_with(isa, threads, f, *a)) for f, a in ((native.matmul, (x, wt)),
-                                                                       (native.matmul_fma, (g, w)),
-                                                                       (native.matmul_tn, (g, x)))]
+                got = [
+                    _bits_nan(_with(isa, threads, f, *a))
+                    for f, a in ((native.matmul, (x, wt)), (native.matmul_fma, (g, w)), (native.matmul_tn, (g, x)))
+                ]
                 for name, a, c in zip(("matmul", "matmul_fma", "matmul_tn"), want, got):
                     assert np.array_equal(a, c), f"{name} {m}x{k}x{n} {native.ISAS[isa]} threads={threads}"
     assert nans > 100  # the special values did reach the outputs
     # Attention: -0, subnormals and huge values (an inf or NaN would make whole rows NaN and hide the rest).
     for b, t, h, hk, d in [(2, 37, 4, 2, 32), (1, 49, 2, 1, 20), (3, 5, 4, 4, 40)]:
-        q, kk, v, dout = (_specials(rng, s, False) * np.float32(0.1) for s in ((b, t, h, d), (b, t, hk, d),
-                                                                               (b, t, hk, d), (b, t, h, d)))
+        q, kk, v, dout = (
+            _specials(rng, s, False) * np.float32(0.1)
+            for s in ((b, t, h, d), (b, t, hk, d), (b, t, hk, d), (b, t, h, d))
+        )
         scale = 1 / math.sqrt(d)
         with_numba = _with(0, 1, _attention_numba, q, kk, v, dout, scale)
         for isa in range(HOST + 1):
@@ -214,8 +243,9 @@ def _avx512_cpu() -> bool:
 def _attention_numba(q, k, v, dout, scale):
     b, t, h, d = q.shape
     probs = np.zeros((b * t, h, t), np.float32)
-    out = nb.attend(q.reshape(b * t, h, d), k, v, np.repeat(np.arange(b), t), np.tile(np.arange(1, t + 1), b),
-                    scale, probs).reshape(b, t, h, d)
+    out = nb.attend(
+        q.reshape(b * t, h, d), k, v, np.repeat(np.arange(b), t), np.tile(np.arange(1, t + 1), b), scale, probs
+    ).reshape(b, t, h, d)
     return (out, *ng.attend_causal_bwd(q, k, v, dout, probs.reshape(b, t, h, t), scale))
 
 
@@ -232,11 +262,13 @@ def test_kept_intermediates_do_not_change_the_forward_and_match_their_definition
     out = nb.attend(q, k, v, slots, nkeys, scale, probs)
     assert np.array_equal(_bits(out), _bits(nb.attend(q, k, v, slots, nkeys, scale, nb.NO_PROBS)))
     kk = np.repeat(k, h // hk, axis=2)[slots, :, :, :]  # [N, T, H, D]
-    ref = torch.softmax(torch.einsum("nhd,nthd->nht", torch.from_numpy(q), torch.from_numpy(kk)).double() * scale
-                        + torch.where(torch.arange(t)[None, None] < torch.from_numpy(nkeys)[:, None, None], 0.0,
-                                      -math.inf), dim=-1)
+    ref = torch.softmax(
+        torch.einsum("nhd,nthd->nht", torch.from_numpy(q), torch.from_numpy(kk)).double() * scale
+        + torch.where(torch.arange(t)[None, None] < torch.from_numpy(nkeys)[:, None, None], 0.0, -math.inf),
+        dim=-1,
+    )
     for n in range(b * t):
-        assert np.allclose(probs[n, :, :nkeys[n]], ref[n, :, :nkeys[n]].numpy(), atol=1e-6)
+        assert np.allclose(probs[n, :, : nkeys[n]], ref[n, :, : nkeys[n]].numpy(), atol=1e-6)
     x = rng.standard_normal((5, 16), dtype=np.float32)
     r = np.full(5, np.nan, np.float32)
     w = rng.standard_normal(16, dtype=np.float32)
@@ -248,8 +280,17 @@ def test_kept_intermediates_do_not_change_the_forward_and_match_their_definition
 
 
 @ISA
-@pytest.mark.parametrize("b,t,h,hk,d,mult", [(3, 38, 4, 2, 32, 1.0), (2, 70, 4, 2, 32, 3.0), (2, 33, 4, 2, 24, 1.0),
-                                             (2, 40, 2, 1, 17, 10.0), (1, 1, 2, 1, 8, 1.0), (3, 17, 4, 4, 36, 2.0)])
+@pytest.mark.parametrize(
+    "b,t,h,hk,d,mult",
+    [
+        (3, 38, 4, 2, 32, 1.0),
+        (2, 70, 4, 2, 32, 3.0),
+        (2, 33, 4, 2, 24, 1.0),
+        (2, 40, 2, 1, 17, 10.0),
+        (1, 1, 2, 1, 8, 1.0),
+        (3, 17, 4, 4, 36, 2.0),
+    ],
+)
 def test_native_causal_attention_equals_the_numba_kernels_bit_for_bit(b, t, h, hk, d, mult, isa):
     """Forward (output and kept probabilities) and backward (dq, dk, dv) against `attend` / `attend_causal_bwd`:
     key blocks of 4, 2 and 1 vectors (8 or 16 keys; dp: 4 or 8 doubles), j blocks of 4 vectors (backward) or 1
@@ -261,8 +302,9 @@ def test_native_causal_attention_equals_the_numba_kernels_bit_for_bit(b, t, h, h
     dout = rng.standard_normal((b, t, h, d), dtype=np.float32)
     scale = 1 / math.sqrt(d)
     probs = np.zeros((b * t, h, t), np.float32)
-    out = nb.attend(q.reshape(b * t, h, d), k, v, np.repeat(np.arange(b), t), np.tile(np.arange(1, t + 1), b),
-                    scale, probs).reshape(b, t, h, d)
+    out = nb.attend(
+        q.reshape(b * t, h, d), k, v, np.repeat(np.arange(b), t), np.tile(np.arange(1, t + 1), b), scale, probs
+    ).reshape(b, t, h, d)
     probs = probs.reshape(b, t, h, t)
     grads = ng.attend_causal_bwd(q, k, v, dout, probs, scale)
     seen = np.tril(np.ones((t, t), bool))[None, :, None, :].repeat(b, 0).repeat(h, 2)  # keys 0..i of query i

@@ -1,7 +1,7 @@
 """A bad `--out` (an existing file, a path under a file, a place nobody can write) is one error line.
 
-`train`, `grid run`, `align --table`, `warmstart` and `claims` share `timbench.util.atomic.check_output_dir`; each command is
-driven through `timbench.cli.main` as a user would, and must exit 2 with one stderr line naming the
+`train`, `grid run`, `align --table`, `warmstart` and `claims` share `timbench.util.atomic.check_output_dir`; each
+command is driven through `timbench.cli.main` as a user would, and must exit 2 with one stderr line naming the
 path, write nothing, and leave the file that was in the way untouched.
 
 "Not writable" without permission bits: the tests may run as root, which ignores them. Linux's
@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from timbench.util.atomic import check_output_dir
 from timbench.cli import main
+from timbench.util.atomic import check_output_dir
 
 COMMANDS = {
     "train": lambda out: ["train", "--out", out, "--set", "steps=1"],
@@ -27,8 +27,9 @@ COMMANDS = {
     "warmstart": lambda out: ["warmstart", "--task", "add-3d-v1", "--model", "tiny-dense", "--out", out],
     "claims": lambda out: ["claims", "results/align", "--out", out],
 }
-on_linux_proc = pytest.mark.skipif(not sys.platform.startswith("linux") or not os.path.isdir("/proc/self"),
-                                   reason="needs Linux procfs")
+on_linux_proc = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not os.path.isdir("/proc/self"), reason="needs Linux procfs"
+)
 
 
 def _one_line_error(capsys, argv, *needles):
@@ -92,9 +93,12 @@ def test_dangling_symlink_is_not_a_directory(tmp_path):
 def test_a_disk_that_takes_no_data_fails_the_probe(tmp_path):
     # RLIMIT_FSIZE 0 stands in for a 100%-full disk: an empty file can still be created, one byte cannot.
     import subprocess
-    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)); from timbench.util.atomic import check_output_dir\n"
-            "try:\n    check_output_dir(sys.argv[1])\nexcept ValueError as e:\n    print('REFUSED', e)")
+
+    code = (
+        "import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)); from timbench.util.atomic import check_output_dir\n"
+        "try:\n    check_output_dir(sys.argv[1])\nexcept ValueError as e:\n    print('REFUSED', e)"
+    )
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True)
     assert "REFUSED --out" in p.stdout and "not writable (writing in" in p.stdout, p.stdout + p.stderr
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".timbench-probe")]
@@ -102,7 +106,9 @@ def test_a_disk_that_takes_no_data_fails_the_probe(tmp_path):
 
 def test_grid_report_takes_the_directory_lock(tmp_path, capsys):
     from gridfab import standard_grid
+
     from timbench.util.dirlock import DirLock
+
     root = standard_grid(tmp_path / "g")
     with DirLock(root, "timbench grid run"):  # a grid run (or another report) is writing there
         assert main(["grid", "report", str(root)]) == 2

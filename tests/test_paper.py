@@ -14,32 +14,60 @@ import pytest
 from gridfab import write_cells_json
 
 from timbench.cli import main
-from timbench.util.manifest import stamp_run
-from timbench.studies.paper import paper_data, verdicts, write_paper
-from timbench.studies.paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, UNTESTED, Sub, Verdict, kl_alarm_step,
-                                          rose_before_collapse, spearman)
-from timbench.report.verdict_rules import CHECK_PASS, EQUIVALENT
 from timbench.report.results import CellRun
+from timbench.report.verdict_rules import CHECK_PASS, EQUIVALENT
+from timbench.studies.paper import paper_data, verdicts, write_paper
+from timbench.studies.paper_claims import (
+    CONSISTENT,
+    NOT,
+    REPRODUCED,
+    REVERSED,
+    UNTESTED,
+    Sub,
+    Verdict,
+    kl_alarm_step,
+    rose_before_collapse,
+    spearman,
+)
+from timbench.util.manifest import stamp_run
 
 STEPS = 80
 """The paper grid's step budget (timbench.studies.paper.PAPER_STEPS): a shorter grid is refused."""
 SEEDS = 8
 """Enough seeds for the verdict rules to detect the fabricated effects after Holm (Fisher's 8/8 vs 0/8, say)."""
-CONDS = {"baseline": {"kind": "reference", "engine": "kernels=exact", "trainer": "kernels=exact"},
-         "q4": {"kind": "quant", "engine": "kernels=exact,weight_quant=nvfp4", "trainer": "kernels=exact"},
-         "noise-g1": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:1", "trainer": "kernels=exact"},
-         "noise-g2": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:2", "trainer": "kernels=exact"},
-         "noise-g3": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:3", "trainer": "kernels=exact"}}
-VARIANTS = {"none": {"remedy": "none"}, "tis_token": {"remedy": "tis_token"},
-            "tis+rs_k3": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k3", "threshold": 0.01}},
-            "tis+rs_k1": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k1", "threshold": 0.03}},
-            "tis+rs_k3_ppo": {"remedy": "tis_token+seq_rs",
-                              "remedy_args": {"divergence": "k3", "threshold": 0.01, "ratio": "ppo"}},
-            "clip": {"remedy": "none", "eps_low": 0.05, "eps_high": 0.05}}
+CONDS = {
+    "baseline": {"kind": "reference", "engine": "kernels=exact", "trainer": "kernels=exact"},
+    "q4": {"kind": "quant", "engine": "kernels=exact,weight_quant=nvfp4", "trainer": "kernels=exact"},
+    "noise-g1": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:1", "trainer": "kernels=exact"},
+    "noise-g2": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:2", "trainer": "kernels=exact"},
+    "noise-g3": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:3", "trainer": "kernels=exact"},
+}
+VARIANTS = {
+    "none": {"remedy": "none"},
+    "tis_token": {"remedy": "tis_token"},
+    "tis+rs_k3": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k3", "threshold": 0.01}},
+    "tis+rs_k1": {"remedy": "tis_token+seq_rs", "remedy_args": {"divergence": "k1", "threshold": 0.03}},
+    "tis+rs_k3_ppo": {
+        "remedy": "tis_token+seq_rs",
+        "remedy_args": {"divergence": "k3", "threshold": 0.01, "ratio": "ppo"},
+    },
+    "clip": {"remedy": "none", "eps_low": 0.05, "eps_high": 0.05},
+}
 
 
-def curve(seed, *, collapse_at=None, spike_at=None, silent=False, k3=0.0, k3_rise_at=None, delta=0.0,
-          pos=0.0, neg=0.0, rej=0.0):
+def curve(
+    seed,
+    *,
+    collapse_at=None,
+    spike_at=None,
+    silent=False,
+    k3=0.0,
+    k3_rise_at=None,
+    delta=0.0,
+    pos=0.0,
+    neg=0.0,
+    rej=0.0,
+):
     rows = []
     for i in range(STEPS):
         reward = 0.40 + 0.006 * i + 0.01 * seed
@@ -49,12 +77,23 @@ def curve(seed, *, collapse_at=None, spike_at=None, silent=False, k3=0.0, k3_ris
         if spike_at is not None and i == spike_at:
             grad = 8.0
         kl = k3 * (5.0 if k3_rise_at is not None and i >= k3_rise_at else 1.0)
-        rows.append({"step": i, "critic/rewards/mean": reward, "actor/grad_norm": grad, "actor/loss": 0.01,
-                     "actor/pg_loss": 0.01, "rollout_corr/k3_kl": kl, "rollout_corr/kl": kl / 2,
-                     "mismatch/mean_abs_delta": delta, "drift/diff_abs_mean": abs(pos) + abs(neg),
-                     "drift/diff_mean": pos + neg, "drift/diff_pos_adv_mean": pos * (1 + 0.1 * seed),
-                     "drift/diff_neg_adv_mean": neg * (1 + 0.1 * seed),
-                     "rollout_corr/rollout_rs_seq_masked_fraction": rej})
+        rows.append(
+            {
+                "step": i,
+                "critic/rewards/mean": reward,
+                "actor/grad_norm": grad,
+                "actor/loss": 0.01,
+                "actor/pg_loss": 0.01,
+                "rollout_corr/k3_kl": kl,
+                "rollout_corr/kl": kl / 2,
+                "mismatch/mean_abs_delta": delta,
+                "drift/diff_abs_mean": abs(pos) + abs(neg),
+                "drift/diff_mean": pos + neg,
+                "drift/diff_pos_adv_mean": pos * (1 + 0.1 * seed),
+                "drift/diff_neg_adv_mean": neg * (1 + 0.1 * seed),
+                "rollout_corr/rollout_rs_seq_masked_fraction": rej,
+            }
+        )
     return rows
 
 
@@ -63,19 +102,44 @@ def write(root, cond, remedy, mode, seed, rows, final_acc, decls):
     d = root / "runs" / cid
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    evals = [{"step": 0, "accuracy_t1": 0.37, "accuracy_greedy": 0.6},
-             {"step": STEPS, "accuracy_t1": final_acc, "accuracy_greedy": 0.6}]
+    evals = [
+        {"step": 0, "accuracy_t1": 0.37, "accuracy_greedy": 0.6},
+        {"step": STEPS, "accuracy_t1": final_acc, "accuracy_greedy": 0.6},
+    ]
     (d / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     (d / "summary.json").write_text(json.dumps({"status": "finished", "error": None, "steps_done": STEPS}))
     stamp_run(d)  # sealed, as a finished run is
     (d / "cell.json").write_text(json.dumps({"status": "done", "error": None, "wall_s": 1.0, "attempts": 1}))
     v = VARIANTS[remedy]
-    config = {"task": "add-4d-v1", "remedy": v["remedy"], "remedy_args": v.get("remedy_args", {}), "mode": mode,
-              "steps": STEPS, "seed": seed, "eval_n": 256, "eps_low": v.get("eps_low"), "eps_high": v.get("eps_high")}
+    config = {
+        "task": "add-4d-v1",
+        "remedy": v["remedy"],
+        "remedy_args": v.get("remedy_args", {}),
+        "mode": mode,
+        "steps": STEPS,
+        "seed": seed,
+        "eval_n": 256,
+        "eps_low": v.get("eps_low"),
+        "eps_high": v.get("eps_high"),
+    }
     ref = None if cond == "baseline" else f"add-4d-v1.tiny-dense.baseline.none.recompute.grpo.s{seed}"
-    decls.append({"id": cid, "axes": {"task": "add-4d-v1", "model": "tiny-dense", "condition": cond, "remedy": remedy,
-                                      "mode": mode, "algorithm": "grpo", "seed": seed},
-                  "condition": {"name": cond, "doc": cond, **CONDS[cond]}, "reference": ref, "config": config})
+    decls.append(
+        {
+            "id": cid,
+            "axes": {
+                "task": "add-4d-v1",
+                "model": "tiny-dense",
+                "condition": cond,
+                "remedy": remedy,
+                "mode": mode,
+                "algorithm": "grpo",
+                "seed": seed,
+            },
+            "condition": {"name": cond, "doc": cond, **CONDS[cond]},
+            "reference": ref,
+            "config": config,
+        }
+    )
 
 
 def paper_grid(root, k3_rise_at=None, clip_fixes=False):
@@ -87,19 +151,70 @@ def paper_grid(root, k3_rise_at=None, clip_fixes=False):
         write(root, "q4", "none", "recompute", s, curve(s, collapse_at=26, spike_at=25, **q4), 0.30 + 0.01 * s, decls)
         write(root, "q4", "none", "bypass", s, curve(s, collapse_at=12, silent=True, **q4), 0.05 + 0.01 * s, decls)
         for mode, acc in (("recompute", 0.55), ("bypass", 0.45)):
-            write(root, "noise-g1", "none", mode, s, curve(s, delta=0.1, k3=0.01, pos=0.02, neg=-0.01), acc + 0.01 * s, decls)
+            write(
+                root,
+                "noise-g1",
+                "none",
+                mode,
+                s,
+                curve(s, delta=0.1, k3=0.01, pos=0.02, neg=-0.01),
+                acc + 0.01 * s,
+                decls,
+            )
         for mode, acc in (("recompute", 0.45), ("bypass", 0.30)):
-            write(root, "noise-g2", "none", mode, s, curve(s, delta=0.5, k3=0.1, pos=0.1, neg=-0.05), acc + 0.01 * s,
-                  decls)
-        write(root, "noise-g3", "none", "recompute", s, curve(s, delta=0.9, k3=0.3, pos=0.2, neg=-0.1), 0.35 + 0.01 * s, decls)
-        write(root, "noise-g3", "none", "bypass", s, curve(s, delta=0.9, k3=0.3, collapse_at=14, silent=True),
-              0.02, decls)
-        for remedy, acc, rej in (("tis_token", 0.50, 0.0), ("tis+rs_k3", 0.58, 0.3), ("tis+rs_k1", 0.57, 0.32),
-                                 ("tis+rs_k3_ppo", 0.45, 0.0), ("clip", 0.31, 0.0)):
-            write(root, "q4", remedy, "recompute", s, curve(s, delta=0.11, k3=0.02, rej=rej),
-                  acc + 0.012 * s + 0.003 * (s == 1) + (0.02, -0.015, 0.0, 0.01, -0.01, 0.005, -0.005, 0.0)[s] * (remedy == "tis+rs_k1"), decls)
-        write(root, "q4", "clip", "bypass", s, curve(s, delta=0.11, k3=0.02) if clip_fixes else
-              curve(s, collapse_at=12, silent=True, delta=0.11), 0.61 + 0.01 * s if clip_fixes else 0.10, decls)
+            write(
+                root,
+                "noise-g2",
+                "none",
+                mode,
+                s,
+                curve(s, delta=0.5, k3=0.1, pos=0.1, neg=-0.05),
+                acc + 0.01 * s,
+                decls,
+            )
+        write(
+            root,
+            "noise-g3",
+            "none",
+            "recompute",
+            s,
+            curve(s, delta=0.9, k3=0.3, pos=0.2, neg=-0.1),
+            0.35 + 0.01 * s,
+            decls,
+        )
+        write(
+            root, "noise-g3", "none", "bypass", s, curve(s, delta=0.9, k3=0.3, collapse_at=14, silent=True), 0.02, decls
+        )
+        for remedy, acc, rej in (
+            ("tis_token", 0.50, 0.0),
+            ("tis+rs_k3", 0.58, 0.3),
+            ("tis+rs_k1", 0.57, 0.32),
+            ("tis+rs_k3_ppo", 0.45, 0.0),
+            ("clip", 0.31, 0.0),
+        ):
+            write(
+                root,
+                "q4",
+                remedy,
+                "recompute",
+                s,
+                curve(s, delta=0.11, k3=0.02, rej=rej),
+                acc
+                + 0.012 * s
+                + 0.003 * (s == 1)
+                + (0.02, -0.015, 0.0, 0.01, -0.01, 0.005, -0.005, 0.0)[s] * (remedy == "tis+rs_k1"),
+                decls,
+            )
+        write(
+            root,
+            "q4",
+            "clip",
+            "bypass",
+            s,
+            curve(s, delta=0.11, k3=0.02) if clip_fixes else curve(s, collapse_at=12, silent=True, delta=0.11),
+            0.61 + 0.01 * s if clip_fixes else 0.10,
+            decls,
+        )
     write_cells_json(root, decls, name="paper")
     return root
 
@@ -152,10 +267,13 @@ def test_rules_can_fail(tmp_path):
 
 
 def test_noise_curve_interpolates_in_log_delta_and_clamps():
-    from timbench.studies.paper_claims import noise_curve
     from timbench.report.stats import Interval
+    from timbench.studies.paper_claims import noise_curve
+
     pts = [{"x": Interval(0.01), "y": Interval(1.0)}, {"x": Interval(1.0), "y": Interval(0.0)}]
-    assert noise_curve(pts, 0.1) == pytest.approx(0.5) and noise_curve(pts, 1e-4) == 1.0 and noise_curve(pts, 5.0) == 0.0
+    assert (
+        noise_curve(pts, 0.1) == pytest.approx(0.5) and noise_curve(pts, 1e-4) == 1.0 and noise_curve(pts, 5.0) == 0.0
+    )
 
 
 def test_verdict_aggregation():
@@ -171,8 +289,9 @@ def test_verdict_aggregation():
 
 
 def test_smallest_detectable_difference():
-    from timbench.studies.paper_claims import detectable
     from timbench.report.stats import Interval, t_quantile
+    from timbench.studies.paper_claims import detectable
+
     iv = Interval(0.0, -1.0, 1.0, 3)  # half-width 1 = t_0.975,2 x sd / sqrt(3)
     assert detectable(iv) == pytest.approx(1.0 + t_quantile(0.8, 2) / t_quantile(0.975, 2))
     assert detectable(Interval(0.5, n=1)) is None
@@ -180,20 +299,26 @@ def test_smallest_detectable_difference():
 
 def test_seeds_used_lists_settings_with_fewer_seeds(grid, tmp_path):
     from timbench.studies.paper_claims import seed_ranges, seeds_used
+
     assert seed_ranges([5, 0, 1, 2, 3]) == "0-3, 5" and seed_ranges([4]) == "4"
     d, _ = paper_data(grid)
     assert seeds_used(d) == "every setting: seeds 0-7 (8)"
     d.rows[("q4", "clip", "bypass")] = [r for r in d.rows[("q4", "clip", "bypass")] if r["seed"] != 1]
-    assert seeds_used(d) == "seeds 0-7 (8): " + ", ".join("/".join(k) for k in sorted(d.rows) if k[1:] != (
-        "clip", "bypass")) + "; seeds 0, 2-7 (7): q4/clip/bypass"
+    assert (
+        seeds_used(d)
+        == "seeds 0-7 (8): "
+        + ", ".join("/".join(k) for k in sorted(d.rows) if k[1:] != ("clip", "bypass"))
+        + "; seeds 0, 2-7 (7): q4/clip/bypass"
+    )
 
 
 def test_a_difference_with_zero_inside_states_what_the_design_could_detect(grid):
     d, _ = paper_data(grid)
     f2 = by_claim(verdicts(d))["F2"].subs[2]
     # every test states its smallest detectable difference beside the learning range
-    from timbench.studies.paper_claims import _diff, detectable
     from timbench.report.stats import Interval
+    from timbench.studies.paper_claims import _diff, detectable
+
     assert "smallest detectable" in f2.numbers and "vs learning range 0.417" in f2.numbers
     # an interval holding 0 ("no difference detected") says what the design could have detected
     wide = Interval(0.1, lo=-0.5, hi=0.7, n=6)
@@ -237,6 +362,7 @@ def test_cli_writes_every_figure_and_the_same_bytes_twice(grid, tmp_path):
 def test_paper_html_links_a_leaderboard_that_exists(grid, tmp_path):
     """`timbench paper results/paper` writes build/paper/paper.html, which linked a leaderboard.html not beside it."""
     import re
+
     fresh = paper_grid(tmp_path / "fresh")  # no leaderboard anywhere: no link
     write_paper(fresh, out=tmp_path / "out1")
     assert "leaderboard.html" not in (tmp_path / "out1" / "paper.html").read_text()
@@ -259,14 +385,21 @@ def test_half_run_grid_and_bad_input(tmp_path, capsys):
     assert len(err) == 1 and "missing" in err[0] and "not a directory" in err[0]
 
 
-
 def test_a_recompute_only_grid_answers_f1_and_leaves_the_mode_comparison_untested(tmp_path):
     """bench/grids/rise_collapse.yaml's shape: the reference and a real condition, recompute only."""
     decls = []
     for s in range(SEEDS):
         write(tmp_path, "baseline", "none", "recompute", s, curve(s), 0.60 + 0.01 * s, decls)
-        write(tmp_path, "q4", "none", "recompute", s, curve(s, collapse_at=26, spike_at=25, k3=0.02, delta=0.11),
-              0.10 + 0.01 * s, decls)
+        write(
+            tmp_path,
+            "q4",
+            "none",
+            "recompute",
+            s,
+            curve(s, collapse_at=26, spike_at=25, k3=0.02, delta=0.11),
+            0.10 + 0.01 * s,
+            decls,
+        )
     write_cells_json(tmp_path, decls, name="rise_collapse")
     d = paper_data(tmp_path)[0]
     vs = by_claim(verdicts(d))
@@ -293,10 +426,13 @@ def test_a_grid_without_a_real_condition_is_refused_in_one_line(tmp_path, capsys
     assert len(err) == 1 and "not a paper grid" in err[0] and "real (not noise)" in err[0], err
     assert "noise-g1/bypass" in err[0] and not (tmp_path / "p").exists()
 
+
 def test_a_grid_shorter_than_the_paper_budget_is_refused_in_one_line(tmp_path, capsys):
     """results/quick (24 steps, the reference and bf16-engine with remedy none) used to get verdicts and exit 0."""
     import yaml
+
     from timbench.studies.paper import PAPER_STEPS
+
     spec = yaml.safe_load((COMMITTED.parents[1] / "bench" / "grids" / "paper.yaml").read_text())
     assert PAPER_STEPS == spec["base"]["steps"]
     quick = COMMITTED.parent / "quick"
@@ -308,8 +444,12 @@ def test_a_grid_shorter_than_the_paper_budget_is_refused_in_one_line(tmp_path, c
 
 
 COMMITTED = __import__("pathlib").Path(__file__).resolve().parents[1] / "results" / "paper"
-REPLAYED = ("nvfp4-rollout.none.bypass.grpo.s1", "noise-g2.none.recompute.grpo.s0",
-            "nvfp4-rollout.tis-rs_k3_ppo.recompute.grpo.s2", "nvfp4-rollout.ppo_clip_0-05.bypass.grpo.s0")
+REPLAYED = (
+    "nvfp4-rollout.none.bypass.grpo.s1",
+    "noise-g2.none.recompute.grpo.s0",
+    "nvfp4-rollout.tis-rs_k3_ppo.recompute.grpo.s2",
+    "nvfp4-rollout.ppo_clip_0-05.bypass.grpo.s0",
+)
 
 
 @pytest.mark.parametrize("tail", REPLAYED)
@@ -321,6 +461,7 @@ def test_committed_paper_cells_replay_byte_for_byte(tail, tmp_path):
     from timbench.rl.config import from_dict
     from timbench.rl.loop import run
     from timbench.rl.rundir import dumps
+
     d = COMMITTED / "runs" / f"add-4d-v1.tiny-dense.{tail}"
     if not (d / "metrics.jsonl").is_file():
         pytest.fail(f"{d} is not committed (README 'Paper figures' lists the pending cells)")

@@ -11,11 +11,11 @@ from gridfab import write_cells_json
 from test_paper import SEEDS, curve, paper_grid, write
 
 from timbench.report.collapse import moving_average
-from timbench.studies.paper import _figures, paper_data, remedy_variants, verdicts
-from timbench.studies.paper_claims import KL_RISE, kl_alarm_step
 from timbench.report.figures.curves import plt
 from timbench.report.figures.paper import Setting, kl_warning_figure
 from timbench.report.results import CellRun
+from timbench.studies.paper import _figures, paper_data, remedy_variants, verdicts
+from timbench.studies.paper_claims import KL_RISE, kl_alarm_step
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
@@ -103,8 +103,14 @@ def _cell(seed: int, **kw) -> CellRun:
 
 def test_f3_draws_the_warning_level_and_a_minority_collapse_per_seed():
     cells = [_cell(0, k3=0.02), _cell(1, k3=0.02, k3_rise_at=20, collapse_at=30), _cell(2, k3=0.02)]
-    rows = [{"seed": c.axes["seed"], "collapse/collapsed": c.axes["seed"] == 1,
-             "collapse/step": 32 if c.axes["seed"] == 1 else None} for c in cells]
+    rows = [
+        {
+            "seed": c.axes["seed"],
+            "collapse/collapsed": c.axes["seed"] == 1,
+            "collapse/step": 32 if c.axes["seed"] == 1 else None,
+        }
+        for c in cells
+    ]
     fig = kl_warning_figure([Setting("q4 / recompute", cells, summary=rows)], "F3", 5, KL_RISE)
     ax, twin = fig.axes
     assert "1/3 seeds collapsed" in ax.get_title()
@@ -118,8 +124,11 @@ def test_f3_draws_the_warning_level_and_a_minority_collapse_per_seed():
     first = next(i for i, y in enumerate(k3.get_ydata()) if y > KL_RISE)
     assert first == kl_alarm_step(cells[1], 5)
     plt.close(fig)
-    every = kl_warning_figure([Setting("q4", cells, summary=[dict(r, **{"collapse/collapsed": True,
-                                                                        "collapse/step": 32}) for r in rows])],
-                              "F3", 5, KL_RISE)
+    every = kl_warning_figure(
+        [Setting("q4", cells, summary=[dict(r, **{"collapse/collapsed": True, "collapse/step": 32}) for r in rows])],
+        "F3",
+        5,
+        KL_RISE,
+    )
     assert not [ln for ln in every.axes[0].lines if ln.get_label().startswith("seed ")]  # the mean shows it
     plt.close(every)

@@ -40,8 +40,19 @@ def ckpt(tmp_path_factory):
 
 def _args(ckpt, out):
     return ["train", "--out", str(out), "--quiet"] + [
-        a for o in (f"model={ckpt}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                    "eval_every=2", "eval_n=16", "checkpoint_every=1") for a in ("--set", o)]
+        a
+        for o in (
+            f"model={ckpt}",
+            "steps=2",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=16",
+            "checkpoint_every=1",
+        )
+        for a in ("--set", o)
+    ]
 
 
 @pytest.mark.parametrize("cls,hook", [("Sleeps", "__call__"), ("Spins", "update_keep")])
@@ -91,6 +102,7 @@ def test_deadline_restores_the_handler_and_leaves_built_ins_and_other_threads_al
         signal.signal(signal.SIGALRM, old)
 
     from timbench.remedies import load_remedy
+
     builtin = load_remedy("tis_token", {})
     assert not is_third_party(builtin)
     assert call_hook(builtin, "update_keep", None, None, limit_s=1e-9) is None  # no timer for built-ins

@@ -6,27 +6,30 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from plugin_text import HALVE, HEADER
+
 from timbench.grid.layout import prepare
 from timbench.grid.spec import expand, parse_grid
-from timbench.remedies.identity import (comparable_remedy, content_hash, is_file_spec, other_version,
-                                       remedy_identity)
+from timbench.metrics.schema import is_known
+from timbench.remedies.identity import comparable_remedy, content_hash, is_file_spec, other_version, remedy_identity
 from timbench.report.collapse import rule_from_dict
 from timbench.report.results import CellRun
 from timbench.report.summary import COLUMNS, summarize_cell, summary_csv
 from timbench.rl.rundir import RunDir
-from timbench.metrics.schema import is_known
 from timbench.submit.extras import markdown_lines, plugin_metrics
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
-PLUGIN = HEADER + HALVE + '''
+PLUGIN = (
+    HEADER
+    + HALVE
+    + """
 class Nameless(Remedy):
     doc = "no name"
     def __call__(self, batch):
         return finish(batch)
-'''
+"""
+)
 
 
 def _plugin(d: Path, text: str = PLUGIN) -> Path:
@@ -36,8 +39,9 @@ def _plugin(d: Path, text: str = PLUGIN) -> Path:
 
 
 def _grid(remedies: list[str]):
-    return parse_grid({"name": "g", "base": {"steps": 1}, "axes": {"condition": ["baseline", "noise-g2"],
-                                                                  "remedy": remedies}}, "g")
+    return parse_grid(
+        {"name": "g", "base": {"steps": 1}, "axes": {"condition": ["baseline", "noise-g2"], "remedy": remedies}}, "g"
+    )
 
 
 def test_a_plugin_is_name_and_content_hash_wherever_its_file_lies(tmp_path):
@@ -72,6 +76,7 @@ def test_cell_ids_hold_the_identity_and_no_path_and_builtin_ids_are_unchanged(tm
 
 def test_committed_track_cell_ids_are_byte_identical():
     from timbench.submit.track import load_track
+
     track = load_track("quick")
     committed = Path(__file__).resolve().parents[1] / "results" / "tracks" / "quick" / "cells.json"
     if not committed.is_file():
@@ -111,35 +116,57 @@ def test_a_run_resumes_with_the_file_moved_and_refuses_another_remedy(tmp_path):
 
 
 def _cell(metrics, remedy="halve@12345678", condition="noise-g2"):
-    return CellRun(f"c.{condition}.{metrics[0].get('seed', 0)}", {"condition": condition, "remedy": remedy,
-                                                                  "mode": "recompute", "seed": 0},
-                   {"name": condition, "kind": "noise", "engine": "noise=gaussian:2.0"}, "ref", {},
-                   status="done", metrics=metrics)
+    return CellRun(
+        f"c.{condition}.{metrics[0].get('seed', 0)}",
+        {"condition": condition, "remedy": remedy, "mode": "recompute", "seed": 0},
+        {"name": condition, "kind": "noise", "engine": "noise=gaussian:2.0"},
+        "ref",
+        {},
+        status="done",
+        metrics=metrics,
+    )
 
 
 def test_a_plugins_extra_metrics_are_summarised_and_builtin_columns_stay_fixed():
-    steps = [{"step": 1, "critic/rewards/mean": 0.5, "rollout_corr/k3_kl": 0.1, "halve/scale": 0.5, "halve/kept": 1.0},
-             {"step": 2, "critic/rewards/mean": 0.5, "rollout_corr/k3_kl": 0.3, "halve/scale": 0.5, "halve/kept": 0.0}]
+    steps = [
+        {"step": 1, "critic/rewards/mean": 0.5, "rollout_corr/k3_kl": 0.1, "halve/scale": 0.5, "halve/kept": 1.0},
+        {"step": 2, "critic/rewards/mean": 0.5, "rollout_corr/k3_kl": 0.3, "halve/scale": 0.5, "halve/kept": 0.0},
+    ]
     row = summarize_cell(_cell(steps), rule_from_dict({}))
     assert row["remedy_extra/halve/scale"] == 0.5 and row["remedy_extra/halve/kept"] == 0.5
     assert abs(row["mean/rollout_corr/k3_kl"] - 0.2) < 1e-12
     assert not any(k.startswith("remedy_extra/rollout_corr") for k in row)  # schema keys are not extras
     assert is_known("remedy_extra/halve/scale") and not is_known("remedy_extra/")
     header = summary_csv([row]).splitlines()[0].split(",")
-    assert header[:len(COLUMNS)] == list(COLUMNS) and header[len(COLUMNS):] == ["remedy_extra/halve/kept",
-                                                                               "remedy_extra/halve/scale"]
+    assert header[: len(COLUMNS)] == list(COLUMNS) and header[len(COLUMNS) :] == [
+        "remedy_extra/halve/kept",
+        "remedy_extra/halve/scale",
+    ]
     builtin = summarize_cell(_cell([{"step": 1, "critic/rewards/mean": 0.5}], remedy="tis_token"), rule_from_dict({}))
     assert summary_csv([builtin]).splitlines()[0].split(",") == list(COLUMNS)
 
 
 def test_the_submission_shows_a_plugins_extra_metrics_per_setting():
-    rows = [{"remedy": "halve@1", "kind": "noise", "status": "done", "condition": c, "mode": "recompute",
-             "remedy_extra/halve/scale": v} for c, v in (("noise-g2", 0.5), ("noise-g2", 0.7), ("production", 1.0))]
+    rows = [
+        {
+            "remedy": "halve@1",
+            "kind": "noise",
+            "status": "done",
+            "condition": c,
+            "mode": "recompute",
+            "remedy_extra/halve/scale": v,
+        }
+        for c, v in (("noise-g2", 0.5), ("noise-g2", 0.7), ("production", 1.0))
+    ]
     rows.append({"remedy": "none", "kind": "noise", "status": "done", "condition": "noise-g2", "mode": "recompute"})
     m = plugin_metrics(rows, "halve@1")
-    assert m == {"halve/scale": {"mean": pytest.approx(2.2 / 3), "cells": 3,
-                                 "by_setting": {"noise-g2/recompute": pytest.approx(0.6),
-                                                "production/recompute": 1.0}}}
+    assert m == {
+        "halve/scale": {
+            "mean": pytest.approx(2.2 / 3),
+            "cells": 3,
+            "by_setting": {"noise-g2/recompute": pytest.approx(0.6), "production/recompute": 1.0},
+        }
+    }
     text = "\n".join(markdown_lines(m))
     assert "`halve/scale`: 0.7333 over 3 cells (noise-g2/recompute 0.6; production/recompute 1)" in text
     assert plugin_metrics(rows, "none") == {} and markdown_lines({}) == []

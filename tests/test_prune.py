@@ -15,9 +15,9 @@ from timbench.engine import SamplingParams, make_engine
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
 from timbench.model.prune import calibration_set, expert_frequencies, kept_experts, prune_experts
-from timbench.warmstart.shipped import default_checkpoint
 from timbench.tasks import get_task
 from timbench.trainer.forward import pack
+from timbench.warmstart.shipped import default_checkpoint
 
 TASK = get_task("add-4d-v1")
 
@@ -51,10 +51,14 @@ def test_keep_all_is_the_original_bitwise(moe, ids):
 
 def test_prune_keeps_the_most_frequent_experts():
     net = Qwen3ForCausalLM(PRESETS["tiny-moe"], seed=1)
-    freqs = torch.tensor([[5, 9, 1, 9, 0, 3, 7, 2],    # 1 and 3 tie at 9: both kept, then 6 (7), then 0 (5)
-                          [4, 4, 4, 4, 4, 4, 4, 4],    # all tie: the lowest indices
-                          [0, 0, 0, 0, 0, 0, 0, 100],
-                          [8, 7, 6, 5, 4, 3, 2, 1]])
+    freqs = torch.tensor(
+        [
+            [5, 9, 1, 9, 0, 3, 7, 2],  # 1 and 3 tie at 9: both kept, then 6 (7), then 0 (5)
+            [4, 4, 4, 4, 4, 4, 4, 4],  # all tie: the lowest indices
+            [0, 0, 0, 0, 0, 0, 0, 100],
+            [8, 7, 6, 5, 4, 3, 2, 1],
+        ]
+    )
     assert kept_experts(freqs, 4) == [[0, 1, 3, 6], [0, 1, 2, 3], [0, 1, 2, 7], [0, 1, 2, 3]]
     assert kept_experts(freqs, 1) == [[1], [0], [7], [0]]
     pruned = prune_experts(net, 4, freqs)
@@ -107,18 +111,22 @@ def test_pruned_checkpoint_loads_and_generates(moe, tmp_path):
         assert torch.equal(a, b), k
     probs = TASK.eval_set(4)
     engine = make_engine(back.config, "kernels=exact", max_num_seqs=4, weights=back)
-    outs = engine.generate(requests_for(probs, range(4), max_new_tokens(TASK, engine.max_len)),
-                           SamplingParams(temperature=1.0, seed=0))
+    outs = engine.generate(
+        requests_for(probs, range(4), max_new_tokens(TASK, engine.max_len)), SamplingParams(temperature=1.0, seed=0)
+    )
     assert len(outs) == 4 and all(len(o.token_ids) > 0 for o in outs)
 
 
 def test_cli_writes_a_pruned_checkpoint_with_its_card(tmp_path, capsys):
     out = tmp_path / "e4"
-    assert main(["prune-experts", "--keep", "4", "--out", str(out), "--calib-n", "8", "--eval-n", "8",
-                 "--no-progress"]) == 0
+    assert (
+        main(["prune-experts", "--keep", "4", "--out", str(out), "--calib-n", "8", "--eval-n", "8", "--no-progress"])
+        == 0
+    )
     card = json.loads((out / "card.json").read_text())
     src = default_checkpoint("add-4d-v1", "tiny-moe") / "model.safetensors"
     import hashlib
+
     assert card["pruning"]["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
     assert card["model"] == "tiny-moe-e4" and card["pruning"]["keep"] == 4 and card["recovery"] is None
     assert card["pruning"]["kept_experts"] == kept_experts(torch.tensor(card["pruning"]["frequencies"]), 4)
@@ -128,8 +136,29 @@ def test_cli_writes_a_pruned_checkpoint_with_its_card(tmp_path, capsys):
 
 def test_cli_recovery_fine_tunes_the_pruned_model(tmp_path):
     out = tmp_path / "e2"
-    assert main(["prune-experts", "--keep", "2", "--out", str(out), "--calib-n", "8", "--eval-n", "8",
-                 "--recover", "0,1", "--eval-every", "1", "--max-steps", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "prune-experts",
+                "--keep",
+                "2",
+                "--out",
+                str(out),
+                "--calib-n",
+                "8",
+                "--eval-n",
+                "8",
+                "--recover",
+                "0,1",
+                "--eval-every",
+                "1",
+                "--max-steps",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     card = json.loads((out / "card.json").read_text())
     assert card["steps"] == 1 and card["recovery"]["band"] == [0.0, 1.0]  # in the band after the first step
     assert "--recover 0,1" in card["command"]
@@ -140,14 +169,17 @@ def test_cli_recovery_fine_tunes_the_pruned_model(tmp_path):
     assert changed  # the fine-tune moved the weights
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--keep", "0"], "keep=0 is not valid; expected an integer from 1 to num_experts=8"),
-    (["--keep", "9"], "keep=9 is not valid"),
-    (["--keep", "2", "--model", "tiny-dense"], "needs a qwen3_moe model"),
-    (["--keep", "2", "--model", "no/such/dir"], "neither a preset"),
-    (["--keep", "2", "--calib-n", "0"], "calibration set size must be >= 1, got 0"),
-    (["--keep", "2", "--eval-n", "0"], "eval_n must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--keep", "0"], "keep=0 is not valid; expected an integer from 1 to num_experts=8"),
+        (["--keep", "9"], "keep=9 is not valid"),
+        (["--keep", "2", "--model", "tiny-dense"], "needs a qwen3_moe model"),
+        (["--keep", "2", "--model", "no/such/dir"], "neither a preset"),
+        (["--keep", "2", "--calib-n", "0"], "calibration set size must be >= 1, got 0"),
+        (["--keep", "2", "--eval-n", "0"], "eval_n must be >= 1, got 0"),
+    ],
+)
 def test_cli_bad_values_are_one_line_errors(argv, needle, tmp_path, capsys):
     out = tmp_path / "x"
     assert main(["prune-experts", "--out", str(out), "--no-progress", *argv]) == 2

@@ -61,8 +61,19 @@ def points(fmt: str) -> torch.Tensor:
     lo, hi = f.emin - f.mbits - 4, f.emax + 3
     exp = torch.randint(lo + 127, hi + 127, (n,), generator=g, dtype=torch.int32)
     rand = torch.bitwise_or(torch.bitwise_left_shift(exp, 23), mant).view(torch.float32)
-    tiny = torch.tensor([0.0, 1e-40, 1e-30, f.min_subnormal / 2, f.min_subnormal / 4,
-                         f.min_subnormal * 0.75, f.min_subnormal, f.min_normal], dtype=torch.float32)
+    tiny = torch.tensor(
+        [
+            0.0,
+            1e-40,
+            1e-30,
+            f.min_subnormal / 2,
+            f.min_subnormal / 4,
+            f.min_subnormal * 0.75,
+            f.min_subnormal,
+            f.min_normal,
+        ],
+        dtype=torch.float32,
+    )
     pos = torch.cat([torch.tensor(vals, dtype=torch.float32), mid32, near, rand, tiny])
     return torch.cat([pos, -pos])
 
@@ -161,7 +172,9 @@ def test_formats_registry_consistent():
 def test_no_cpu_dependent_transcendentals():
     """The quantizers use only IEEE-exact ops; exp/log/pow run per-CPU SIMD code in torch."""
     src = Path(__file__).resolve().parents[1] / "timbench" / "quant"
-    banned = re.compile(r"\b(exp|exp2|expm1|log|log2|log10|log1p|pow|float_power|sigmoid|softmax)\s*\(|\*\*\s*[a-zA-Z(]")
+    banned = re.compile(
+        r"\b(exp|exp2|expm1|log|log2|log10|log1p|pow|float_power|sigmoid|softmax)\s*\(|\*\*\s*[a-zA-Z(]"
+    )
     for path in sorted(src.glob("*.py")):
         code = "\n".join(line.split("#")[0] for line in path.read_text().splitlines())
         code = re.sub(r'"""[\s\S]*?"""', "", code)  # docstrings may name the rules

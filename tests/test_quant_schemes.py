@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from timbench.quant import (ACT_QUANT, KV_CACHE, WEIGHT_QUANT, QuantCache, QuantError, fake_quant,
-                            format_table, quantize_act, quantize_kv, quantize_weight)
+from timbench.quant import (
+    ACT_QUANT,
+    KV_CACHE,
+    WEIGHT_QUANT,
+    QuantCache,
+    QuantError,
+    fake_quant,
+    format_table,
+    quantize_act,
+    quantize_kv,
+    quantize_weight,
+)
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
@@ -26,6 +36,7 @@ def gauss(*shape, seed=0, std=1.0):
 
 
 # ---- hand-computed examples (scales chosen as powers of two so every step is exact) ----
+
 
 def test_fp8_per_channel_by_hand():
     w = torch.tensor([[28.0, 1.0, -0.3], [0.0, 0.0, 0.0]])
@@ -83,6 +94,7 @@ def test_nvfp4_by_hand():
 
 # ---- independent references written with torch's own casts (as vLLM's test references are) ----
 
+
 def ref_nvfp4(x: torch.Tensor, gs: torch.Tensor) -> torch.Tensor:
     """vLLM's ref_nvfp4_quant + dequantize, with its threshold cast_to_fp4 and torch's e4m3 cast."""
     m, n = x.shape
@@ -93,9 +105,14 @@ def ref_nvfp4(x: torch.Tensor, gs: torch.Tensor) -> torch.Tensor:
     v = torch.clamp(x3 * out_scale, -6.0, 6.0)
     s, a = torch.sign(v), v.abs()
     q = torch.zeros_like(a)
-    for lo, hi, val, lo_in, hi_in in [(0.25, 0.75, 0.5, False, False), (0.75, 1.25, 1.0, True, True),
-                                      (1.25, 1.75, 1.5, False, False), (1.75, 2.5, 2.0, True, True),
-                                      (2.5, 3.5, 3.0, False, False), (3.5, 5.0, 4.0, True, True)]:
+    for lo, hi, val, lo_in, hi_in in [
+        (0.25, 0.75, 0.5, False, False),
+        (0.75, 1.25, 1.0, True, True),
+        (1.25, 1.75, 1.5, False, False),
+        (1.75, 2.5, 2.0, True, True),
+        (2.5, 3.5, 3.0, False, False),
+        (3.5, 5.0, 4.0, True, True),
+    ]:
         sel = ((a >= lo) if lo_in else (a > lo)) & ((a <= hi) if hi_in else (a < hi))
         q = torch.where(sel, val, q)
     q = torch.where(a > 5.0, 6.0, q) * s
@@ -111,7 +128,7 @@ def test_nvfp4_matches_vllm_reference():
     gs_rows = (448.0 * 6.0 / x.abs().amax(-1, keepdim=True))[:, :, None]
     got = quantize_act(x, "nvfp4")
     for i in range(9):
-        assert torch.equal(got[i:i + 1], ref_nvfp4(x[i:i + 1], gs_rows[i]))
+        assert torch.equal(got[i : i + 1], ref_nvfp4(x[i : i + 1], gs_rows[i]))
 
 
 def test_fp8_matches_torch_cast_reference():
@@ -131,9 +148,16 @@ def test_fp8_matches_torch_cast_reference():
 
 # ---- blocks, zeros, outliers, bad input ----
 
-GROUPED = [("weight", "mxfp8", 32), ("weight", "mxfp4", 32), ("weight", "int4", 128),
-           ("weight", "int4_gptq", 128), ("weight", "int4_awq", 128), ("act", "fp8_block", 128),
-           ("act", "mxfp8", 32), ("act", "mxfp4", 32)]
+GROUPED = [
+    ("weight", "mxfp8", 32),
+    ("weight", "mxfp4", 32),
+    ("weight", "int4", 128),
+    ("weight", "int4_gptq", 128),
+    ("weight", "int4_awq", 128),
+    ("act", "fp8_block", 128),
+    ("act", "mxfp8", 32),
+    ("act", "mxfp4", 32),
+]
 
 
 def q(use, x, name):
@@ -152,8 +176,12 @@ def test_partial_last_block_is_its_own_block(use, name, block):
 def test_fp8_block_edge_blocks():
     w = gauss(130, 200, seed=6)
     full = quantize_weight(w, "fp8_block")
-    for rs, cs in [(slice(0, 128), slice(0, 128)), (slice(128, 130), slice(128, 200)),
-                   (slice(0, 128), slice(128, 200)), (slice(128, 130), slice(0, 128))]:
+    for rs, cs in [
+        (slice(0, 128), slice(0, 128)),
+        (slice(128, 130), slice(128, 200)),
+        (slice(0, 128), slice(128, 200)),
+        (slice(128, 130), slice(0, 128)),
+    ]:
         assert same(full[rs, cs], quantize_weight(w[rs, cs].contiguous(), "fp8_block"))
 
 
@@ -178,14 +206,21 @@ def test_zero_blocks_and_outliers(use, name):
         assert same(got_y[1:], got[1:])  # the other rows do not see it
 
 
-@pytest.mark.parametrize("use,name", [("weight", n) for n in WEIGHT_QUANT] + [("act", n) for n in ACT_QUANT]
-                         + [("kv", n) for n in ["fp8_e4m3", "fp8_e5m2", "fp8"]])
+@pytest.mark.parametrize(
+    "use,name",
+    [("weight", n) for n in WEIGHT_QUANT]
+    + [("act", n) for n in ACT_QUANT]
+    + [("kv", n) for n in ["fp8_e4m3", "fp8_e5m2", "fp8"]],
+)
 def test_non_finite_input_is_one_line_error(use, name):
     x = gauss(3, 64, seed=8)
     x[0, 1], x[2, 3], x[1, 0] = float("nan"), float("inf"), -float("inf")
     fn = {"weight": quantize_weight, "act": quantize_act, "kv": quantize_kv}[use]
-    with pytest.raises(QuantError, match=r"^quantize [a-z0-9_]+: 3 non-finite values in input; "
-                                         r"weights/activations must be finite$"):
+    with pytest.raises(
+        QuantError,
+        match=r"^quantize [a-z0-9_]+: 3 non-finite values in input; "
+        r"weights/activations must be finite$",
+    ):
         fn(x, name)
 
 
@@ -204,6 +239,7 @@ def test_unknown_names_and_bad_shapes():
 
 # ---- row locality, idempotence, error sizes ----
 
+
 @pytest.mark.parametrize("name", list(ACT_QUANT))
 def test_act_quant_is_row_local(name):
     gen = torch.Generator().manual_seed(9)
@@ -211,7 +247,7 @@ def test_act_quant_is_row_local(name):
         x = torch.randn(batch, 200, generator=gen) * torch.rand(batch, 1, generator=gen) * 10
         got = quantize_act(x, name)
         for i in range(batch):
-            assert same(got[i], quantize_act(x[i:i + 1], name)[0])
+            assert same(got[i], quantize_act(x[i : i + 1], name)[0])
     x3 = torch.randn(3, 5, 200, generator=gen)
     assert same(quantize_act(x3, name), quantize_act(x3.reshape(15, 200), name).reshape(3, 5, 200))
 
@@ -267,6 +303,7 @@ def test_error_sizes_ordered():
 
 
 # ---- straight-through fake quant and the cache ----
+
 
 def test_fake_quant_forward_and_straight_through_gradient():
     x = gauss(4, 64, seed=13).requires_grad_(True)

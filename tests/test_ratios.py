@@ -5,8 +5,20 @@ import os
 
 import torch
 
-from timbench.metrics.ratios import (LOG_RATIO_BOUND, k1, k2, k3, log_ratio, log_rho, masked_mean, select, seq_log_ratio,
-                             seq_max, seq_mean, seq_sum)
+from timbench.metrics.ratios import (
+    LOG_RATIO_BOUND,
+    k1,
+    k2,
+    k3,
+    log_ratio,
+    log_rho,
+    masked_mean,
+    select,
+    seq_log_ratio,
+    seq_max,
+    seq_mean,
+    seq_sum,
+)
 
 D = torch.float64
 
@@ -83,8 +95,14 @@ print(h.hexdigest())
 def _probe(capability: str, threads: int) -> str:
     import subprocess
     import sys
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, OMP_NUM_THREADS=str(threads),
-               NUMBA_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+
+    env = dict(
+        os.environ,
+        ATEN_CPU_CAPABILITY=capability,
+        OMP_NUM_THREADS=str(threads),
+        NUMBA_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip()

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from raycluster import Cluster
+
 from timbench.grid.layout import load_cells, read_status
 from timbench.grid.spec import load_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
@@ -65,9 +65,11 @@ def _same_state(a: Path, b: Path) -> None:
             assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), path
         else:
             assert x == y, path
+
     walk(torch.load(a, weights_only=True), torch.load(b, weights_only=True), str(b))
 
-PLUGIN = '''
+
+PLUGIN = """
 import os
 from dataclasses import dataclass
 from timbench.remedies import Remedy, finish, log_rho, param
@@ -89,7 +91,7 @@ class Scaled(Remedy):
     def __call__(self, batch):
         w = log_rho(batch).exp() * 0 + self.params.scale
         return finish(batch, weights=w, extra={{"remedy/scaled_tokens": float(batch.mask.sum())}})
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +107,22 @@ def _driver_dir(root: Path) -> Path:
     (d / "plug").mkdir(parents=True)
     (d / "plug" / "scaled.py").write_text(PLUGIN.format(driver=str(d.resolve())))
     save_checkpoint(Qwen3ForCausalLM(PRESETS["tiny-dense"], seed=2), d / "ckpt")
-    doc = {"name": "rc", "base": {"model": "ckpt", "steps": STEPS, "prompts_per_step": 4, "group_size": 4,
-                                  "mini_batches": 2, "eval_n": 16, "eval_every": 2, "checkpoint_every": 1},
-           # bf16-engine: a real mismatch on exact kernels, whose bytes are promised on any process and CPU
-           # (the torch-kernel `production` cell's step 0 differed between this process and a worker on an AMD EPYC).
-           "axes": {"condition": ["bf16-engine"], "remedy": ["plug/scaled.py:Scaled", "none"]}}
+    doc = {
+        "name": "rc",
+        "base": {
+            "model": "ckpt",
+            "steps": STEPS,
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "mini_batches": 2,
+            "eval_n": 16,
+            "eval_every": 2,
+            "checkpoint_every": 1,
+        },
+        # bf16-engine: a real mismatch on exact kernels, whose bytes are promised on any process and CPU
+        # (the torch-kernel `production` cell's step 0 differed between this process and a worker on an AMD EPYC).
+        "axes": {"condition": ["bf16-engine"], "remedy": ["plug/scaled.py:Scaled", "none"]},
+    }
     (d / "g.yaml").write_text(yaml.safe_dump(doc))
     return d
 
@@ -155,21 +168,41 @@ def test_grid_on_a_multi_node_cluster_survives_a_node_and_a_driver_kill(ray_inst
         address = cluster.start_head()
         cluster.add_node("a", "127.0.0.2", {"extra": 1})
         startup_s = time.monotonic() - t0
-        cmd = [str(Path(sys.executable).with_name("timbench")), "grid", "run", "g.yaml", "--out", str(out),
-               "--backend", "ray", "--address", address, "--resources", '{"extra": 1}']
+        cmd = [
+            str(Path(sys.executable).with_name("timbench")),
+            "grid",
+            "run",
+            "g.yaml",
+            "--out",
+            str(out),
+            "--backend",
+            "ray",
+            "--address",
+            address,
+            "--resources",
+            '{"extra": 1}',
+        ]
         env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
         t0 = time.monotonic()
         log1 = open(tmp_path / "driver1.log", "w+")  # a file, not a pipe: an unread pipe would block the driver
         first = subprocess.Popen(cmd, cwd=drv, env=env, stdout=log1, stderr=subprocess.STDOUT, text=True)
         # 1. A node dies mid-cell, after the driver received a checkpoint of the cell running there.
-        victim, s_kill = _wait(lambda: next(((c, s) for c in on_ray if (s := _ckpt_step(out, c)) is not None), None),
-                               300, "the first shipped checkpoint", first)
+        victim, s_kill = _wait(
+            lambda: next(((c, s) for c in on_ray if (s := _ckpt_step(out, c)) is not None), None),
+            300,
+            "the first shipped checkpoint",
+            first,
+        )
         assert s_kill < STEPS
         assert cluster.kill_node("a") >= 2  # raylet, agents, the worker
         cluster.add_node("b", "127.0.0.3", {"extra": 1})
         # 2. The driver dies (SIGKILL) after the cell resumed on the new node and shipped a checkpoint there.
-        _wait(lambda: (read_status(out, victim) or {}).get("attempts") == 2 and (_ckpt_step(out, victim) or 0) > s_kill,
-              300, "a checkpoint from the replacement node", first)
+        _wait(
+            lambda: (read_status(out, victim) or {}).get("attempts") == 2 and (_ckpt_step(out, victim) or 0) > s_kill,
+            300,
+            "a checkpoint from the replacement node",
+            first,
+        )
         if first.poll() is None:
             first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
@@ -196,13 +229,19 @@ def test_grid_on_a_multi_node_cluster_survives_a_node_and_a_driver_kill(ray_inst
         for name in COMPARED:
             assert (a / name).read_bytes() == (b / name).read_bytes(), (cid, name)
         _same_state(a / CKPT, b / CKPT)
-        assert [json.loads(line)["step"] for line in (b / "timing.jsonl").read_text().splitlines()] == list(range(STEPS))
+        assert [json.loads(line)["step"] for line in (b / "timing.jsonl").read_text().splitlines()] == list(
+            range(STEPS)
+        )
         assert read_status(out, cid)["status"] == "done"
         # no temp file left by an atomic write (a run's .lock, the train lock, is not one)
         assert not [p for p in b.rglob(".*") if p.is_file() and p.name != ".lock"]
-    assert '"remedy/scaled_tokens"' in (out / "runs" / on_ray[0] / "metrics.jsonl").read_text() or \
-        '"remedy/scaled_tokens"' in (out / "runs" / on_ray[-1] / "metrics.jsonl").read_text()
+    assert (
+        '"remedy/scaled_tokens"' in (out / "runs" / on_ray[0] / "metrics.jsonl").read_text()
+        or '"remedy/scaled_tokens"' in (out / "runs" / on_ray[-1] / "metrics.jsonl").read_text()
+    )
     assert read_status(out, victim)["attempts"] == 3  # node a, node b, node b again under the rerun driver
-    print(f"\nwall: local grid {local_s:.1f}s, cluster start {startup_s:.1f}s "
-          f"({', '.join(f'{k} {v:.1f}s' for k, v in cluster.start_s.items())}), ray runs {ray_s:.1f}s, "
-          f"whole test {time.monotonic() - t_all:.1f}s")
+    print(
+        f"\nwall: local grid {local_s:.1f}s, cluster start {startup_s:.1f}s "
+        f"({', '.join(f'{k} {v:.1f}s' for k, v in cluster.start_s.items())}), ray runs {ray_s:.1f}s, "
+        f"whole test {time.monotonic() - t_all:.1f}s"
+    )

@@ -13,13 +13,13 @@ import pytest
 import torch
 import yaml
 
-from timbench.util.atomic import atomic_write
 from timbench.grid.layout import read_status
 from timbench.grid.spec import load_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners import ship
 from timbench.runners.driver import run_grid
 from timbench.runners.ray_runner import parse_resources
+from timbench.util.atomic import atomic_write
 
 
 def _state(step: int) -> bytes:
@@ -36,8 +36,7 @@ def test_remedy_file_specs_are_told_from_names_and_modules():
     assert ship.remedy_file("tis") is None
 
 
-def test_bundle_reads_relative_paths_on_the_driver_and_materialize_points_the_config_at_copies(tmp_path,
-                                                                                               monkeypatch):
+def test_bundle_reads_relative_paths_on_the_driver_and_materialize_points_the_config_at_copies(tmp_path, monkeypatch):
     drv = tmp_path / "drv"
     (drv / "plug").mkdir(parents=True)
     (drv / "plug" / "r.py").write_text("# plug-in\n")
@@ -75,20 +74,42 @@ def test_mid_run_snapshot_holds_the_checkpoint_and_exactly_the_rows_a_resume_kee
     assert snap["config.yaml"] == b"cfg: 1\n" and ship.checkpoint_step(snap[ship.CKPT]) == 2
     (run / "summary.json").write_text("{}\n")
     final = ship.snapshot(run, "cfg: 1\n", final=True)
-    assert set(final) == {"checkpoints/state.pt", "metrics.jsonl", "timing.jsonl", "eval.jsonl", "status.json",
-                          "summary.json", "config.yaml"}
+    assert set(final) == {
+        "checkpoints/state.pt",
+        "metrics.jsonl",
+        "timing.jsonl",
+        "eval.jsonl",
+        "status.json",
+        "summary.json",
+        "config.yaml",
+    }
     assert final["metrics.jsonl"] == (run / "metrics.jsonl").read_bytes()
 
 
 def test_write_run_writes_logs_before_the_checkpoint_and_the_end_markers_last(tmp_path, monkeypatch):
     order = []
-    monkeypatch.setattr(ship, "atomic_write", lambda path, data: order.append(Path(path).name) or
-                        atomic_write(path, data))
-    files = {"summary.json": b"{}", ship.CKPT: _state(1), "metrics.jsonl": b"", "status.json": b"{}",
-             "config.yaml": b"", "eval.jsonl": b"", "timing.jsonl": b""}
+    monkeypatch.setattr(
+        ship, "atomic_write", lambda path, data: order.append(Path(path).name) or atomic_write(path, data)
+    )
+    files = {
+        "summary.json": b"{}",
+        ship.CKPT: _state(1),
+        "metrics.jsonl": b"",
+        "status.json": b"{}",
+        "config.yaml": b"",
+        "eval.jsonl": b"",
+        "timing.jsonl": b"",
+    }
     ship.write_run(tmp_path / "r", files)
-    assert order == ["config.yaml", "metrics.jsonl", "timing.jsonl", "eval.jsonl", "status.json", "state.pt",
-                     "summary.json"]
+    assert order == [
+        "config.yaml",
+        "metrics.jsonl",
+        "timing.jsonl",
+        "eval.jsonl",
+        "status.json",
+        "state.pt",
+        "summary.json",
+    ]
     with pytest.raises(ValueError, match="leaves the run directory"):
         ship.write_run(tmp_path / "r", {"../x": b""})
 
@@ -104,20 +125,23 @@ def test_resources_flag_is_validated_in_one_line():
         parse_resources('{"CPU": 2}')
 
 
-KILLER = '''
+KILLER = """
 import os, sys
 from timbench.remedies.builtin import NoRemedy as Nope  # noqa: F401 - a valid class, should the driver look
 if os.path.basename(sys.argv[0]) == "default_worker.py":  # inside a Ray worker: die like a lost node
     os._exit(3)
-'''
+"""
 
 
 def test_a_cell_whose_worker_keeps_dying_fails_after_max_attempts_with_one_line(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray", reason="the Ray backend needs the optional extra timbench[ray]")
     (tmp_path / "killer.py").write_text(KILLER)
     monkeypatch.chdir(tmp_path)
-    doc = {"name": "k", "base": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "eval_n": 4},
-           "axes": {"condition": ["baseline"], "remedy": ["killer.py:Nope"]}}
+    doc = {
+        "name": "k",
+        "base": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "eval_n": 4},
+        "axes": {"condition": ["baseline"], "remedy": ["killer.py:Nope"]},
+    }
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(doc))
     grid = load_grid(tmp_path / "g.yaml")
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -126,7 +150,7 @@ def test_a_cell_whose_worker_keeps_dying_fails_after_max_attempts_with_one_line(
         final = run_grid(grid, tmp_path / "out", backend="ray", stream=stream, options={"max_attempts": 2})
     finally:
         ray.shutdown()
-    (cid, st), = final.items()
+    ((cid, st),) = final.items()
     assert st["status"] == "failed" and "\n" not in st["error"]
     assert st["error"].startswith("ray: worker or node lost 2 times (last on "), st["error"]
     assert f"cell {cid}: lost on " in stream.getvalue() and "(submission 2 of 2)" in stream.getvalue()
@@ -136,6 +160,7 @@ def test_a_cell_whose_worker_keeps_dying_fails_after_max_attempts_with_one_line(
 
 def test_ray_only_flags_are_refused_elsewhere_and_bad_ones_are_one_line(tmp_path, capsys):
     from timbench.cli import main
+
     grid = ["grid", "run", "bench/grids/example.yaml", "--out", str(tmp_path / "o")]
     assert main([*grid, "--resources", '{"extra": 1}']) == 2
     assert "--resources is only for --backend ray" in capsys.readouterr().err

@@ -23,10 +23,10 @@ def test_fsum_is_left_to_right_float64():
 
 
 def test_fsum_float32_rounds_once_and_keeps_dtype():
-    x = torch.tensor([1.0, 2.0 ** -30, 2.0 ** -30, -1.0], dtype=torch.float32)
+    x = torch.tensor([1.0, 2.0**-30, 2.0**-30, -1.0], dtype=torch.float32)
     # float32 left-to-right would give 0.0 (1 + 2^-30 == 1 in fp32); float64 accumulation keeps 2^-29
     out = fsum(x)
-    assert out.dtype == torch.float32 and float(out) == 2.0 ** -29
+    assert out.dtype == torch.float32 and float(out) == 2.0**-29
 
 
 def test_fsum_dims_keepdim_and_grad():
@@ -52,7 +52,7 @@ def test_fsum_independent_of_batch_rows():
     x = torch.randn(9, 333)
     full = fsum(x, -1)
     for i in range(9):
-        assert fsum(x[i:i + 1], -1)[0].item() == full[i].item()
+        assert fsum(x[i : i + 1], -1)[0].item() == full[i].item()
 
 
 def test_empty_sums_are_zero():
@@ -62,6 +62,7 @@ def test_empty_sums_are_zero():
 
 def test_fstd_is_the_two_pass_unbiased_std():
     from timbench.kernels.reduce import fstd
+
     g = torch.Generator().manual_seed(1)
     x = torch.randn(4, 9, generator=g, dtype=torch.float64)
     for i in range(4):
@@ -80,6 +81,7 @@ def test_fstd_is_the_two_pass_unbiased_std():
 
 def test_fexp_matches_libm_per_element_and_differentiates():
     from timbench.kernels.pointwise import fexp
+
     x64 = torch.linspace(-30, 5, 257, dtype=torch.float64)
     assert fexp(x64).tolist() == [math.exp(v) for v in x64.tolist()]
     x = torch.randn(3, 7, requires_grad=True)
@@ -89,5 +91,6 @@ def test_fexp_matches_libm_per_element_and_differentiates():
     assert torch.equal(x.grad, y.detach())
     assert fexp(torch.zeros(0)).shape == (0,)
     import pytest
+
     with pytest.raises(TypeError, match="float32 or float64"):
         fexp(torch.zeros(2, dtype=torch.bfloat16))

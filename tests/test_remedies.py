@@ -9,28 +9,36 @@ import torch
 
 from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
-from timbench.remedies import (METRIC_NAMES, REMEDIES, RemedyBatch, RemedyResult, check_result,
-                               list_remedies, load_remedy, replay_tensor)
+from timbench.remedies import (
+    METRIC_NAMES,
+    REMEDIES,
+    RemedyBatch,
+    RemedyResult,
+    check_result,
+    list_remedies,
+    load_remedy,
+    replay_tensor,
+)
 from timbench.rl import loop as loop_mod
 from timbench.rl import step as step_mod
-from timbench.trainer import update as update_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.tasks.base import Task
+from timbench.trainer import update as update_mod
 
 # ---------------------------------------------------------------- a hand-made batch
 
 # delta = log pi_old - log mu per token; row 3's last token and all of row 7 are masked out (their
 # junk values must not matter); 25.0 checks verl's +-20 clamp.
 DELTA = [
-    [0.0, 0.0, 0.0],            # r0 no mismatch
-    [math.log(3), 0.0, -0.1],   # r1 one token with rho = 3
-    [-0.8, 0.05, 0.02],         # r2 a low token (rho 0.45)
-    [0.3, 25.0, 30.0],          # r3 an extreme token (clamped to 20), last token masked
-    [5e-4, -5e-4, 1e-3],        # r4 tiny mismatch
-    [0.2, -0.2, 0.1],           # r5 moderate
-    [0.1, -0.1, 0.0],           # r6 mean log rho = 0 but k3 > 0
-    [9.0, 9.0, 9.0],            # r7 empty row (e.g. dropped by dynamic sampling)
+    [0.0, 0.0, 0.0],  # r0 no mismatch
+    [math.log(3), 0.0, -0.1],  # r1 one token with rho = 3
+    [-0.8, 0.05, 0.02],  # r2 a low token (rho 0.45)
+    [0.3, 25.0, 30.0],  # r3 an extreme token (clamped to 20), last token masked
+    [5e-4, -5e-4, 1e-3],  # r4 tiny mismatch
+    [0.2, -0.2, 0.1],  # r5 moderate
+    [0.1, -0.1, 0.0],  # r6 mean log rho = 0 but k3 > 0
+    [9.0, 9.0, 9.0],  # r7 empty row (e.g. dropped by dynamic sampling)
 ]
 MASK = [[True] * 3] * 3 + [[True, True, False]] + [[True] * 3] * 3 + [[False] * 3]
 ROWS = [i for i, m in enumerate(MASK) if any(m)]
@@ -39,8 +47,9 @@ TOKENS = [(i, t) for i in range(8) for t in range(3) if MASK[i][t]]
 
 def _batch(delta=DELTA):
     roll = torch.full((8, 3), -2.0, dtype=torch.float64)
-    return RemedyBatch(roll + torch.tensor(delta, dtype=torch.float64), roll, torch.zeros(8),
-                       torch.tensor(MASK), group_size=2)
+    return RemedyBatch(
+        roll + torch.tensor(delta, dtype=torch.float64), roll, torch.zeros(8), torch.tensor(MASK), group_size=2
+    )
 
 
 def _lr(i, t):  # the reference value, recomputed in plain Python from the batch's own tensors
@@ -110,8 +119,11 @@ def test_mis_seq_masks_whole_sequences():
     r = load_remedy("mis_seq")(_batch())
     _check(r, weight=lambda i, t: rho(i), keep=lambda i, t: rho(i) <= 2)
     assert not r.mask[1].any() and not r.mask[3].any() and r.mask[2].all()
-    _check(load_remedy("mis_seq", {"C_min": 0.9})(_batch()), weight=lambda i, t: rho(i),
-           keep=lambda i, t: 0.9 <= rho(i) <= 2)
+    _check(
+        load_remedy("mis_seq", {"C_min": 0.9})(_batch()),
+        weight=lambda i, t: rho(i),
+        keep=lambda i, t: 0.9 <= rho(i) <= 2,
+    )
 
 
 def test_icepop_weights_rho_inside_the_band_and_masks_outside():
@@ -128,11 +140,14 @@ def test_geo_rs_rejects_on_the_geometric_mean():
     assert [bool(r.mask[i].any()) for i in range(7)] == [True, False, False, False, True, False, True]
 
 
-@pytest.mark.parametrize("name, stat, threshold", [
-    ("k3_rs", lambda i: _seq(i, _k3, "mean"), 0.01),
-    ("trm_avg", lambda i: _seq(i, _k3, "mean"), 0.001),
-    ("trm_max", lambda i: _seq(i, lambda x: 0.5 * x * x, "max"), 0.05),
-])
+@pytest.mark.parametrize(
+    "name, stat, threshold",
+    [
+        ("k3_rs", lambda i: _seq(i, _k3, "mean"), 0.01),
+        ("trm_avg", lambda i: _seq(i, _k3, "mean"), 0.001),
+        ("trm_max", lambda i: _seq(i, lambda x: 0.5 * x * x, "max"), 0.05),
+    ],
+)
 def test_sequence_rejection_on_a_divergence(name, stat, threshold):
     r = load_remedy(name)(_batch())
     _check(r, keep=lambda i, t: stat(i) <= threshold)
@@ -144,12 +159,20 @@ def test_tis_token_plus_sequence_rejection():
     rho = lambda i, t: math.exp(_lr(i, t))
     k3 = lambda i: _seq(i, _k3, "mean")
     r = load_remedy("tis_token+seq_rs")(_batch())
-    _check(r, weight=lambda i, t: min(rho(i, t), 2.0), keep=lambda i, t: k3(i) <= 0.001,
-           truncated=lambda i, t: rho(i, t) > 2)
+    _check(
+        r,
+        weight=lambda i, t: min(rho(i, t), 2.0),
+        keep=lambda i, t: k3(i) <= 0.001,
+        truncated=lambda i, t: rho(i, t) > 2,
+    )
     assert not r.mask[6].any()  # K3 sees r6's +-0.1; K1 does not
     k1 = load_remedy("tis_token+seq_rs", {"divergence": "k1"})(_batch())
-    _check(k1, weight=lambda i, t: min(rho(i, t), 2.0), keep=lambda i, t: abs(_seq(i, lambda x: x, "mean")) <= 0.001,
-           truncated=lambda i, t: rho(i, t) > 2)
+    _check(
+        k1,
+        weight=lambda i, t: min(rho(i, t), 2.0),
+        keep=lambda i, t: abs(_seq(i, lambda x: x, "mean")) <= 0.001,
+        truncated=lambda i, t: rho(i, t) > 2,
+    )
     assert k1.mask[6].all()
 
 
@@ -190,6 +213,7 @@ def test_zero_mismatch_is_a_no_op_for_every_remedy(name):
 
 # ---------------------------------------------------------------- registry, params, CLI, errors
 
+
 def test_list_describes_every_builtin(capsys):
     assert main(["remedies", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
@@ -199,11 +223,17 @@ def test_list_describes_every_builtin(capsys):
     assert rows["mis_seq"]["params"] == {"C": 2.0, "C_min": None}
     assert rows["fp16"]["hooks"]["engine_override"] == {"dtype": "fp16"}
     assert rows["routing_replay_r3"]["hooks"]["replay"] == "engine"
-    assert rows["unified_precision"]["hooks"]["trainer_follows_engine"] == ["dtype", "logits_dtype", "weight_quant",
-                                                                           "act_quant"]
+    assert rows["unified_precision"]["hooks"]["trainer_follows_engine"] == [
+        "dtype",
+        "logits_dtype",
+        "weight_quant",
+        "act_quant",
+    ]
     assert rows["rounding_aligned"]["hooks"]["rollout_rounding"] is True
-    assert rows["rounding_aligned"]["hooks"]["trainer_follows_engine"] == rows["unified_precision"]["hooks"][
-        "trainer_follows_engine"]
+    assert (
+        rows["rounding_aligned"]["hooks"]["trainer_follows_engine"]
+        == rows["unified_precision"]["hooks"]["trainer_follows_engine"]
+    )
     assert rows["sampling_replay"]["hooks"]["sampling_replay"] is True
     assert "sampling_replay" not in rows["none"]["hooks"]  # hooks a remedy does not use are left out
     assert all(r["doc"] for r in rows.values())
@@ -211,21 +241,24 @@ def test_list_describes_every_builtin(capsys):
     assert "tis_token+seq_rs" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("spec, args, err, message", [
-    ("tis", {}, ValueError, r"unknown remedy 'tis'; did you mean tis_seq\? registered: none, tis_token"),
-    ("tis_token", {"cap": 2}, ValueError, r"unknown parameter\(s\) \['cap'\]; valid: C"),
-    ("tis_token", {"C": -1}, ValueError, "C must be > 0"),
-    ("tis_token", {"C": "big"}, ValueError, "parameter C='big' is not a valid float"),
-    ("tis_token", {"C": float("nan")}, ValueError, "is not a valid float"),
-    ("mis_token", {"C_min": 3.0}, ValueError, "C_min=3.0 must be < C=2.0"),
-    ("tis_token+seq_rs", {"divergence": "k2"}, ValueError, "valid: k3, k1"),
-    ("none", {"C": 1}, ValueError, r"valid: \(none\)"),
-    ("/no/such/file.py:X", {}, FileNotFoundError, "remedy file /no/such/file.py does not exist"),
-    ("no_such_pkg.mod:X", {}, ValueError, "cannot be imported"),
-    ("timbench.remedies.builtin:Nope", {}, ValueError, "has no class 'Nope'; remedies defined there: FP16"),
-    ("timbench.remedies.base:RemedyBatch", {}, ValueError, "not a subclass of timbench.remedies.Remedy"),
-    ("timbench.remedies:Remedy", {}, ValueError, "not a subclass"),
-])
+@pytest.mark.parametrize(
+    "spec, args, err, message",
+    [
+        ("tis", {}, ValueError, r"unknown remedy 'tis'; did you mean tis_seq\? registered: none, tis_token"),
+        ("tis_token", {"cap": 2}, ValueError, r"unknown parameter\(s\) \['cap'\]; valid: C"),
+        ("tis_token", {"C": -1}, ValueError, "C must be > 0"),
+        ("tis_token", {"C": "big"}, ValueError, "parameter C='big' is not a valid float"),
+        ("tis_token", {"C": float("nan")}, ValueError, "is not a valid float"),
+        ("mis_token", {"C_min": 3.0}, ValueError, "C_min=3.0 must be < C=2.0"),
+        ("tis_token+seq_rs", {"divergence": "k2"}, ValueError, "valid: k3, k1"),
+        ("none", {"C": 1}, ValueError, r"valid: \(none\)"),
+        ("/no/such/file.py:X", {}, FileNotFoundError, "remedy file /no/such/file.py does not exist"),
+        ("no_such_pkg.mod:X", {}, ValueError, "cannot be imported"),
+        ("timbench.remedies.builtin:Nope", {}, ValueError, "has no class 'Nope'; remedies defined there: FP16"),
+        ("timbench.remedies.base:RemedyBatch", {}, ValueError, "not a subclass of timbench.remedies.Remedy"),
+        ("timbench.remedies:Remedy", {}, ValueError, "not a subclass"),
+    ],
+)
 def test_bad_remedy_or_params_is_a_one_line_error(spec, args, err, message):
     with pytest.raises(err, match=message) as e:
         load_remedy(spec, args)
@@ -250,9 +283,11 @@ def test_bad_plugin_files_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="broken.py failed to import: ModuleNotFoundError"):
         load_remedy(f"{bad}:X")
     hooks = tmp_path / "hooks.py"
-    hooks.write_text(PLUGIN + "\nclass BadReplay(Scaled):\n    replay = 'sideways'\n"
-                     "\nclass BadSpec(Scaled):\n    engine_override = {'dtype': 'fp8'}\n"
-                     "\nclass NoCall(Remedy):\n    pass\n")
+    hooks.write_text(
+        PLUGIN + "\nclass BadReplay(Scaled):\n    replay = 'sideways'\n"
+        "\nclass BadSpec(Scaled):\n    engine_override = {'dtype': 'fp8'}\n"
+        "\nclass NoCall(Remedy):\n    pass\n"
+    )
     with pytest.raises(ValueError, match="replay='sideways' is invalid"):
         load_remedy(f"{hooks}:BadReplay")
     with pytest.raises(ValueError, match="invalid value 'fp8' for dtype"):
@@ -273,7 +308,7 @@ def test_results_of_plugins_are_validated():
         check_result(RemedyResult(None, b.mask, {"remedy/x": float("inf")}), b, "x")
 
 
-BAD_SHAPE_PLUGIN = '''
+BAD_SHAPE_PLUGIN = """
 import torch
 from timbench.remedies import Remedy, finish
 
@@ -292,7 +327,7 @@ class WideKeep(WideWeights):
 
     def __call__(self, batch):
         return finish(batch, keep=torch.ones(batch.mask.shape[0] + 1, batch.mask.shape[1], dtype=torch.bool))
-'''
+"""
 
 
 @pytest.mark.parametrize("cls, what, got", [("WideWeights", "weights", "(8, 4)"), ("WideKeep", "keep", "(9, 3)")])
@@ -309,7 +344,7 @@ def test_wrongly_shaped_plugin_result_is_a_one_line_error_naming_remedy_and_shap
 
 # ---------------------------------------------------------------- plug-ins
 
-PLUGIN = '''
+PLUGIN = """
 from dataclasses import dataclass
 from timbench.remedies import Remedy, finish, log_rho, param
 
@@ -327,15 +362,16 @@ class Scaled(Remedy):
     def __call__(self, batch):
         w = log_rho(batch).exp() * 0 + self.params.scale
         return finish(batch, weights=w, extra={"remedy/scaled_tokens": float(batch.mask.sum())})
-'''
+"""
 
 
 def test_entry_point_remedy(tmp_path, monkeypatch):
     (tmp_path / "my_remedy_pkg.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = importlib.metadata.EntryPoint(name="scaled_ep", value="my_remedy_pkg:Scaled", group="timbench.remedies")
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group=None: [ep] if group == "timbench.remedies" else [])
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group=None: [ep] if group == "timbench.remedies" else []
+    )
     r = load_remedy("scaled_ep", {"scale": 0.25})
     assert type(r).__name__ == "Scaled" and float(r(_batch()).weights[0, 0]) == 0.25
     assert "scaled_ep" in {row["name"] for row in list_remedies()}
@@ -343,6 +379,7 @@ def test_entry_point_remedy(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- loop integration
+
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
@@ -369,8 +406,20 @@ def parity_reward(monkeypatch):
 
 
 def _cfg(ckpt, *extra):
-    return load_config(None, [f"model={ckpt}", "steps=2", "prompts_per_step=2", "group_size=4", "mini_batches=2",
-                              "eval_every=2", "eval_n=4", "lr=1e-3", *extra])
+    return load_config(
+        None,
+        [
+            f"model={ckpt}",
+            "steps=2",
+            "prompts_per_step=2",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=4",
+            "lr=1e-3",
+            *extra,
+        ],
+    )
 
 
 def _rows(d):
@@ -400,11 +449,12 @@ def test_plugin_file_runs_in_training_and_logs_its_metric(ckpt, none_run, tmp_pa
 
 
 @pytest.mark.parametrize("name", sorted(REMEDIES))
-def test_zero_mismatch_training_is_byte_identical_to_none(name, ckpt, none_run, tmp_path, parity_reward,
-                                                          monkeypatch):
+def test_zero_mismatch_training_is_byte_identical_to_none(name, ckpt, none_run, tmp_path, parity_reward, monkeypatch):
     specs = []
     real_lane = loop_mod.make_lane
-    monkeypatch.setattr(loop_mod, "make_lane", lambda *a: specs.append((a[3].to_dict(), a[4].to_dict())) or real_lane(*a))
+    monkeypatch.setattr(
+        loop_mod, "make_lane", lambda *a: specs.append((a[3].to_dict(), a[4].to_dict())) or real_lane(*a)
+    )
     run(_cfg(ckpt, f"remedy={name}"), tmp_path / "r", progress=False)
     same = (tmp_path / "r" / "metrics.jsonl").read_bytes() == (none_run / "metrics.jsonl").read_bytes()
     if name == "fp16":  # changes the numerics (both sides fp16) but keeps exact/exact bitwise aligned
@@ -415,14 +465,18 @@ def test_zero_mismatch_training_is_byte_identical_to_none(name, ckpt, none_run, 
         assert len(_rows(tmp_path / "r")) == 2
 
 
-def test_ppo_ratio_rejection_in_training_sees_ratio_one_on_the_first_mini_batch(ckpt, tmp_path, parity_reward,
-                                                                               monkeypatch):
+def test_ppo_ratio_rejection_in_training_sees_ratio_one_on_the_first_mini_batch(
+    ckpt, tmp_path, parity_reward, monkeypatch
+):
     seen = []
     cls = type(load_remedy("tis_token+seq_rs"))
     real = cls.update_keep
     monkeypatch.setattr(cls, "update_keep", lambda self, lr, m: seen.append(lr.clone()) or real(self, lr, m))
-    run(_cfg(ckpt, "remedy=tis_token+seq_rs", "remedy_args.ratio=ppo", "remedy_args.threshold=1e-6"),
-        tmp_path / "p", progress=False)
+    run(
+        _cfg(ckpt, "remedy=tis_token+seq_rs", "remedy_args.ratio=ppo", "remedy_args.threshold=1e-6"),
+        tmp_path / "p",
+        progress=False,
+    )
     assert len(seen) == 4  # 2 steps x 2 mini-batches
     # The recompute and the first update pass run the same weights through the same batch-invariant kernels:
     # the PPO ratio is exactly 1 there, so nothing can be rejected; after one optimizer step it is not.
@@ -434,13 +488,15 @@ def test_ppo_ratio_rejection_in_training_sees_ratio_one_on_the_first_mini_batch(
 
 def test_a_plugin_update_keep_of_the_wrong_shape_is_a_one_line_error(ckpt, tmp_path, parity_reward):
     f = tmp_path / "bad_keep.py"
-    f.write_text("from timbench.remedies import Remedy, finish\n"
-                 "class BadKeep(Remedy):\n"
-                 "    name = 'bad_keep'\n"
-                 "    def __call__(self, batch):\n"
-                 "        return finish(batch)\n"
-                 "    def update_keep(self, log_r, mask):\n"
-                 "        return mask[:1]\n")
+    f.write_text(
+        "from timbench.remedies import Remedy, finish\n"
+        "class BadKeep(Remedy):\n"
+        "    name = 'bad_keep'\n"
+        "    def __call__(self, batch):\n"
+        "        return finish(batch)\n"
+        "    def update_keep(self, log_r, mask):\n"
+        "        return mask[:1]\n"
+    )
     with pytest.raises(ValueError) as e:
         run(_cfg(ckpt, f"remedy={f}:BadKeep"), tmp_path / "b", progress=False)
     assert "remedy bad_keep: update_keep must return None or a bool tensor of shape" in str(e.value)
@@ -490,7 +546,7 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
     width = route_old.shape[1]
     for i, (p, r) in enumerate(seqs):
         n = len(p) + len(r) - 1
-        assert torch.equal(rp_upd[i * width: i * width + n], flat[i * width: i * width + n])
+        assert torch.equal(rp_upd[i * width : i * width + n], flat[i * width : i * width + n])
     assert _rows(tmp_path / "r2")[0]["mismatch/routing_agreement"] < 1.0
 
 

@@ -15,13 +15,13 @@ from timbench.remedies.verl import VERL_PRESETS
 
 # log pi_old - log mu per token; the last token of row 3 and all of row 6 are masked out.
 DELTA = [
-    [0.0, 0.0, 0.0],           # r0 no mismatch
+    [0.0, 0.0, 0.0],  # r0 no mismatch
     [math.log(3), 0.0, -0.1],  # r1 one rho = 3
-    [-0.8, 0.05, 0.02],        # r2 a low token (rho 0.45)
-    [25.0, -10.0, 99.0],       # r3 |delta| > 20: per-token clamp gives 20 - 10 = 10, the raw sum 15
-    [5e-4, -5e-4, 1e-3],       # r4 tiny mismatch
-    [15.0, 8.0, 0.1],          # r5 raw sum 23.1 > 20: the sequence ratio is clamped at e^20 (verl), not by TRL
-    [9.0, 9.0, 9.0],           # r6 empty row
+    [-0.8, 0.05, 0.02],  # r2 a low token (rho 0.45)
+    [25.0, -10.0, 99.0],  # r3 |delta| > 20: per-token clamp gives 20 - 10 = 10, the raw sum 15
+    [5e-4, -5e-4, 1e-3],  # r4 tiny mismatch
+    [15.0, 8.0, 0.1],  # r5 raw sum 23.1 > 20: the sequence ratio is clamped at e^20 (verl), not by TRL
+    [9.0, 9.0, 9.0],  # r6 empty row
 ]
 MASK = [[True] * 3] * 3 + [[True, True, False]] + [[True] * 3] * 2 + [[False] * 3]
 N = len(DELTA)
@@ -105,7 +105,8 @@ def test_seq_is_rs_weights_on_the_raw_sum_and_rejects_on_the_clamped_k1_sum():
     w = lambda i, t: min(math.exp(max(-20.0, min(20.0, seq(i, ident, "sum", x=d)))), 2.0)
     check(r, weight=w, keep=lambda i, t: math.log(0.5) <= seq(i, K1, "sum") <= math.log(2.0))
     assert r.metrics["rollout_corr/rollout_rs_seq_sum_k1_masked_fraction"] == pytest.approx(
-        sum(len(toks(i)) for i in (1, 2, 3, 5)) / len(TOKENS))
+        sum(len(toks(i)) for i in (1, 2, 3, 5)) / len(TOKENS)
+    )
 
 
 @pytest.mark.parametrize("preset, builtin", [("decoupled_k3_rs", "k3_rs")])
@@ -115,20 +116,26 @@ def test_k3_rs_matches_the_builtin_and_the_hand_value(preset, builtin):
     assert torch.equal(r.mask, load_remedy(builtin)(batch()).mask)
 
 
-@pytest.mark.parametrize("rs, threshold, keep", [
-    ("token_k1", "0.6_1.6", lambda i, t: math.log(0.6) <= K1(lr(i, t)) <= math.log(1.6)),
-    ("token_k1", "2.0", lambda i, t: math.log(0.5) <= K1(lr(i, t)) <= math.log(2.0)),  # lone U means 1/U_U
-    ("token_k2", "0.02", lambda i, t: K2(lr(i, t)) <= 0.02),
-    ("token_k3", "0.05", lambda i, t: K3(lr(i, t)) <= 0.05),
-    ("seq_sum_k2", "0.5", lambda i, t: seq(i, K2, "sum") <= 0.5),
-    ("seq_sum_k3", "0.5", lambda i, t: seq(i, K3, "sum") <= 0.5),
-    ("seq_mean_k2", "0.05", lambda i, t: seq(i, K2, "mean") <= 0.05),
-    ("seq_max_k2", "0.3", lambda i, t: seq(i, K2, "max") <= 0.3),
-    ("seq_max_k3", "0.3", lambda i, t: seq(i, K3, "max") <= 0.3),
-    ("token_k1,seq_max_k2", "0.6_1.6,2.5",
-     lambda i, t: math.log(0.6) <= K1(lr(i, t)) <= math.log(1.6) and seq(i, K2, "max") <= 2.5),
-    ("seq_mean_k3,token_k2", "0.01", lambda i, t: seq(i, K3, "mean") <= 0.01 and K2(lr(i, t)) <= 0.01),
-])
+@pytest.mark.parametrize(
+    "rs, threshold, keep",
+    [
+        ("token_k1", "0.6_1.6", lambda i, t: math.log(0.6) <= K1(lr(i, t)) <= math.log(1.6)),
+        ("token_k1", "2.0", lambda i, t: math.log(0.5) <= K1(lr(i, t)) <= math.log(2.0)),  # lone U means 1/U_U
+        ("token_k2", "0.02", lambda i, t: K2(lr(i, t)) <= 0.02),
+        ("token_k3", "0.05", lambda i, t: K3(lr(i, t)) <= 0.05),
+        ("seq_sum_k2", "0.5", lambda i, t: seq(i, K2, "sum") <= 0.5),
+        ("seq_sum_k3", "0.5", lambda i, t: seq(i, K3, "sum") <= 0.5),
+        ("seq_mean_k2", "0.05", lambda i, t: seq(i, K2, "mean") <= 0.05),
+        ("seq_max_k2", "0.3", lambda i, t: seq(i, K2, "max") <= 0.3),
+        ("seq_max_k3", "0.3", lambda i, t: seq(i, K3, "max") <= 0.3),
+        (
+            "token_k1,seq_max_k2",
+            "0.6_1.6,2.5",
+            lambda i, t: math.log(0.6) <= K1(lr(i, t)) <= math.log(1.6) and seq(i, K2, "max") <= 2.5,
+        ),
+        ("seq_mean_k3,token_k2", "0.01", lambda i, t: seq(i, K3, "mean") <= 0.01 and K2(lr(i, t)) <= 0.01),
+    ],
+)
 def test_every_rs_criterion_and_chains(rs, threshold, keep):
     r = load_remedy("verl", {"rollout_is": None, "rollout_rs": rs, "rollout_rs_threshold": threshold})(batch())
     check(r, keep=keep)
@@ -155,8 +162,9 @@ def test_trl_modes(mode, args):
     low = args.get("vllm_importance_sampling_clip_min")
     level, _, how = mode.partition("_")
     # TRL: no +-20 clamp anywhere; sequence modes exponentiate the raw sum
-    ratio = (lambda i, t: math.exp(seq(i, ident, "sum", x=d))) if level == "sequence" else (
-        lambda i, t: math.exp(d(i, t)))
+    ratio = (
+        (lambda i, t: math.exp(seq(i, ident, "sum", x=d))) if level == "sequence" else (lambda i, t: math.exp(d(i, t)))
+    )
     if how == "truncate":
         w = lambda i, t: min(max(ratio(i, t), low if low is not None else -math.inf), cap)
     else:
@@ -186,18 +194,28 @@ def test_zero_mismatch_is_a_no_op_for_every_preset_and_mode(name):
 def test_list_shows_every_verl_preset_and_trl_mode(capsys):
     assert main(["remedies", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    for p in ("decoupled_token_is", "decoupled_seq_is", "decoupled_seq_is_rs", "decoupled_geo_rs", "decoupled_k3_rs",
-              "bypass_ppo_clip", "bypass_ppo_clip_geo_rs"):
+    for p in (
+        "decoupled_token_is",
+        "decoupled_seq_is",
+        "decoupled_seq_is_rs",
+        "decoupled_geo_rs",
+        "decoupled_k3_rs",
+        "bypass_ppo_clip",
+        "bypass_ppo_clip_geo_rs",
+    ):
         assert f"verl:{p}" in rows and p in VERL_PRESETS
     assert {f"verl:{p}" for p in VERL_PRESETS} | {f"trl:{m}" for m in TRL_MODES} | {"verl"} <= set(rows)
     assert rows["verl:bypass_ppo_clip"]["hooks"]["mode"] == "bypass"
     assert rows["verl:decoupled_geo_rs"]["params"]["rollout_rs"] == "seq_mean_k1"
-    assert rows["trl:sequence_mask"]["params"] == {"vllm_importance_sampling_cap": 3.0,
-                                                   "vllm_importance_sampling_clip_min": None}
+    assert rows["trl:sequence_mask"]["params"] == {
+        "vllm_importance_sampling_cap": 3.0,
+        "vllm_importance_sampling_clip_min": None,
+    }
 
 
 def test_bypass_presets_set_the_mode_or_refuse_a_conflicting_one():
     from timbench.rl.config import from_dict
+
     base = {"steps": 1, "eval_n": 4}
     assert from_dict({**base, "remedy": "verl:bypass_ppo_clip", "mode": "bypass"}).remedy_impl.mode == "bypass"
     with pytest.raises(ValueError, match="implies mode=bypass .* config says mode=recompute; set mode: bypass") as e:
@@ -208,18 +226,21 @@ def test_bypass_presets_set_the_mode_or_refuse_a_conflicting_one():
     assert from_dict({**base, "remedy": "verl", "remedy_args": {"bypass_mode": True}, "mode": "bypass"})
 
 
-@pytest.mark.parametrize("spec, args, message", [
-    ("verl:nope", {}, r"unknown verl remedy 'verl:nope'; valid: verl:\{decoupled_token_is, "),
-    ("trl:nope", {}, r"unknown trl remedy 'trl:nope'; valid: trl:\{token_truncate, "),
-    ("verl", {"rollout_is": "seq"}, "rollout_is 'seq' is invalid; valid: token, sequence, null"),
-    ("verl", {"rollout_rs": "seq_max_k1", "rollout_rs_threshold": "2"}, "criterion 'seq_max_k1' is invalid"),
-    ("verl", {"rollout_rs": "token_k2"}, "needs rollout_rs_threshold"),
-    ("verl", {"rollout_rs": "token_k2,seq_mean_k3", "rollout_rs_threshold": "1,2,3"}, "gives 3 thresholds for 2"),
-    ("verl", {"rollout_rs": "token_k2", "rollout_rs_threshold": "0.5_2"}, "k2/k3 criteria take one upper bound"),
-    ("verl", {"rollout_is_threshold": "2_1"}, "lower bound must be <= upper bound"),
-    ("verl", {"rollout_is_threshold": "-1"}, "must be a finite number > 0"),
-    ("trl:token_mask", {"vllm_importance_sampling_clip_min": 5.0}, r"must be in \[0, cap=3.0\)"),
-])
+@pytest.mark.parametrize(
+    "spec, args, message",
+    [
+        ("verl:nope", {}, r"unknown verl remedy 'verl:nope'; valid: verl:\{decoupled_token_is, "),
+        ("trl:nope", {}, r"unknown trl remedy 'trl:nope'; valid: trl:\{token_truncate, "),
+        ("verl", {"rollout_is": "seq"}, "rollout_is 'seq' is invalid; valid: token, sequence, null"),
+        ("verl", {"rollout_rs": "seq_max_k1", "rollout_rs_threshold": "2"}, "criterion 'seq_max_k1' is invalid"),
+        ("verl", {"rollout_rs": "token_k2"}, "needs rollout_rs_threshold"),
+        ("verl", {"rollout_rs": "token_k2,seq_mean_k3", "rollout_rs_threshold": "1,2,3"}, "gives 3 thresholds for 2"),
+        ("verl", {"rollout_rs": "token_k2", "rollout_rs_threshold": "0.5_2"}, "k2/k3 criteria take one upper bound"),
+        ("verl", {"rollout_is_threshold": "2_1"}, "lower bound must be <= upper bound"),
+        ("verl", {"rollout_is_threshold": "-1"}, "must be a finite number > 0"),
+        ("trl:token_mask", {"vllm_importance_sampling_clip_min": 5.0}, r"must be in \[0, cap=3.0\)"),
+    ],
+)
 def test_bad_vocabulary_is_a_one_line_error(spec, args, message):
     with pytest.raises(ValueError, match=message) as e:
         load_remedy(spec, args)
@@ -253,8 +274,11 @@ VERL_TABLE = {
 
 def verl_by_hand(rollout_is, is_thr, rs, rs_thr):
     """Plain-Python verl: (weight(i, t) or None, keep(i, t))."""
+
     def weight(i, t):
-        raw = math.exp(lr(i, t)) if rollout_is == "token" else math.exp(max(-20.0, min(20.0, seq(i, ident, "sum", x=d))))
+        raw = (
+            math.exp(lr(i, t)) if rollout_is == "token" else math.exp(max(-20.0, min(20.0, seq(i, ident, "sum", x=d))))
+        )
         if "_" in is_thr:
             lo, hi = map(float, is_thr.split("_"))
             return raw if lo <= raw <= hi else 0.0
@@ -273,6 +297,7 @@ def verl_by_hand(rollout_is, is_thr, rs, rs_thr):
             if not ok:
                 return False
         return True
+
     return (weight if rollout_is else None), keep
 
 
@@ -281,8 +306,9 @@ def test_every_verl_preset_by_hand(preset):
     rollout_is, is_thr, rs, rs_thr, bypass = VERL_TABLE[preset]
     remedy = load_remedy(f"verl:{preset}")
     p = remedy.params
-    assert (p.rollout_is, p.rollout_is_threshold, p.rollout_rs, p.rollout_rs_threshold, p.bypass_mode) == \
-        VERL_TABLE[preset]
+    assert (p.rollout_is, p.rollout_is_threshold, p.rollout_rs, p.rollout_rs_threshold, p.bypass_mode) == VERL_TABLE[
+        preset
+    ]
     assert remedy.mode == ("bypass" if bypass else "recompute")
     weight, keep = verl_by_hand(rollout_is, is_thr, rs, rs_thr)
     check(remedy(batch()), weight=weight, keep=keep)

@@ -11,12 +11,12 @@ import torch
 from timbench.grid.cost import cell_seconds
 from timbench.grid.spec import expand, parse_grid
 from timbench.metrics.mismatch import mismatch_metrics
+from timbench.metrics.schema import K3_KL, check_key
 from timbench.remedies import load_remedy
 from timbench.replica import REPLICAS, jaccard, replica_metrics
 from timbench.rl.config import RunConfig, load_config, parse_config
 from timbench.rl.loop import run
 from timbench.rl.step import StepBatch, correct_phase
-from timbench.metrics.schema import K3_KL, check_key
 
 BASE = ["steps=3", "prompts_per_step=4", "group_size=4", "eval_every=3", "eval_n=8"]
 # A thresholded remedy with a band narrow enough that a bf16 engine's |delta| (~4e-3) puts tokens outside it.
@@ -47,8 +47,9 @@ def _hand_batch():
     twin = torch.tensor([[0.0, 1.0, 0.75, 5.0], [0.1, -0.5, 0.0, 0.2]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
     exp = SimpleNamespace(rollout_logprobs=mu, mask=mask)
-    batch = StepBatch(0, exp, torch.tensor([1.0, -1.0]), mask.clone(), 2, old_logprobs=mu + delta,
-                      replica_logprobs=mu + twin)
+    batch = StepBatch(
+        0, exp, torch.tensor([1.0, -1.0]), mask.clone(), 2, old_logprobs=mu + delta, replica_logprobs=mu + twin
+    )
     lane = SimpleNamespace(remedy=load_remedy("icepop", {"low": 0.5, "high": 2.0}), plugin_timeout=0)
     return lane, SimpleNamespace(group_size=2), batch
 
@@ -99,8 +100,9 @@ def test_replica_off_writes_the_config_it_always_wrote():
     on = RunConfig(replica="microbatch1").to_dict()
     assert on["replica"] == "microbatch1" and parse_config(on).replica == "microbatch1"
     assert set(REPLICAS) == {"none", "identical", "microbatch1", "fullbatch"}
-    grid = parse_grid({"name": "r", "base": {"replica": "microbatch1", "steps": 1},
-                       "axes": {"condition": ["baseline"]}})
+    grid = parse_grid(
+        {"name": "r", "base": {"replica": "microbatch1", "steps": 1}, "axes": {"condition": ["baseline"]}}
+    )
     cfg = expand(grid)[0].config
     assert cfg["replica"] == "microbatch1"
     assert cell_seconds(cfg) > cell_seconds({**cfg, "replica": "none"})  # one more recompute pass per step

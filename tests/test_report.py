@@ -5,18 +5,36 @@ import shutil
 
 import matplotlib.pyplot as plt
 import pytest
+from gridfab import (
+    CONDITIONS,
+    STEPS,
+    cell_decl,
+    cell_id,
+    isclose,
+    read_csv,
+    seeded_grid,
+    standard_grid,
+    write_cell,
+    write_cells_json,
+)
 
-from gridfab import (CONDITIONS, STEPS, cell_decl, cell_id, isclose, read_csv, seeded_grid,
-                     standard_grid, write_cell, write_cells_json)
 from timbench.cli import main
+from timbench.metrics.mismatch import ABS_DELTA_BINS
 from timbench.report.cli import add_report_parser
 from timbench.report.leaderboard import remedy_ranking, tim_tolerance, write_report
 from timbench.report.summary import noise_sigma, summarize_grid
 from timbench.util.manifest import stamp_run
-from timbench.metrics.mismatch import ABS_DELTA_BINS
 
-FIGURES = ["remedy_scores.png", "reward_accuracy.png", "kl_grad_norm.png", "relative_accuracy_heatmap.png",
-           "drift_by_adv_sign.png", "abs_delta_distribution.png", "dose_response.png", "time_to_collapse.png"]
+FIGURES = [
+    "remedy_scores.png",
+    "reward_accuracy.png",
+    "kl_grad_norm.png",
+    "relative_accuracy_heatmap.png",
+    "drift_by_adv_sign.png",
+    "abs_delta_distribution.png",
+    "dose_response.png",
+    "time_to_collapse.png",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +64,7 @@ def test_html_is_self_contained(reported):
 def test_html_puts_the_figures_before_the_long_tables_and_links_every_section(reported):
     """results/paper's figures started ~9,000 px down, after a 144-row per-cell table."""
     import re
+
     html = (reported / "leaderboard.html").read_text()
     first_figure = html.index("<figure")
     assert html.index(">Remedies ranked by score</h2>") < first_figure < html.index(">Every cell</h2>")
@@ -96,7 +115,9 @@ def test_ranking_follows_the_documented_score(reported):
     assert tis["rank"] == none["rank"] == "1-2 (tied)" and mis["rank"] == "3"  # no interval: a tie
     lines = [l for l in md.splitlines() if l.startswith("| 1-2 (tied) | 2 |") or l.startswith("| 1-2 (tied) | 1 |")]
     assert "tis_token" in lines[0] and "none" in lines[1] and "1/3" in lines[1]
-    assert "scored on the 3 settings all of them ran (bf16-engine/recompute, noise-1/recompute, noise-3/recompute)" in md
+    assert (
+        "scored on the 3 settings all of them ran (bf16-engine/recompute, noise-1/recompute, noise-3/recompute)" in md
+    )
     assert md.count("add-4d-v1 (version 1)") >= 3  # preamble and every table
     assert md.count(f"timbench grid report {reported}") >= 3
     assert "collapsed@18 (reward_drop)" in md and "collapsed@12 (non_finite)" in md
@@ -108,17 +129,36 @@ def test_a_remedy_with_failed_cells_ranks_after_every_complete_one():
     from timbench.report.seeds import NOTHING_TRAINED
 
     def row(remedy, cond, seed, rel, status="done", error=None):
-        return {"id": f"{cond}.{remedy}.s{seed}", "remedy": remedy, "condition": cond, "seed": seed,
-                "kind": "reference" if cond == "baseline" else "noise", "status": status, "error": error,
-                "task": "add-4d-v1", "model": "tiny-dense", "algorithm": "grpo", "mode": "recompute",
-                "reference": f"baseline.none.s{seed}", "relative_accuracy_t1": rel, "final_accuracy_t1": rel,
-                "collapse/collapsed": False, "mean/mismatch/mean_abs_delta": 0.4, "mean/rollout_corr/k3_kl": 0.3,
-                "noise_sigma": None if cond == "baseline" else 2.0, "eval_n": 256}
+        return {
+            "id": f"{cond}.{remedy}.s{seed}",
+            "remedy": remedy,
+            "condition": cond,
+            "seed": seed,
+            "kind": "reference" if cond == "baseline" else "noise",
+            "status": status,
+            "error": error,
+            "task": "add-4d-v1",
+            "model": "tiny-dense",
+            "algorithm": "grpo",
+            "mode": "recompute",
+            "reference": f"baseline.none.s{seed}",
+            "relative_accuracy_t1": rel,
+            "final_accuracy_t1": rel,
+            "collapse/collapsed": False,
+            "mean/mismatch/mean_abs_delta": 0.4,
+            "mean/rollout_corr/k3_kl": 0.3,
+            "noise_sigma": None if cond == "baseline" else 2.0,
+            "eval_n": 256,
+        }
+
     rows = [row("none", "baseline", s, 1.0) for s in range(3)]
     for s in range(3):
         rows += [row("none", "noise-g2", s, 0.70 + 0.01 * s), row("none", "production", s, 0.70)]
         rows += [row("trm_avg", "noise-g2", s, 0.9, "failed", NOTHING_TRAINED), row("trm_avg", "production", s, 1.1)]
-        rows += [row("slow", "noise-g2", s, 0.95), row("slow", "production", s, 0.95 if s else None, "done" if s else "running")]
+        rows += [
+            row("slow", "noise-g2", s, 0.95),
+            row("slow", "production", s, 0.95 if s else None, "done" if s else "running"),
+        ]
     rank = remedy_ranking(rows)
     assert rank[0]["score"] < rank[1]["score"]  # trm_avg: (0.5 + 1.1) / 2 = 0.8 beats none's 0.71
     assert [(e["remedy"], e["failed"]) for e in rank] == [("none", 0), ("slow", 1), ("trm_avg", 3)]
@@ -142,8 +182,9 @@ def test_collapse_override_from_cells_json_changes_the_rule(reported, tmp_path):
 def test_same_input_gives_byte_identical_report(reported, tmp_path):
     root = tmp_path / "fab"
     shutil.copytree(reported, root, ignore=shutil.ignore_patterns("figures", "leaderboard.*", "summary.csv"))
-    write_report(root, command=f"timbench grid run {reported}/grid.yaml --out {reported} && "
-                               f"timbench grid report {reported}")
+    write_report(
+        root, command=f"timbench grid run {reported}/grid.yaml --out {reported} && timbench grid report {reported}"
+    )
     for name in ["leaderboard.md", "summary.csv", "figures/dose_response.png"]:
         assert (root / name).read_bytes() == (reported / name).read_bytes(), name
 
@@ -203,6 +244,7 @@ def test_noise_sigma_parsing():
 def test_tim_tolerance_edges():
     def row(sigma, collapsed, status="done"):
         return {"kind": "noise", "noise_sigma": sigma, "status": status, "collapse/collapsed": collapsed}
+
     assert tim_tolerance([row(1.0, True), row(2.0, True)]) == "< 1"
     assert tim_tolerance([row(1.0, False), row(2.0, False), row(3.0, True)]) == "2"
     # a non-monotone collapse still caps the tolerance below the first collapsing sigma
@@ -223,6 +265,7 @@ def test_histogram_bin_count_is_checked(tmp_path):
 
 def test_report_parser_registers_under_any_name():
     import argparse
+
     sub = argparse.ArgumentParser().add_subparsers(dest="command")
     add_report_parser(sub)
     assert sub.choices["report"].parse_args(["results/x"]).dir == "results/x"
@@ -270,6 +313,7 @@ def test_seed_groups_aggregate_with_t_intervals_paired_by_seed(seeded):
 
 def test_ranking_marks_overlapping_intervals_as_tied(seeded):
     from timbench.report.summary import summarize_grid
+
     rank = remedy_ranking(summarize_grid(seeded))
     assert [e["remedy"] for e in rank] == ["tis_token", "tis_token+seq_rs", "none"]
     tis, rs, none = rank
@@ -286,8 +330,10 @@ def test_ranking_marks_overlapping_intervals_as_tied(seeded):
 def test_survival_curve_is_kaplan_meier_over_seeds(seeded):
     from timbench.report.seeds import seed_groups
     from timbench.report.summary import summarize_grid
-    g = next(g for g in seed_groups(summarize_grid(seeded))
-             if g.key["condition"] == "noise-3" and g.key["remedy"] == "none")
+
+    g = next(
+        g for g in seed_groups(summarize_grid(seeded)) if g.key["condition"] == "noise-3" and g.key["remedy"] == "none"
+    )
     assert g.survival == [(0, 1.0), (18, pytest.approx(1 / 3))] and g.censor_steps == [STEPS]
     img = plt.imread(seeded / "figures" / "time_to_collapse.png")
     assert img[..., :3].std() > 0.01

@@ -33,10 +33,23 @@ def small_results(tmp_path):
 
 
 def _row(cond: str, x: float, damaged: bool, seed: int = 0, mode: str = "recompute", **stats) -> RiskRow:
-    return RiskRow(grid="g", task="t", model="m", condition=cond, kind="quant", remedy="none", mode=mode, seed=seed,
-                   steps=80, stats={"mean_abs_delta": x, **stats}, collapsed=damaged,
-                   collapse_step=5 if damaged else None, collapsed_within=damaged, endpoint_t1=0.5,
-                   loss=0.9 if damaged else 0.0)
+    return RiskRow(
+        grid="g",
+        task="t",
+        model="m",
+        condition=cond,
+        kind="quant",
+        remedy="none",
+        mode=mode,
+        seed=seed,
+        steps=80,
+        stats={"mean_abs_delta": x, **stats},
+        collapsed=damaged,
+        collapse_step=5 if damaged else None,
+        collapsed_within=damaged,
+        endpoint_t1=0.5,
+        loss=0.9 if damaged else 0.0,
+    )
 
 
 def test_loco_never_scores_a_condition_it_fitted_on(monkeypatch):
@@ -52,17 +65,20 @@ def test_loco_never_scores_a_condition_it_fitted_on(monkeypatch):
     fitted = []
     real = rv.fit_threshold
     monkeypatch.setattr(rv, "fit_threshold", lambda xs, ys: fitted.append(sorted(set(xs))) or real(xs, ys))
-    data = [(g, m, x, x > 2) for g, x in (("A", 1.0), ("B", 2.0), ("C", 3.0), ("D", 4.0))
-            for m in ("recompute", "bypass")]
+    data = [
+        (g, m, x, x > 2) for g, x in (("A", 1.0), ("B", 2.0), ("C", 3.0), ("D", 4.0)) for m in ("recompute", "bypass")
+    ]
     rv.loco_predictions(data)
     assert len(fitted) == 8 and all(len(f) == 3 for f in fitted)
-    assert sorted(tuple(f) for f in fitted) == sorted([(2.0, 3.0, 4.0), (1.0, 3.0, 4.0), (1.0, 2.0, 4.0),
-                                                      (1.0, 2.0, 3.0)] * 2)
+    assert sorted(tuple(f) for f in fitted) == sorted(
+        [(2.0, 3.0, 4.0), (1.0, 3.0, 4.0), (1.0, 2.0, 4.0), (1.0, 2.0, 3.0)] * 2
+    )
 
 
 def test_validation_ranks_a_separating_statistic_above_a_useless_one():
-    rows = [_row(f"c{i}", 0.01 * (i + 1), i >= 4, seed=s, k3_kl=0.5 if i % 2 else 0.7)
-            for i in range(8) for s in range(2)]
+    rows = [
+        _row(f"c{i}", 0.01 * (i + 1), i >= 4, seed=s, k3_kl=0.5 if i % 2 else 0.7) for i in range(8) for s in range(2)
+    ]
     ranked = rv.validate_outcome(rows, "collapse")
     by = {d["statistic"]: d for d in ranked}
     assert by["mean_abs_delta"]["auc"] > 0.9 and by["k3_kl"]["auc"] < 0.75
@@ -77,7 +93,7 @@ def test_replayed_cells_count_once():
 
 
 def test_numbers_align_and_gate_each_map_onto_the_committed_grids(rows):
-    (label, q), = from_numbers(["k3_kl=0.015"], 0.043)
+    ((label, q),) = from_numbers(["k3_kl=0.015"], 0.043)
     a = answer(q, rows, label=label)
     top = a["nearest"]["recompute"][0]
     assert top["kind"] == "quant" and top["outcome"]["seeds"] >= 3 and top["distance"] < 0.1
@@ -118,20 +134,28 @@ def _gate(tmp_path, suite: str, probes: list) -> str:
     return str(p)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--stat", "nope=1"], "unknown statistic 'nope'; valid: mean_abs_delta, "),
-    (["--mean-abs-delta", "5"], "no committed grid at that dose: mean |delta| 5 is outside the committed mean "
-                                "|delta| range 0.004"),
-    (["--mean-abs-delta", "0"], "(0 is zero mismatch: the reference itself)"),
-    (["--gate", "OTHER"], "a gate run of suite 'mine'; `timbench risk` understands the suites with the alignment "
-                          "probe: default, production, smoke"),
-    (["--gate", "NOALIGN"], "no alignment probe result (suite smoke)"),
-    (["--gate", "/no/such/gate.json"], "no gate.json"),
-    (["--align", "/no/such.json"], "align table /no/such.json does not exist"),
-    (["--align", str(ALIGN.with_suffix(".md"))], "the Markdown table; pass the JSON next to it"),
-    (["--mean-abs-delta", "0.01", "--mode", "sideways"], "--mode 'sideways': valid: recompute, bypass"),
-    ([], "give one of --mean-abs-delta"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--stat", "nope=1"], "unknown statistic 'nope'; valid: mean_abs_delta, "),
+        (
+            ["--mean-abs-delta", "5"],
+            "no committed grid at that dose: mean |delta| 5 is outside the committed mean |delta| range 0.004",
+        ),
+        (["--mean-abs-delta", "0"], "(0 is zero mismatch: the reference itself)"),
+        (
+            ["--gate", "OTHER"],
+            "a gate run of suite 'mine'; `timbench risk` understands the suites with the alignment "
+            "probe: default, production, smoke",
+        ),
+        (["--gate", "NOALIGN"], "no alignment probe result (suite smoke)"),
+        (["--gate", "/no/such/gate.json"], "no gate.json"),
+        (["--align", "/no/such.json"], "align table /no/such.json does not exist"),
+        (["--align", str(ALIGN.with_suffix(".md"))], "the Markdown table; pass the JSON next to it"),
+        (["--mean-abs-delta", "0.01", "--mode", "sideways"], "--mode 'sideways': valid: recompute, bypass"),
+        ([], "give one of --mean-abs-delta"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(argv, says, small_results, tmp_path, capsys):
     row = {"model": "tiny-dense", "probe": "determinism", "passed": True, "numbers": {"max_abs_diff": 0.0}}
     subst = {"OTHER": _gate(tmp_path, "mine", [row]), "NOALIGN": _gate(tmp_path, "smoke", [row])}
@@ -143,17 +167,26 @@ def test_bad_input_is_one_line_exit_2(argv, says, small_results, tmp_path, capsy
 
 def test_validate_writes_the_pages_with_their_command(tmp_path, small_results, capsys, monkeypatch):
     monkeypatch.setattr(rv, "BOOT", 50)
-    rows = [_row(f"c{i}", 0.01 * (i + 1), i >= 2, seed=s, mode=m) for i in range(4) for s in range(2)
-            for m in ("recompute", "bypass")]
+    rows = [
+        _row(f"c{i}", 0.01 * (i + 1), i >= 2, seed=s, mode=m)
+        for i in range(4)
+        for s in range(2)
+        for m in ("recompute", "bypass")
+    ]
     v = rv.validate(rows)
-    assert v["rows"] == 16 and set(v["outcomes"]) == {"collapse", "loss", "collapse, real conditions only",
-                                                      "loss, real conditions only"}
+    assert v["rows"] == 16 and set(v["outcomes"]) == {
+        "collapse",
+        "loss",
+        "collapse, real conditions only",
+        "loss, real conditions only",
+    }
     out = tmp_path / "risk"
     assert main(["risk", "--validate", "--results", small_results, "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["map.json", "map.md", "validation.json", "validation.md"]
     assert "no statistic could be validated" in capsys.readouterr().out  # one condition: nothing to hold out
-    assert f"Regenerate: `timbench risk --validate --results {small_results} --out {out}`" in \
-        (out / "map.md").read_text()
+    assert (
+        f"Regenerate: `timbench risk --validate --results {small_results} --out {out}`" in (out / "map.md").read_text()
+    )
     committed = json.loads((ROOT / "risk" / "validation.json").read_text())
     assert committed["command"] == "timbench risk --validate --out results/risk"
     assert "validity of this map" in (ROOT / "risk" / "map.md").read_text()
@@ -171,7 +204,7 @@ def test_safe_levels_name_the_smallest_damaged_dose_of_real_settings():
 def test_a_setting_two_grids_replay_is_listed_once_with_both_grids_remedies(rows):
     # dual_clip reran paper's nvfp4 bypass control cells bit for bit: one setting, paper's, whose remedies
     # include dual_clip's variant (without the merge, dual_clip's copy ranked first with only its own remedy)
-    (label, q), = from_numbers(["k3_kl=0.015"], 0.043)
+    ((label, q),) = from_numbers(["k3_kl=0.015"], 0.043)
     near = answer(q, rows, label=label)["nearest"]["bypass"]
     where = [(s["grid"], s["condition"]) for s in near]
     assert len(where) == len(set(where)) and ("dual_clip", "nvfp4-rollout") not in where

@@ -22,10 +22,10 @@ def _row(values):
 
 def test_int_grid_rounds_toward_the_rollout_codeword_by_hand():
     # int4: one group, scale = amax / 7 = 0.125 (exact), so y = w / 0.125.
-    w_roll = _row([0.875, 0.195, 0.18, -0.32, 0.4375, 0.3875])   # y 7, 1.56, 1.44, -2.56, 3.5, 3.1
-    w_now = _row([0.875, 0.18, 0.195, -0.30, 0.4375, 0.05])      # y 7, 1.44, 1.56, -2.4, 3.5, 0.4
+    w_roll = _row([0.875, 0.195, 0.18, -0.32, 0.4375, 0.3875])  # y 7, 1.56, 1.44, -2.56, 3.5, 3.1
+    w_now = _row([0.875, 0.18, 0.195, -0.30, 0.4375, 0.05])  # y 7, 1.44, 1.56, -2.4, 3.5, 0.4
     codes = codewords(w_roll, "int4")
-    assert codes[0, 0, :6].tolist() == [7, 2, 1, -3, 4, 3]        # round half to even: 3.5 -> 4
+    assert codes[0, 0, :6].tolist() == [7, 2, 1, -3, 4, 3]  # round half to even: 3.5 -> 4
     # nearest (unified_precision) rounds the trainer's own y; aligned takes the rollout's neighbour,
     # and the last codeword (3) is no neighbour of 0.4 any more: clamp -> 1, nearest -> 0.
     assert quantize_weight(w_now, "int4")[0].tolist() == [0.875, 0.125, 0.25, -0.25, 0.5, 0.0]
@@ -54,7 +54,7 @@ def test_own_codewords_reproduce_the_scheme_bitwise(name):
         want = quantize_weight(w, name)
         got = quantize_aligned(w, name, codewords(w, name))
         assert torch.equal(got.view(torch.int32), want.view(torch.int32))
-        moved = w + torch.randn(*shape, generator=g) * 1e-3         # later weights: some codewords differ
+        moved = w + torch.randn(*shape, generator=g) * 1e-3  # later weights: some codewords differ
         differ += int((quantize_aligned(moved, name, codewords(w, name)) != quantize_weight(moved, name)).sum())
     assert differ > 0
 
@@ -84,9 +84,9 @@ def test_equals_unified_precision_where_the_weights_are_the_rollouts_and_differs
     run(load_config(None, two + ["remedy=unified_precision"]), tmp_path / "up2", progress=False)
     run(load_config(None, two + ["remedy=rounding_aligned"]), tmp_path / "ra2", progress=False)
     up, ra = ([json.loads(x) for x in _metrics(tmp_path / d).splitlines()] for d in ("up2", "ra2"))
-    assert up[0]["critic/rewards/mean"] == ra[0]["critic/rewards/mean"]   # same rollouts at step 0
-    assert all(r["rollout_corr/k3_kl"] == 0.0 for r in up + ra)           # the recompute matches either way
-    assert up[0]["actor/loss"] != ra[0]["actor/loss"]                     # the second mini-batch's pass differs
+    assert up[0]["critic/rewards/mean"] == ra[0]["critic/rewards/mean"]  # same rollouts at step 0
+    assert all(r["rollout_corr/k3_kl"] == 0.0 for r in up + ra)  # the recompute matches either way
+    assert up[0]["actor/loss"] != ra[0]["actor/loss"]  # the second mini-batch's pass differs
 
 
 def test_bad_values_are_one_line_errors():

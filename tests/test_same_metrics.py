@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from gridfab import cell_decl, write_cell, write_cells_json
 
 from timbench.util.manifest import stamp_run
@@ -40,7 +39,7 @@ def test_changed_metric_or_eval_fails(tmp_path, capsys):
     new = grid(tmp_path / "new", extra={"tim/tv_mean": 0.25})
     path = new / "runs" / "add-4d-v1.tiny-dense.noise-1.none.recompute.grpo.s0" / "metrics.jsonl"
     rows = [json.loads(l) for l in path.read_text().splitlines()]
-    rows[3]["actor/grad_norm"] = rows[3]["actor/grad_norm"] + 2 ** -40  # one ulp-scale change in one step
+    rows[3]["actor/grad_norm"] = rows[3]["actor/grad_norm"] + 2**-40  # one ulp-scale change in one step
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     stamp_run(path.parent)  # a consistent run dir, not a corrupt one: the check must catch the value itself
     assert same_metrics.main([str(old), str(new)]) == 1

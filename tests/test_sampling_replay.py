@@ -30,7 +30,7 @@ def _lp():
 
 def test_support_of_top_k_then_top_p_by_hand():
     keep = lambda **kw: sampling_support(_lp(), SamplingParams(**kw), EXACT)[0].nonzero().flatten().tolist()
-    assert sampling_support(_lp(), SamplingParams(), EXACT) is None          # no truncation: no support
+    assert sampling_support(_lp(), SamplingParams(), EXACT) is None  # no truncation: no support
     assert keep(top_k=3) == [0, 1, 2]
     # top-p keeps a token while the mass before it is < p: 0, 0.5, 0.7 < 0.8 -> three tokens
     assert keep(top_p=0.8) == [0, 1, 2]
@@ -43,9 +43,10 @@ def test_support_of_top_k_then_top_p_by_hand():
 
 def test_engine_logprob_is_the_renormalised_one_by_hand():
     logits = _lp().repeat(64, 1)  # logits = log p, temperature 1
-    tok, lp, keep = sample(logits, SamplingParams(top_k=3, top_p=0.8, seed=0), torch.arange(64),
-                           torch.zeros(64, dtype=torch.long), EXACT)
-    assert set(tok.tolist()) == {0, 1}                                        # only the support is drawn
+    tok, lp, keep = sample(
+        logits, SamplingParams(top_k=3, top_p=0.8, seed=0), torch.arange(64), torch.zeros(64, dtype=torch.long), EXACT
+    )
+    assert set(tok.tolist()) == {0, 1}  # only the support is drawn
     want = {0: math.log(0.5 / 0.7), 1: math.log(0.2 / 0.7)}
     assert [float(x) for x in lp] == pytest.approx([want[int(t)] for t in tok], abs=1e-6)
     assert keep.shape == (64, 5) and keep[:, :2].all() and not keep[:, 2:].any()
@@ -56,9 +57,9 @@ def test_trainer_logprobs_renormalise_over_the_support(dense):
     seqs = [((1, 5, 7), [9, 4, 2]), ((3, 4), [6, 8])]
     v = dense.config.vocab_size
     support = torch.ones(2, 3, v, dtype=torch.bool)
-    support[0, 0, 20:] = False            # position 0 of response 0 may draw 0..19 only (token 9 among them)
-    support[1, 1, ::2] = False            # odd ids only at position 1 of response 1 ...
-    support[1, 1, 8] = True               # ... and its sampled token 8 (always in its support)
+    support[0, 0, 20:] = False  # position 0 of response 0 may draw 0..19 only (token 9 among them)
+    support[1, 1, ::2] = False  # odd ids only at position 1 of response 1 ...
+    support[1, 1, 8] = True  # ... and its sampled token 8 (always in its support)
     with torch.no_grad():
         full = sequence_logprobs(dense, c, seqs).logprobs.double()
         got = sequence_logprobs(dense, c, seqs, support=support).logprobs.double()
@@ -115,9 +116,14 @@ def test_engine_scores_what_it_sampled_under_truncation(dense):
     eng.load_weights(dense)
     reqs = [Request((1, 5, 7, i % 5 + 2), 6, i) for i in range(6)]
     comps = eng.generate(reqs, SamplingParams(seed=3))
-    assert all(c.support is not None and c.support.shape == (len(c.token_ids), dense.config.vocab_size)
-               and int(c.support.sum(-1).max()) <= 4 for c in comps)
-    scores = eng.score([(c.prompt_ids, c.token_ids) for c in comps], SamplingParams(seed=3),
-                       request_ids=[c.request_id for c in comps])
+    assert all(
+        c.support is not None
+        and c.support.shape == (len(c.token_ids), dense.config.vocab_size)
+        and int(c.support.sum(-1).max()) <= 4
+        for c in comps
+    )
+    scores = eng.score(
+        [(c.prompt_ids, c.token_ids) for c in comps], SamplingParams(seed=3), request_ids=[c.request_id for c in comps]
+    )
     for c, lp in zip(comps, scores.logprobs):
         assert torch.equal(lp.float(), c.logprobs)  # teacher-forced scoring applies the same truncation

@@ -14,11 +14,21 @@ from timbench.metrics import schema
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 ROOT = Path(__file__).resolve().parents[1]
-METRIC_LIKE = re.compile(r"^((rollout_corr|mismatch|training|actor|critic|drift|batch|response_length|quantized|cum"
-                         r"|final|mean|max|collapse|twin|tim)/[A-Za-z0-9_./]+"
-                         r"|(final_|peak_|initial_|relative_)?accuracy_(t1|greedy))$")
-SCANNED = ["timbench/rl", "timbench/metrics/mismatch.py", "timbench/metrics/dist.py", "timbench/remedies", "timbench/report",
-           "timbench/evaluate.py", "timbench/submit", "runners"]
+METRIC_LIKE = re.compile(
+    r"^((rollout_corr|mismatch|training|actor|critic|drift|batch|response_length|quantized|cum"
+    r"|final|mean|max|collapse|twin|tim)/[A-Za-z0-9_./]+"
+    r"|(final_|peak_|initial_|relative_)?accuracy_(t1|greedy))$"
+)
+SCANNED = [
+    "timbench/rl",
+    "timbench/metrics/mismatch.py",
+    "timbench/metrics/dist.py",
+    "timbench/remedies",
+    "timbench/report",
+    "timbench/evaluate.py",
+    "timbench/submit",
+    "runners",
+]
 
 
 def _literals(path: Path):
@@ -42,9 +52,13 @@ def test_unknown_key_is_a_one_line_error():
 
 
 def test_every_metric_literal_in_loop_and_reports_is_a_schema_name():
-    unknown = [f"{p.relative_to(ROOT)}:{line}: {s}" for d in SCANNED for p in
-               ([ROOT / d] if d.endswith(".py") else sorted((ROOT / d).rglob("*.py")))
-               for s, line in _literals(p) if not schema.is_known(s)]
+    unknown = [
+        f"{p.relative_to(ROOT)}:{line}: {s}"
+        for d in SCANNED
+        for p in ([ROOT / d] if d.endswith(".py") else sorted((ROOT / d).rglob("*.py")))
+        for s, line in _literals(p)
+        if not schema.is_known(s)
+    ]
     assert not unknown, "metric names not in timbench.metrics.schema:\n" + "\n".join(unknown)
 
 

@@ -31,8 +31,9 @@ def small():
 
 def _requests(n, seed=0):
     rng = random.Random(seed)
-    return [Request(tuple(rng.randrange(3, 99) for _ in range(rng.randint(1, 16))), rng.randint(4, 16), i)
-            for i in range(n)]
+    return [
+        Request(tuple(rng.randrange(3, 99) for _ in range(rng.randint(1, 16))), rng.randint(4, 16), i) for i in range(n)
+    ]
 
 
 def test_small_dense_is_a_wider_deeper_tiny_dense_that_every_condition_can_shard():
@@ -79,13 +80,26 @@ def test_four_bit_rollouts_run_on_small_dense_and_change_the_logprobs(small, exa
 
 
 def _cfg(threads: int):
-    return load_config(None, ["preset=small-dense", "steps=1", "prompts_per_step=4", "group_size=4",
-                              "mini_batches=2", "eval_every=1", "eval_n=8", "lr=1e-4", f"threads={threads}",
-                              "engine.weight_quant=nvfp4"])
+    return load_config(
+        None,
+        [
+            "preset=small-dense",
+            "steps=1",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=1",
+            "eval_n=8",
+            "lr=1e-4",
+            f"threads={threads}",
+            "engine.weight_quant=nvfp4",
+        ],
+    )
 
 
 def test_one_rl_step_from_the_shipped_small_dense_warm_start_is_bitwise_reproducible(tmp_path):
     import numba
+
     before = torch.get_num_threads(), numba.get_num_threads()
     try:  # the second run on two threads: the same bytes on any thread count
         a = run(_cfg(1), tmp_path / "a", progress=False)

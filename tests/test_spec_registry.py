@@ -7,18 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from timbench.spec import keys as S
 from timbench.kernels import get_kernels
 from timbench.model import Compute
+from timbench.spec import keys as S
 from timbench.spec.noise import NOISE_KINDS, Noise, parse_noise
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 
 def _with_key():
-    keys = {**S.SPEC_KEYS, "staleness_demo": S.SpecKey(
-        S._positive_int, "integer >= 1", "throwaway key of this test", ("engine",), 1,
-        check=lambda s: "staleness_demo=3 needs tp > 1" if s.staleness_demo == 3 and s.tp == 1 else None)}
+    keys = {
+        **S.SPEC_KEYS,
+        "staleness_demo": S.SpecKey(
+            S._positive_int,
+            "integer >= 1",
+            "throwaway key of this test",
+            ("engine",),
+            1,
+            check=lambda s: "staleness_demo=3 needs tp > 1" if s.staleness_demo == 3 and s.tp == 1 else None,
+        ),
+    }
     return keys, S.make_spec_class(keys)
 
 
@@ -52,8 +60,10 @@ def test_spec_is_the_registry():
 
 
 def test_compute_carries_the_spec():
-    s = S.parse_spec("dtype=bf16,logits_dtype=fp32,tp=4,tp_reduce=tree,router_noise=0.1,attn_splits=2,"
-                     "weight_quant=fp8,act_quant=fp8,kv_cache_dtype=fp8,noise=gaussian:1")
+    s = S.parse_spec(
+        "dtype=bf16,logits_dtype=fp32,tp=4,tp_reduce=tree,router_noise=0.1,attn_splits=2,"
+        "weight_quant=fp8,act_quant=fp8,kv_cache_dtype=fp8,noise=gaussian:1"
+    )
     c = Compute.from_spec(s)
     assert c.spec is s
     for key in S.SPEC_KEYS:
@@ -78,6 +88,7 @@ def test_noise_kinds_are_one_table():
 def test_condition_kinds_are_one_table():
     from timbench.grid.conditions import KINDS, load_conditions
     from timbench.report.figures.cells import KIND_MARKERS
+
     assert KIND_MARKERS is KINDS and len(set(KINDS.values())) == len(KINDS)  # one distinct marker per family
     table = Path(__file__).resolve().parents[1] / "timbench/grid/conditions.yaml"
     assert {c.kind for c in load_conditions(table).values()} <= set(KINDS)

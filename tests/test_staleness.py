@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from timbench.metrics.schema import K3_KL
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.rl.staleness import PolicyHistory, split_metrics
-from timbench.metrics.schema import K3_KL
 from timbench.spec.keys import SpecError, parse_spec
 
 BASE = ["steps=3", "prompts_per_step=2", "group_size=4", "eval_every=3", "eval_n=8"]
@@ -64,8 +64,9 @@ def test_stale_zero_mismatch_engine(tmp_path):
     """Zero mismatch + staleness 2: the mismatch factor is exactly 0 every step; the staleness factor appears
     once the engine lags; `behavior` makes rollout_corr the mismatch alone, `current` the product."""
     for old in ("current", "behavior"):
-        run(load_config(None, BASE + ["engine.staleness=2", f"trainer.stale_old={old}"]), tmp_path / old,
-            progress=False)
+        run(
+            load_config(None, BASE + ["engine.staleness=2", f"trainer.stale_old={old}"]), tmp_path / old, progress=False
+        )
     cur, beh = _rows(tmp_path / "current"), _rows(tmp_path / "behavior")
     assert [r["staleness/lag"] for r in cur] == [0.0, 1.0, 2.0]
     assert all(r["staleness/mismatch_k3"] == 0.0 for r in cur + beh)

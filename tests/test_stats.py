@@ -4,14 +4,34 @@ import math
 
 import pytest
 
-from timbench.report.stats import (Interval, betainc, difference_interval, kaplan_meier, mean_interval,
-                                   median_survival, proportion_difference, t_cdf, t_quantile, wilson)
+from timbench.report.stats import (
+    Interval,
+    betainc,
+    difference_interval,
+    kaplan_meier,
+    mean_interval,
+    median_survival,
+    proportion_difference,
+    t_cdf,
+    t_quantile,
+    wilson,
+)
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 # Student t 0.975 quantiles from the standard table (e.g. Abramowitz & Stegun 26.10).
-T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 20: 2.0860,
-        30: 2.0423, 120: 1.9799}
+T975 = {
+    1: 12.7062,
+    2: 4.3027,
+    3: 3.1824,
+    4: 2.7764,
+    5: 2.5706,
+    9: 2.2622,
+    10: 2.2281,
+    20: 2.0860,
+    30: 2.0423,
+    120: 1.9799,
+}
 
 
 @pytest.mark.parametrize("df, q", sorted(T975.items()))
@@ -80,6 +100,7 @@ def test_kaplan_meier_by_hand():
 
 def test_clip_keeps_the_mean_and_bounds_the_interval():
     from timbench.report.stats import clip
+
     assert clip(Interval(0.1, -0.2, 0.4, 3), 0.0, 1.0) == Interval(0.1, 0.0, 0.4, 3)
     assert clip(Interval(0.9, 0.7, 1.3, 3), 0.0, 1.0) == Interval(0.9, 0.7, 1.0, 3)
     assert clip(Interval(0.5, n=1), 0.0, 1.0) == Interval(0.5, n=1)

@@ -11,6 +11,7 @@ pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 def test_resolution_is_at_least_150_dpi():
     import struct
+
     fig, ax = plt.subplots(figsize=(2.0, 1.0))
     ax.plot([0, 1], [0, 1])
     png = png_bytes(fig)

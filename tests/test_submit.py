@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from plugin_text import HALVE, HEADER
+
 from timbench.cli import main
 from timbench.runners.driver import run_cells
 from timbench.submit.run import MASKED_ALL
@@ -18,19 +18,35 @@ from timbench.submit.run import submit as _submit
 from timbench.submit.track import check_committed, load_track
 
 
-
 def submit(*args, **kw):
     """The library's submit with the runner the CLI passes it."""
     return _submit(*args, run_cells=run_cells, **kw)
 
 
-TRACK = {"track": "tiny", "version": 1, "remedies": ["none", "tis_token"],
-         "grid": {"name": "track-tiny-v1",
-                  "base": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "mini_batches": 1, "eval_every": 1,
-                           "eval_n": 2, "checkpoint_every": 1},
-                  "axes": {"condition": ["baseline", "noise-g2"], "seed": [0, 1]}, "reference": "baseline"}}
+TRACK = {
+    "track": "tiny",
+    "version": 1,
+    "remedies": ["none", "tis_token"],
+    "grid": {
+        "name": "track-tiny-v1",
+        "base": {
+            "steps": 1,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "mini_batches": 1,
+            "eval_every": 1,
+            "eval_n": 2,
+            "checkpoint_every": 1,
+        },
+        "axes": {"condition": ["baseline", "noise-g2"], "seed": [0, 1]},
+        "reference": "baseline",
+    },
+}
 
-PLUGINS = HEADER + HALVE + '''
+PLUGINS = (
+    HEADER
+    + HALVE
+    + """
 class NaNWeights(Remedy):
     name = "nan_weights"
     doc = "returns NaN weights"
@@ -42,7 +58,8 @@ class MaskAll(Remedy):
     doc = "masks every token"
     def __call__(self, batch):
         return finish(batch, keep=torch.zeros_like(batch.mask))
-'''
+"""
+)
 
 
 def _digest(d: Path) -> str:
@@ -76,6 +93,7 @@ def test_track_run_writes_under_build_unless_told_results(tmp_path, monkeypatch)
     """A regeneration writes under build/ by default (never over a committed result); the committed results only with
     --out results/..."""
     import timbench.runners.driver as driver
+
     ran = []
     monkeypatch.setattr(driver, "run_cells", lambda cells, out, *a, **k: ran.append(Path(out)))  # no training here
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TRACK))
@@ -90,15 +108,30 @@ def test_submit_runs_only_the_new_cells_and_ranks_them(tiny, tmp_path, capsys):
     root, committed = tiny
     before = _digest(committed)
     out = tmp_path / "sub"
-    assert main(["submit", f"{root / 'plugins.py'}:Halve", "--track", str(root / "tiny.yaml"), "--committed",
-                 str(committed), "--out", str(out), "--workers", "2"]) == 0
+    assert (
+        main(
+            [
+                "submit",
+                f"{root / 'plugins.py'}:Halve",
+                "--track",
+                str(root / "tiny.yaml"),
+                "--committed",
+                str(committed),
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     text = captured.out
     assert "rank " in text and "vs none: paired difference" in text and "vs tis_token:" in text
     # the preflight's reproducibility probes report progress on stderr, one line per probe (a silent preflight looked
     # hung)
     probes = [line for line in captured.err.splitlines() if line.startswith("preflight: probes ")]
-    assert [line[len("preflight: probes "):].split(",")[0] for line in probes] == ["0/3", "1/3", "2/3", "3/3"]
+    assert [line[len("preflight: probes ") :].split(",")[0] for line in probes] == ["0/3", "1/3", "2/3", "3/3"]
     assert all("ETA " in line for line in probes[:3]) and "took " in probes[3]
     rec = json.loads((out / "submission.json").read_text())
     assert rec["of"] == 3 and [c["vs"] for c in rec["comparisons"]] == ["none", "tis_token"]
@@ -157,10 +190,23 @@ def test_bad_submissions_become_failed_cells(tiny, tmp_path, cls, error):
 def test_a_failed_submission_exits_1_and_retry_failed_reruns_it_after_the_fix(tiny, tmp_path, capsys):
     root, committed = tiny
     plugin = tmp_path / "mine.py"
-    plugin.write_text(PLUGINS.replace("class Halve(Remedy):", "class Broken(Remedy):").replace(
-        "torch.full_like(log_rho(batch), 0.5)", "torch.full_like(log_rho(batch), -1.0)"))
-    args = ["submit", f"{plugin}:Broken", "--track", str(root / "tiny.yaml"), "--committed", str(committed),
-            "--out", str(tmp_path / "sub"), "--workers", "2"]
+    plugin.write_text(
+        PLUGINS.replace("class Halve(Remedy):", "class Broken(Remedy):").replace(
+            "torch.full_like(log_rho(batch), 0.5)", "torch.full_like(log_rho(batch), -1.0)"
+        )
+    )
+    args = [
+        "submit",
+        f"{plugin}:Broken",
+        "--track",
+        str(root / "tiny.yaml"),
+        "--committed",
+        str(committed),
+        "--out",
+        str(tmp_path / "sub"),
+        "--workers",
+        "2",
+    ]
     assert main(args) == 1  # every submitted cell failed (negative weights): not a success
     err = capsys.readouterr().err
     assert "2 of the submitted cells failed" in err and "--retry-failed" in err
@@ -184,15 +230,22 @@ def test_bypass_presets_are_refused_on_a_recompute_track(tiny, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: m["fingerprint"]["config"].update(steps=3), r"different track config: config key 'steps' \(3 vs 1\)"),
-    (lambda m: m.update(version=0), "track tiny version 0, the track file is version 1"),
-    (lambda m: m["tasks"].update({"add-4d-v1": 0}), "task add-4d-v1 version 0, now version 1"),
-    (lambda m: m.update(timbench_version="0.0.1"), "by timbench 0.0.1"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda m: m["fingerprint"]["config"].update(steps=3),
+            r"different track config: config key 'steps' \(3 vs 1\)",
+        ),
+        (lambda m: m.update(version=0), "track tiny version 0, the track file is version 1"),
+        (lambda m: m["tasks"].update({"add-4d-v1": 0}), "task add-4d-v1 version 0, now version 1"),
+        (lambda m: m.update(timbench_version="0.0.1"), "by timbench 0.0.1"),
+    ],
+)
 def test_results_of_another_config_are_refused_naming_what_differs(tiny, tmp_path, edit, message):
     root, committed = tiny
     import shutil
+
     other = tmp_path / "other"
     shutil.copytree(committed, other)
     m = json.loads((other / "track.json").read_text())
@@ -206,6 +259,7 @@ def test_results_of_another_config_are_refused_naming_what_differs(tiny, tmp_pat
 def test_other_code_is_refused_only_when_it_changes_results(tiny, tmp_path):
     root, committed = tiny
     import shutil
+
     other = tmp_path / "other"
     shutil.copytree(committed, other)
     m = json.loads((other / "track.json").read_text())
@@ -228,8 +282,11 @@ def test_other_code_is_refused_only_when_it_changes_results(tiny, tmp_path):
     # a committed value the code no longer reproduces is a change, named by key with both values
     key = next(k for k, v in sorted(first.items()) if isinstance(v, float) and v != 0.0)
     metrics.write_text(json.dumps(dict(first, **{key: first[key] * 2})) + "\n" + "".join(lines[1:]))
-    with pytest.raises(ValueError, match=f"by other code .* changes results: a replay of cell .* differs from its "
-                                         f"committed metrics.jsonl: step 0 {key}: "):
+    with pytest.raises(
+        ValueError,
+        match=f"by other code .* changes results: a replay of cell .* differs from its "
+        f"committed metrics.jsonl: step 0 {key}: ",
+    ):
         check_committed(track, other)
 
 
@@ -243,13 +300,29 @@ def test_submit_guards(tiny, tmp_path, capsys):
         submit("icepop", str(root / "tiny.yaml"), tmp_path / "s", tmp_path / "none")
     assert main(["submit", "icepop", "--track", "nope", "--out", str(tmp_path / "s")]) == 2
     assert "track 'nope' not found" in capsys.readouterr().err
-    assert main(["submit", "icepop", "--track", str(root / "tiny.yaml"), "--committed", str(committed),
-                 "--out", str(tmp_path / "s"), "--set", "steps=3"]) == 2
+    assert (
+        main(
+            [
+                "submit",
+                "icepop",
+                "--track",
+                str(root / "tiny.yaml"),
+                "--committed",
+                str(committed),
+                "--out",
+                str(tmp_path / "s"),
+                "--set",
+                "steps=3",
+            ]
+        )
+        == 2
+    )
     assert "submit takes only remedy_args" in capsys.readouterr().err
 
 
 def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
     from timbench.submit.repro import SETTINGS, is_plugin, reproducibility_warning
+
     (tmp_path / "plug.py").write_text(
         "import torch\nfrom timbench.remedies import Remedy, fexp, finish, fsum, log_rho\n"
         "class Threads(Remedy):  # its metric depends on the thread count, as a racy reduction's bits would\n"
@@ -260,7 +333,8 @@ def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
         "    name = 'fixed'\n"
         "    def __call__(self, batch):\n"
         "        w = fexp(log_rho(batch))\n"
-        "        return finish(batch, weights=w, extra={'x': float(fsum(w * batch.mask))})\n")
+        "        return finish(batch, weights=w, extra={'x': float(fsum(w * batch.mask))})\n"
+    )
     two = SETTINGS[:2]  # 1 vs 2 threads: enough to tell them apart, at 2 processes each
     lines = []
     warning = reproducibility_warning(f"{tmp_path / 'plug.py'}:Threads", {}, settings=two, say=lines.append)
@@ -271,8 +345,10 @@ def test_submit_warns_when_a_plugin_step_depends_on_the_thread_count(tmp_path):
     assert "took " in lines[2] and "2 threads done" in lines[2]
     assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, settings=two) is None
     lines = []  # a probe that does not answer in time skips the check in one line (no traceback)
-    assert reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, timeout=0.01, settings=two,
-                                   say=lines.append) is None
+    assert (
+        reproducibility_warning(f"{tmp_path / 'plug.py'}:Fixed", {}, timeout=0.01, settings=two, say=lines.append)
+        is None
+    )
     assert len(lines) == 2 and lines[1].startswith("preflight: probes 1/2, ")
     assert lines[1].endswith(": 1 thread: no answer in 0.01 s; check skipped")
     assert is_plugin("x.py:C") and is_plugin("pkg.mod:C") and not is_plugin("tis_token")

@@ -7,23 +7,59 @@ import json
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from timbench.tokenizer import CharTokenizer
-from timbench.tasks import (DEFAULT_TASK, Problem, UnknownTaskError, get_task, list_tasks,
-                            load_split, problems_from_dataset, save_split, split_of, task_names)
-from timbench.tasks import cli, expr
+from timbench.tasks import (
+    DEFAULT_TASK,
+    Problem,
+    UnknownTaskError,
+    cli,
+    expr,
+    get_task,
+    list_tasks,
+    load_split,
+    problems_from_dataset,
+    save_split,
+    split_of,
+    task_names,
+)
 from timbench.tasks.addition import AdditionTask
 from timbench.tasks.countdown import CountdownTask, parse_prompt
+from timbench.tokenizer import CharTokenizer
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 
 NAMES = task_names()
 REQUIRED = {"add-3d-v1", "add-4d-v1", "mul-v1", "lineq-v1", "countdown-v1", "addchain-v1"}
-GARBAGE = ["", " ", "#", "##", "x=", "x=-", "x=-0", "=", "((((", "1/0", "9" * 100_000,
-           "#" + "9" * 100_000, "x=" + "9" * 10_000, "(" * 5000 + "1" + ")" * 5000,
-           "\x00\x01", "é#12", "12 11 09 06#", "#-5", "#+5", "1" * 300, "1+" * 200 + "1",
-           "2*" * 127 + "2", "None", "#06912", "x=05", "0#0"]
+GARBAGE = [
+    "",
+    " ",
+    "#",
+    "##",
+    "x=",
+    "x=-",
+    "x=-0",
+    "=",
+    "((((",
+    "1/0",
+    "9" * 100_000,
+    "#" + "9" * 100_000,
+    "x=" + "9" * 10_000,
+    "(" * 5000 + "1" + ")" * 5000,
+    "\x00\x01",
+    "é#12",
+    "12 11 09 06#",
+    "#-5",
+    "#+5",
+    "1" * 300,
+    "1+" * 200 + "1",
+    "2*" * 127 + "2",
+    "None",
+    "#06912",
+    "x=05",
+    "0#0",
+]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -142,8 +178,7 @@ def test_countdown_verifier():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.integers(1, 50), lambda kids: st.tuples(st.sampled_from("+-*/"), kids, kids),
-                    max_leaves=8))
+@given(st.recursive(st.integers(1, 50), lambda kids: st.tuples(st.sampled_from("+-*/"), kids, kids), max_leaves=8))
 def test_expr_render_roundtrip(tree):
     from fractions import Fraction
 
@@ -233,12 +268,18 @@ def test_cli(tmp_path, capsys):
 
     ev = get_task("add-4d-v1").eval_set(4)
     preds = tmp_path / "preds.jsonl"
-    preds.write_text("\n".join(json.dumps(r) for r in [
-        {"prompt": ev[0].prompt, "response": ev[0].solution},
-        {"prompt": ev[1].prompt, "response": "garbage"},
-        {"id": 2, "response": ev[2].solution},
-        {"prompt": "1+1=", "answer": "2", "response": "02#2"},
-    ]) + "\n")
+    preds.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"prompt": ev[0].prompt, "response": ev[0].solution},
+                {"prompt": ev[1].prompt, "response": "garbage"},
+                {"id": 2, "response": ev[2].solution},
+                {"prompt": "1+1=", "answer": "2", "response": "02#2"},
+            ]
+        )
+        + "\n"
+    )
     assert _cli(["tasks", "score", "add-4d-v1", "--file", str(preds)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["n"], out["correct"], out["accuracy"], out["well_formed"]) == (4, 3, 0.75, 0.75)

@@ -7,7 +7,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from timbench.tasks import load_split, save_split
 from timbench.tasks.answers import answers_match, extract_boxed, extract_final_answer, normalize_answer
@@ -21,61 +22,114 @@ def _jsonl(path, rows):
     return path
 
 
-GSM = [{"question": "Tom has 3 apples and buys 1,000 more. How many?",
-        "answer": "3 + 1000 = <<3+1000=1003>>1003\n#### 1,003"},
-       {"question": "Half of 9 €?", "answer": "9/2 = 4.5\n#### 4.5"}]
-MATH = [{"problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.", "solution": "We get $\\boxed{\\frac{3}{4}}$.",
-         "level": "Level 1", "type": "Algebra"},
-        {"problem": "Nested?", "solution": "So $\\boxed{\\frac{\\sqrt{2}}{2}}$ and that's it."},
-        {"problem": "No box", "solution": "nothing here"}]
-DAPO = [{"data_source": "math_dapo", "ability": "MATH",
-         "prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "What is 6*7?"}],
-         "reward_model": {"ground_truth": "42", "style": "rule"}, "extra_info": {"index": "a1"}},
-        {"data_source": "math_dapo", "ability": "MATH", "prompt": [{"role": "user", "content": "1+1?"}],
-         "reward_model": {"ground_truth": "2", "style": "rule"}, "extra_info": {"index": "a2"}}]
+GSM = [
+    {
+        "question": "Tom has 3 apples and buys 1,000 more. How many?",
+        "answer": "3 + 1000 = <<3+1000=1003>>1003\n#### 1,003",
+    },
+    {"question": "Half of 9 €?", "answer": "9/2 = 4.5\n#### 4.5"},
+]
+MATH = [
+    {
+        "problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.",
+        "solution": "We get $\\boxed{\\frac{3}{4}}$.",
+        "level": "Level 1",
+        "type": "Algebra",
+    },
+    {"problem": "Nested?", "solution": "So $\\boxed{\\frac{\\sqrt{2}}{2}}$ and that's it."},
+    {"problem": "No box", "solution": "nothing here"},
+]
+DAPO = [
+    {
+        "data_source": "math_dapo",
+        "ability": "MATH",
+        "prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "What is 6*7?"}],
+        "reward_model": {"ground_truth": "42", "style": "rule"},
+        "extra_info": {"index": "a1"},
+    },
+    {
+        "data_source": "math_dapo",
+        "ability": "MATH",
+        "prompt": [{"role": "user", "content": "1+1?"}],
+        "reward_model": {"ground_truth": "2", "style": "rule"},
+        "extra_info": {"index": "a2"},
+    },
+]
 
 
-@pytest.mark.parametrize("pred,gold", [
-    ("1/2", "0.5"), ("\\frac{1}{2}", "0.5"), ("\\dfrac12", "1/2"), ("\\tfrac{1}{2}", "\\frac12"),
-    ("1,000", "1000"), ("$5$", "5"), ("5.0", "5"), ("5.", "5"), ("5\\text{ cm}", "5"), ("\\text{5}", "5"),
-    ("-\\frac{3}{4}", "-0.75"), ("\\frac{-3}{4}", "-3/4"), ("x = 3", "3"), ("30^\\circ", "30"),
-    ("50\\%", "50"), ("\\boxed{7}", "7"), ("\\frac{\\sqrt{3}}{2}", "\\dfrac{\\sqrt{3}}{2}"),
-    ("(1,2)", "(1, 2)"), ("\\left(1,2\\right)", "(1,2)"), ("0.25", "\\frac{1}{4}"),
-])
+@pytest.mark.parametrize(
+    "pred,gold",
+    [
+        ("1/2", "0.5"),
+        ("\\frac{1}{2}", "0.5"),
+        ("\\dfrac12", "1/2"),
+        ("\\tfrac{1}{2}", "\\frac12"),
+        ("1,000", "1000"),
+        ("$5$", "5"),
+        ("5.0", "5"),
+        ("5.", "5"),
+        ("5\\text{ cm}", "5"),
+        ("\\text{5}", "5"),
+        ("-\\frac{3}{4}", "-0.75"),
+        ("\\frac{-3}{4}", "-3/4"),
+        ("x = 3", "3"),
+        ("30^\\circ", "30"),
+        ("50\\%", "50"),
+        ("\\boxed{7}", "7"),
+        ("\\frac{\\sqrt{3}}{2}", "\\dfrac{\\sqrt{3}}{2}"),
+        ("(1,2)", "(1, 2)"),
+        ("\\left(1,2\\right)", "(1,2)"),
+        ("0.25", "\\frac{1}{4}"),
+    ],
+)
 def test_answers_match(pred, gold):
     assert answers_match(pred, gold) and answers_match(gold, pred)
 
 
-@pytest.mark.parametrize("pred,gold", [
-    ("2", "3"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("", ""), ("1/0", "0"), ("0.33", "1/3"),
-    ("1,2", "12"), (None, "1"), ("10", "1" + "0" * 5000),
-])
+@pytest.mark.parametrize(
+    "pred,gold",
+    [
+        ("2", "3"),
+        ("\\frac{1}{2}", "\\frac{1}{3}"),
+        ("", ""),
+        ("1/0", "0"),
+        ("0.33", "1/3"),
+        ("1,2", "12"),
+        (None, "1"),
+        ("10", "1" + "0" * 5000),
+    ],
+)
 def test_answers_differ(pred, gold):
     assert not answers_match(pred, gold)
 
 
-@pytest.mark.parametrize("text,want", [
-    ("so \\boxed{\\frac{1}{2}} and finally \\boxed{3}", "3"),
-    ("\\boxed{\\frac{a}{b^{2}}}", "\\frac{a}{b^{2}}"),
-    ("the answer is \\boxed 5$.", "5"),
-    ("\\fbox{12}", "12"),
-    ("ok \\boxed{1} then broken \\boxed{", "1"),
-    ("\\boxed{unbalanced", None),
-    ("\\boxed{}", None),
-    ("#### 1,234", "1234"),
-    ("steps\n#### 42.\n", "42"),
-    ("work\nAnswer: 42\n", "42"),
-    ("**Answer:** $17$", "$17$"),
-    ("no answer at all", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("so \\boxed{\\frac{1}{2}} and finally \\boxed{3}", "3"),
+        ("\\boxed{\\frac{a}{b^{2}}}", "\\frac{a}{b^{2}}"),
+        ("the answer is \\boxed 5$.", "5"),
+        ("\\fbox{12}", "12"),
+        ("ok \\boxed{1} then broken \\boxed{", "1"),
+        ("\\boxed{unbalanced", None),
+        ("\\boxed{}", None),
+        ("#### 1,234", "1234"),
+        ("steps\n#### 42.\n", "42"),
+        ("work\nAnswer: 42\n", "42"),
+        ("**Answer:** $17$", "$17$"),
+        ("no answer at all", None),
+        ("", None),
+    ],
+)
 def test_extract_final_answer(text, want):
     assert extract_final_answer(text) == want
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("\\boxedfrac{}$#:Answer 0123456789./,-\n")), max_size=200),
-       st.text(max_size=60))
+@given(
+    st.text(alphabet=st.sampled_from(list("\\boxedfrac{}$#:Answer 0123456789./,-\n")), max_size=200),
+    st.text(max_size=60),
+)
 def test_extraction_never_raises(a, b):
     extract_final_answer(a)
     extract_boxed(a + b)

@@ -29,8 +29,13 @@ print(json.dumps({"launched": bool(parallel._is_initialized),
 
 
 def _levels(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, check=True,
-                         env={"NUMBA_THREADING_LAYER": "omp", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"NUMBA_THREADING_LAYER": "omp", "PATH": "/usr/bin:/bin"},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

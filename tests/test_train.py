@@ -9,9 +9,9 @@ from timbench.cli import main
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.rl import loop as loop_mod
 from timbench.rl.config import Loaded, RunConfig, apply_overrides, load, load_config, parse_config
-from timbench.spec.keys import parse_spec
 from timbench.rl.loop import NonFiniteError, run
 from timbench.rl.rundir import read_status
+from timbench.spec.keys import parse_spec
 from timbench.tasks.base import Task
 
 
@@ -36,8 +36,21 @@ def parity_reward(monkeypatch):
 
 
 def _cfg(ckpt, *extra):
-    return load_config(None, [f"model={ckpt}", "steps=3", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                              "eval_every=2", "eval_n=16", "checkpoint_every=1", "lr=1e-3", *extra])
+    return load_config(
+        None,
+        [
+            f"model={ckpt}",
+            "steps=3",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=16",
+            "checkpoint_every=1",
+            "lr=1e-3",
+            *extra,
+        ],
+    )
 
 
 def _lines(d, name):
@@ -96,14 +109,32 @@ def test_crash_then_resume_writes_each_step_once(ckpt, tmp_path, parity_reward, 
 
 # Every phase and hook at once: a real mismatch, a remedy with spec overrides and weights, bypass,
 # a twin, KL to the reference, DAPO's dynamic sampling, two epochs.
-MISMATCH = ["engine=kernels=torch,dtype=bf16", "remedy=tis_token+seq_rs", "mode=bypass", "twin=true",
-            "kl_coef=0.1", "algorithm=dapo", "epochs=2", "steps=2", "eval_every=1"]
+MISMATCH = [
+    "engine=kernels=torch,dtype=bf16",
+    "remedy=tis_token+seq_rs",
+    "mode=bypass",
+    "twin=true",
+    "kl_coef=0.1",
+    "algorithm=dapo",
+    "epochs=2",
+    "steps=2",
+    "eval_every=1",
+]
 
 
 def test_entry_points_agree_byte_for_byte(ckpt, tmp_path, parity_reward):
     """The CLI (YAML + --set), load_config and a RunConfig built in Python run the same bytes."""
-    overrides = [f"model={ckpt}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                 "eval_every=1", "eval_n=16", "lr=1e-3", *MISMATCH[:-2]]
+    overrides = [
+        f"model={ckpt}",
+        "steps=2",
+        "prompts_per_step=4",
+        "group_size=4",
+        "mini_batches=2",
+        "eval_every=1",
+        "eval_n=16",
+        "lr=1e-3",
+        *MISMATCH[:-2],
+    ]
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("task: add-4d-v1\nengine: {kernels: torch, dtype: bf16}\n")
     args = ["train", str(cfg_file), "--out", str(tmp_path / "cli"), "--quiet"]
@@ -122,11 +153,22 @@ def test_entry_points_agree_byte_for_byte(ckpt, tmp_path, parity_reward):
 
 
 @pytest.mark.parametrize("kind", ["mismatch", "moe_r3"])
-def test_resume_matches_an_uninterrupted_run_through_every_phase(ckpt, moe_ckpt, tmp_path, parity_reward,
-                                                                 monkeypatch, kind):
-    extra = MISMATCH if kind == "mismatch" else [
-        f"model={moe_ckpt}", "preset=tiny-moe", "remedy=routing_replay_r3", "engine=dtype=bf16,router_dtype=bf16",
-        "trainer=dtype=bf16,router_dtype=fp32", "twin=true", "steps=3"]
+def test_resume_matches_an_uninterrupted_run_through_every_phase(
+    ckpt, moe_ckpt, tmp_path, parity_reward, monkeypatch, kind
+):
+    extra = (
+        MISMATCH
+        if kind == "mismatch"
+        else [
+            f"model={moe_ckpt}",
+            "preset=tiny-moe",
+            "remedy=routing_replay_r3",
+            "engine=dtype=bf16,router_dtype=bf16",
+            "trainer=dtype=bf16,router_dtype=fp32",
+            "twin=true",
+            "steps=3",
+        ]
+    )
     run(_cfg(ckpt, *extra), tmp_path / "ref", progress=False)
     real = _crash_at(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
@@ -148,8 +190,10 @@ def test_a_failed_start_leaves_a_failed_status_and_a_rerun_finishes(ckpt, tmp_pa
     monkeypatch.setattr(loop_mod, "make_lane", broken)
     with pytest.raises(RuntimeError):
         run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False)
-    assert read_status(tmp_path / "r") == {"status": "failed",
-                                            "error": "RuntimeError: engine could not start second line"}
+    assert read_status(tmp_path / "r") == {
+        "status": "failed",
+        "error": "RuntimeError: engine could not start second line",
+    }
     assert (tmp_path / "r" / "config.yaml").is_file() and not (tmp_path / "r" / "summary.json").exists()
     monkeypatch.setattr(loop_mod, "make_lane", real)
     s = run(_cfg(ckpt, "steps=1"), tmp_path / "r", progress=False)
@@ -191,30 +235,36 @@ def test_non_finite_training_is_a_clear_failure_that_keeps_metrics(ckpt, tmp_pat
     assert s["status"] == "failed" and "non-finite" in s["error"]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("colour=red", "unknown config key 'colour'"),
-    ("mode=sideways", "valid: recompute, bypass"),
-    ("engine.kernels=cuda", "invalid value 'cuda' for kernels"),
-    ("algorithm=ppo2", "grpo"),
-    ("task=add-9d-v9", "add-4d-v1"),
-    ("steps.x=1", "no sub-keys"),
-    # values that would train silently wrong: each rejected naming the key and its valid range
-    ("grad_clip=-1", "'grad_clip': -1.0 is out of range; valid: a number > 0"),
-    ("grad_clip=0", "'grad_clip': 0.0 is out of range; valid: a number > 0"),
-    ("eps_low=-0.1", "'eps_low': -0.1 is out of range; valid: None or a finite number >= 0"),
-    ("eps_high=-0.2", "'eps_high': -0.2 is out of range"),
-    ("kl_coef=-0.5", "'kl_coef': -0.5 is out of range; valid: a finite number >= 0"),
-    ("lr=-1e-4", "'lr': -0.0001 is out of range; valid: a finite number >= 0"),
-    ("weight_decay=-0.1", "'weight_decay': -0.1 is out of range"),
-    ("temperature=-1", "'temperature': -1.0 is out of range; valid: a finite number > 0"),
-    ("betas=0.9", "'betas': 0.9 is invalid; valid: a list of two numbers in \\[0, 1\\)"),
-    ("betas=[0.9]", "'betas'"),
-    ("betas=[0.9, 1.5]", "'betas'"),
-    ("eval_n=1000000000", "'eval_n': 1000000000 is out of range; valid: 1..4096"),
-    ("clip_ratio_c=1", r"'clip_ratio_c': 1.0 is out of range; valid: None \(dual-clip off\) or a finite number > 1"),
-    ("clip_ratio_c=0.5", "'clip_ratio_c': 0.5 is out of range"),
-    ("clip_ratio_c=.inf", "'clip_ratio_c': inf is not a valid float"),  # c = inf would be dual-clip off
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("colour=red", "unknown config key 'colour'"),
+        ("mode=sideways", "valid: recompute, bypass"),
+        ("engine.kernels=cuda", "invalid value 'cuda' for kernels"),
+        ("algorithm=ppo2", "grpo"),
+        ("task=add-9d-v9", "add-4d-v1"),
+        ("steps.x=1", "no sub-keys"),
+        # values that would train silently wrong: each rejected naming the key and its valid range
+        ("grad_clip=-1", "'grad_clip': -1.0 is out of range; valid: a number > 0"),
+        ("grad_clip=0", "'grad_clip': 0.0 is out of range; valid: a number > 0"),
+        ("eps_low=-0.1", "'eps_low': -0.1 is out of range; valid: None or a finite number >= 0"),
+        ("eps_high=-0.2", "'eps_high': -0.2 is out of range"),
+        ("kl_coef=-0.5", "'kl_coef': -0.5 is out of range; valid: a finite number >= 0"),
+        ("lr=-1e-4", "'lr': -0.0001 is out of range; valid: a finite number >= 0"),
+        ("weight_decay=-0.1", "'weight_decay': -0.1 is out of range"),
+        ("temperature=-1", "'temperature': -1.0 is out of range; valid: a finite number > 0"),
+        ("betas=0.9", "'betas': 0.9 is invalid; valid: a list of two numbers in \\[0, 1\\)"),
+        ("betas=[0.9]", "'betas'"),
+        ("betas=[0.9, 1.5]", "'betas'"),
+        ("eval_n=1000000000", "'eval_n': 1000000000 is out of range; valid: 1..4096"),
+        (
+            "clip_ratio_c=1",
+            r"'clip_ratio_c': 1.0 is out of range; valid: None \(dual-clip off\) or a finite number > 1",
+        ),
+        ("clip_ratio_c=0.5", "'clip_ratio_c': 0.5 is out of range"),
+        ("clip_ratio_c=.inf", "'clip_ratio_c': inf is not a valid float"),  # c = inf would be dual-clip off
+    ],
+)
 def test_bad_config_is_a_one_line_error(override, message):
     with pytest.raises((ValueError, KeyError), match=message) as e:
         load_config("bench/runs/baseline.yaml", [override])
@@ -223,6 +273,7 @@ def test_bad_config_is_a_one_line_error(override, message):
 
 def test_eval_n_above_a_task_s_eval_set_is_a_clear_error(monkeypatch):
     from timbench.tasks.addition import AdditionTask
+
     monkeypatch.setattr(AdditionTask, "eval_set", lambda self, n=512: [object()] * min(n, 10))  # a 10-problem set
     with pytest.raises(ValueError, match="'eval_n': 11 is more than task add-4d-v1's eval set holds"):
         load_config("bench/runs/baseline.yaml", ["eval_n=11"])
@@ -232,9 +283,11 @@ def test_eval_n_above_a_task_s_eval_set_is_a_clear_error(monkeypatch):
 def test_building_a_config_loads_nothing_and_load_runs_a_plugin_once(tmp_path):
     marker = tmp_path / "imported"
     plugin = tmp_path / "plug.py"
-    plugin.write_text(f"from pathlib import Path\nfrom timbench.remedies import Remedy, builtin\n"
-                      f"p = Path({str(marker)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
-                      "class Plug(builtin.NoRemedy):\n    name = 'plug'\n")
+    plugin.write_text(
+        f"from pathlib import Path\nfrom timbench.remedies import Remedy, builtin\n"
+        f"p = Path({str(marker)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
+        "class Plug(builtin.NoRemedy):\n    name = 'plug'\n"
+    )
     raw = apply_overrides({}, [f"remedy={plugin}:Plug", "engine.kernels=torch"])
     cfg = parse_config(raw)
     assert not marker.exists() and cfg.engine == parse_spec("kernels=torch,dtype=fp32")
@@ -267,9 +320,22 @@ def test_a_refused_write_is_one_line_with_the_path_and_a_rerun_resumes_byte_iden
     # RLIMIT_FSIZE stands in for a full disk (no root or tmpfs needed): the checkpoint is the first file over it.
     import subprocess
     import sys
+
     args = ["train", "--out", str(tmp_path / "full"), "--quiet"] + [
-        a for o in (f"model={ckpt}", "steps=3", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                    "eval_every=2", "eval_n=16", "checkpoint_every=1", "lr=1e-3") for a in ("--set", o)]
+        a
+        for o in (
+            f"model={ckpt}",
+            "steps=3",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=16",
+            "checkpoint_every=1",
+            "lr=1e-3",
+        )
+        for a in ("--set", o)
+    ]
     p = subprocess.run([sys.executable, "-c", _FSIZE, "200000", *args], capture_output=True, text=True)
     assert p.returncode == 2, p.stderr[-2000:]
     err = p.stderr.strip().splitlines()
@@ -285,8 +351,19 @@ def test_a_refused_write_is_one_line_with_the_path_and_a_rerun_resumes_byte_iden
 
 def test_a_truncated_checkpoint_and_a_raising_plugin_are_one_line_errors(ckpt, tmp_path, capsys):
     args = ["train", "--out", str(tmp_path / "r"), "--quiet"] + [
-        a for o in (f"model={ckpt}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                    "eval_every=2", "eval_n=16", "checkpoint_every=1") for a in ("--set", o)]
+        a
+        for o in (
+            f"model={ckpt}",
+            "steps=2",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=16",
+            "checkpoint_every=1",
+        )
+        for a in ("--set", o)
+    ]
     assert main(args) == 0
     state = tmp_path / "r" / "checkpoints" / "state.pt"
     state.write_bytes(state.read_bytes()[:1000])  # a checkpoint cut short (a copy that did not finish)
@@ -294,9 +371,11 @@ def test_a_truncated_checkpoint_and_a_raising_plugin_are_one_line_errors(ckpt, t
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "state.pt: unreadable checkpoint" in err[0] and "delete it" in err[0]
-    (tmp_path / "boom.py").write_text("from timbench.remedies import Remedy\n\nclass Boom(Remedy):\n"
-                                      "    name = 'boom'\n    doc = 'raises'\n"
-                                      "    def __call__(self, batch):\n        raise RuntimeError('plug-in bug')\n")
+    (tmp_path / "boom.py").write_text(
+        "from timbench.remedies import Remedy\n\nclass Boom(Remedy):\n"
+        "    name = 'boom'\n    doc = 'raises'\n"
+        "    def __call__(self, batch):\n        raise RuntimeError('plug-in bug')\n"
+    )
     out = tmp_path / "b"
     assert main(["train", "--out", str(out), "--quiet", "--remedy", f"{tmp_path / 'boom.py'}:Boom"] + args[4:]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -309,7 +388,8 @@ def test_dual_clip_key_written_only_when_set_and_refused_where_the_loss_has_none
     off = load_config("bench/runs/baseline.yaml")
     assert "clip_ratio_c" not in off.to_dict()  # configs (and grid fingerprints) of runs without it are unchanged
     assert load_config("bench/runs/baseline.yaml", ["clip_ratio_c=3"]).to_dict()["clip_ratio_c"] == 3.0
-    with pytest.raises(ValueError, match="'clip_ratio_c': algorithm gspo has no dual-clip .*; valid with: grpo, "
-                                         "dapo") as e:
+    with pytest.raises(
+        ValueError, match="'clip_ratio_c': algorithm gspo has no dual-clip .*; valid with: grpo, dapo"
+    ) as e:
         load_config("bench/runs/baseline.yaml", ["algorithm=gspo", "clip_ratio_c=3"])
     assert "\n" not in str(e.value)

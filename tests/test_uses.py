@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from plugin_text import readme_plugin
+
 from timbench.cli import main
 from timbench.remedies import ENTRY_POINT_GROUP, RemedyBatch, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 
-TWO_CLASSES = '''
+TWO_CLASSES = """
 from timbench.remedies import Remedy, finish
 
 class Alpha(Remedy):
@@ -30,16 +30,16 @@ class Beta(Remedy):
     name = "beta"
     def __call__(self, batch):
         return finish(batch)
-'''
+"""
 
-RAISES = '''
+RAISES = """
 from timbench.remedies import Remedy
 
 class Boom(Remedy):
     name = "boom"
     def __call__(self, batch):
         raise RuntimeError("boom at step 0")
-'''
+"""
 
 
 @pytest.fixture
@@ -73,13 +73,18 @@ def test_a_mistyped_remedy_names_the_closest(repo, tmp_path, capsys):
 def test_a_plugin_file_without_its_class_lists_the_classes(tmp_path):
     f = tmp_path / "two.py"
     f.write_text(TWO_CLASSES)
-    with pytest.raises(ValueError, match=re.escape(f"remedy '{f}': a file plug-in is named FILE.py:CLASS; remedies "
-                                                   f"defined there: {f}:Alpha, {f}:Beta")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"remedy '{f}': a file plug-in is named FILE.py:CLASS; remedies defined there: {f}:Alpha, {f}:Beta"
+        ),
+    ):
         resolve(str(f))
 
 
-@pytest.mark.parametrize("argv, choices", [(["remedies"], "{list}"), (["track"], "{run,list}"),
-                                            (["gate"], "{run,faults,matrix,check}")])
+@pytest.mark.parametrize(
+    "argv, choices", [(["remedies"], "{list}"), (["track"], "{run,list}"), (["gate"], "{run,faults,matrix,check}")]
+)
 def test_a_missing_subcommand_names_the_choices(argv, choices, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -101,8 +106,10 @@ def test_track_list_says_which_tracks_have_committed_results(repo, capsys):
     assert main(["track", "list"]) == 0
     lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()}
     assert not (REPO / "results/tracks/standard/track.json").exists()  # what the line below is about
-    assert ("no committed results yet (make them: timbench track run standard --out results/tracks/standard)"
-            in lines["standard"])
+    assert (
+        "no committed results yet (make them: timbench track run standard --out results/tracks/standard)"
+        in lines["standard"]
+    )
     assert "committed:" not in lines["standard"]
     assert "committed: none, tis_token" in lines["mini"]
 
@@ -130,13 +137,23 @@ def test_a_refused_grid_run_leaves_no_lock(repo, tmp_path, capsys):
 def test_the_regenerate_command_is_the_spec_the_user_ran(repo, tmp_path):
     from timbench.submit.run import regenerate_command
     from timbench.submit.track import load_track
+
     plug = tmp_path / "my dir" / "mask_remedy.py"
-    cmd = regenerate_command(f"{plug}:MaskRemedy", load_track("mini"), tmp_path / "out",
-                             {"bound": 0.5, "mode": "a b"})
+    cmd = regenerate_command(f"{plug}:MaskRemedy", load_track("mini"), tmp_path / "out", {"bound": 0.5, "mode": "a b"})
     # FILE.py:CLASS (a name@hash label is no spec any command accepts), the track's name, every remedy_arg
-    assert shlex.split(cmd) == ["timbench", "submit", f"{plug}:MaskRemedy", "--track", "mini", "--out",
-                                str(tmp_path / "out"), "--set", "remedy_args.bound=0.5",
-                                "--set", 'remedy_args.mode="a b"']
+    assert shlex.split(cmd) == [
+        "timbench",
+        "submit",
+        f"{plug}:MaskRemedy",
+        "--track",
+        "mini",
+        "--out",
+        str(tmp_path / "out"),
+        "--set",
+        "remedy_args.bound=0.5",
+        "--set",
+        'remedy_args.mode="a b"',
+    ]
     track_file = tmp_path / "mytrack.yaml"
     shutil.copy(REPO / "bench/tracks/mini.yaml", track_file)
     # a track given as a file is named by that file
@@ -148,6 +165,7 @@ def test_a_plugin_that_raises_stops_in_the_preflight_before_any_cell(repo, tmp_p
 
     def no_cells(*a, **k):
         raise AssertionError("a cell was run although the preflight saw the remedy's step raise")
+
     monkeypatch.setattr(driver, "run_cells", no_cells)
     plug = tmp_path / "boom.py"
     plug.write_text(RAISES)
@@ -165,6 +183,7 @@ def test_the_readme_masking_plugin_matches_the_code():
     import inspect
 
     from timbench.remedies import finish
+
     text = " ".join((REPO / "docs" / "guides" / "remedy.md").read_text().split())
     doc = re.search(r"`batch` is a `RemedyBatch`.*?instead of reweighting", text).group(0)
     fields = [f.name for f in dataclasses.fields(RemedyBatch)]

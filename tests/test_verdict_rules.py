@@ -60,8 +60,10 @@ def test_holm_turns_a_marginal_detection_into_not_reproduced():
     marginal = [0.05, 0.02, 0.06, 0.01, 0.04, 0.03]  # p ~ 0.006 alone
     alone = vr.decide([vr.paired_effect("a", marginal, 0.15)])[0]
     assert alone.word() == vr.REPRODUCED
-    family = vr.decide([vr.paired_effect("a", marginal, 0.15)] +
-                       [vr.paired_effect(f"n{i}", [0.01, -0.01, 0.02, -0.02, 0.0, 0.005], 0.15) for i in range(9)])
+    family = vr.decide(
+        [vr.paired_effect("a", marginal, 0.15)]
+        + [vr.paired_effect(f"n{i}", [0.01, -0.01, 0.02, -0.02, 0.0, 0.005], 0.15) for i in range(9)]
+    )
     assert family[0].p_adj > 0.05 and family[0].word() == vr.NOT
 
 
@@ -132,6 +134,7 @@ def test_committed_grids_keep_their_fingerprint():
 
 def test_grid_spec_endpoint_is_validated_and_only_written_when_declared():
     from timbench.grid.spec import parse_grid
+
     base = {"name": "g", "axes": {"seed": [0]}}
     assert "endpoint" not in parse_grid(base).to_dict()
     assert parse_grid({**base, "endpoint": "last3"}).to_dict()["endpoint"] == "last3"
@@ -186,8 +189,14 @@ def test_rate_interaction_words():
 
 def test_rank_labels_tie_unless_separated():
     from timbench.report.stats import Interval
-    ivs = [Interval(0.9, 0.85, 0.95, 3), Interval(0.6, 0.5, 0.7, 3), Interval(0.55, 0.45, 0.65, 3),
-           Interval(0.4, 0.35, 0.52, 3), Interval(0.1, 0.0, 0.2, 3)]
+
+    ivs = [
+        Interval(0.9, 0.85, 0.95, 3),
+        Interval(0.6, 0.5, 0.7, 3),
+        Interval(0.55, 0.45, 0.65, 3),
+        Interval(0.4, 0.35, 0.52, 3),
+        Interval(0.1, 0.0, 0.2, 3),
+    ]
     # 2 overlaps 3, 3 overlaps 4: one chained tie group; 1 and 5 are separated from their neighbours
     assert vr.rank_labels(ivs) == ["1", "2-4 (tied)", "2-4 (tied)", "2-4 (tied)", "5"]
     assert vr.rank_labels([Interval(0.9), Interval(0.1, 0.0, 0.2, 3)]) == ["1-2 (tied)"] * 2  # no interval: a tie

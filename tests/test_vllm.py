@@ -24,13 +24,13 @@ from timbench.engine.sampler import _top_p
 from timbench.metrics.mismatch import routing_agreement
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
 from timbench.rl import step as step_mod
-from timbench.warmstart.shipped import default_checkpoint
-from timbench.trainer import sequence_logprobs
-from timbench.trainer import update as update_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.spec.keys import parse_spec
 from timbench.tasks.base import Task
+from timbench.trainer import sequence_logprobs
+from timbench.trainer import update as update_mod
+from timbench.warmstart.shipped import default_checkpoint
 
 DIST_KEYS = {"tim/bitwise_equal_frac", "tim/tv_mean", "tim/tv_max", "tim/top1_agreement", "tim/top5_consistency"}
 """timbench.metrics.dist's keys: they need both full distributions, which vLLM does not return."""
@@ -161,11 +161,14 @@ def test_weight_sync_is_verified_and_changes_what_vllm_samples(engine, model):
     assert [c.token_ids for c in again] == [c.token_ids for c in before]
 
 
-@pytest.mark.parametrize("tensor, probe", [
-    ("model.layers.0.self_attn.k_proj.weight", "qkv_proj"),
-    ("model.layers.3.mlp.down_proj.weight", "down_proj"),
-    ("model.embed_tokens.weight", "embed_tokens"),
-])
+@pytest.mark.parametrize(
+    "tensor, probe",
+    [
+        ("model.layers.0.self_attn.k_proj.weight", "qkv_proj"),
+        ("model.layers.3.mlp.down_proj.weight", "down_proj"),
+        ("model.embed_tokens.weight", "embed_tokens"),
+    ],
+)
 def test_corrupted_sync_is_caught(engine, model, monkeypatch, tensor, probe):
     real = engine._push
 
@@ -190,8 +193,11 @@ def test_stale_tied_lm_head_is_caught(engine, model, monkeypatch):
 
 
 def test_bad_specs_and_inputs_are_one_line_errors(engine, model):
-    for spec, word in [("engine=vllm,kernels=torch", "kernels=torch"), ("engine=vllm,tp=2", "tp=2"),
-                       ("engine=vllm,noise=gaussian:0.1", "noise=gaussian:0.1")]:
+    for spec, word in [
+        ("engine=vllm,kernels=torch", "kernels=torch"),
+        ("engine=vllm,tp=2", "tp=2"),
+        ("engine=vllm,noise=gaussian:0.1", "noise=gaussian:0.1"),
+    ]:
         with pytest.raises(ValueError, match=f"{word} has no meaning for engine=vllm"):
             make_engine(model.config, spec)
     with pytest.raises(ValueError, match="empty prompt"):
@@ -206,10 +212,23 @@ def test_training_run_with_vllm_engine_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(Task, "reward", lambda self, response, problem, format_reward=0.0: float(len(response) % 2))
     checks = []
     real = vllm_engine.VllmEngine.verify_weights
-    monkeypatch.setattr(vllm_engine.VllmEngine, "verify_weights",
-                        lambda self, state: checks.append(1) or real(self, state))
-    cfg = load_config(None, [f"model={ckpt}", "steps=2", "prompts_per_step=4", "group_size=4", "mini_batches=2",
-                             "eval_every=2", "eval_n=16", "lr=1e-3", "engine.engine=vllm"])
+    monkeypatch.setattr(
+        vllm_engine.VllmEngine, "verify_weights", lambda self, state: checks.append(1) or real(self, state)
+    )
+    cfg = load_config(
+        None,
+        [
+            f"model={ckpt}",
+            "steps=2",
+            "prompts_per_step=4",
+            "group_size=4",
+            "mini_batches=2",
+            "eval_every=2",
+            "eval_n=16",
+            "lr=1e-3",
+            "engine.engine=vllm",
+        ],
+    )
     run(cfg, tmp_path / "run", progress=False)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2
@@ -224,6 +243,7 @@ def test_training_run_with_vllm_engine_end_to_end(tmp_path, monkeypatch):
 
 
 # --- MoE (qwen3_moe): expert sync, probes, routed experts, R3 ------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def moe_model():
@@ -275,15 +295,19 @@ def test_stale_expert_pack_is_caught(moe_engine, moe_model, monkeypatch):
     moe_engine.load_weights(moe_model)
 
 
-@pytest.mark.parametrize("tensor, probe", [
-    ("model.layers.1.mlp.experts.3.up_proj.weight", "layer 1 experts w13_weight"),  # storage probe
-    ("model.layers.3.mlp.experts.7.down_proj.weight", "layer 3 experts (fused-MoE kernel output"),  # kernel probe
-    ("model.layers.0.mlp.gate.weight", "model.layers.0.mlp.gate"),  # router, through its linear
-])
+@pytest.mark.parametrize(
+    "tensor, probe",
+    [
+        ("model.layers.1.mlp.experts.3.up_proj.weight", "layer 1 experts w13_weight"),  # storage probe
+        ("model.layers.3.mlp.experts.7.down_proj.weight", "layer 3 experts (fused-MoE kernel output"),  # kernel probe
+        ("model.layers.0.mlp.gate.weight", "model.layers.0.mlp.gate"),  # router, through its linear
+    ],
+)
 def test_corrupted_moe_sync_is_caught(moe_engine, moe_model, monkeypatch, tensor, probe):
     real = moe_engine._push
-    monkeypatch.setattr(moe_engine, "_push", lambda tensors: real([(k, v + 1e-3 if k == tensor else v)
-                                                                   for k, v in tensors]))
+    monkeypatch.setattr(
+        moe_engine, "_push", lambda tensors: real([(k, v + 1e-3 if k == tensor else v) for k, v in tensors])
+    )
     with pytest.raises(vllm_engine.WeightSyncError, match=probe.replace("(", r"\(")):
         moe_engine.load_weights(moe_model)
     monkeypatch.setattr(moe_engine, "_push", real)
@@ -318,8 +342,18 @@ def test_moe_training_with_vllm_r3_replays_vllms_routing(tmp_path, monkeypatch):
     monkeypatch.setattr(update_mod, "sequence_logprobs", spy)  # the update passes
     monkeypatch.setattr(vllm_engine.VllmEngine, "generate", gen)
     ckpt = default_checkpoint("add-4d-v1", "tiny-moe")
-    args = [f"model={ckpt}", "preset=tiny-moe", "steps=1", "prompts_per_step=4", "group_size=4", "mini_batches=1",
-            "eval_every=1", "eval_n=8", "engine.engine=vllm", "engine.dtype=bf16"]
+    args = [
+        f"model={ckpt}",
+        "preset=tiny-moe",
+        "steps=1",
+        "prompts_per_step=4",
+        "group_size=4",
+        "mini_batches=1",
+        "eval_every=1",
+        "eval_n=8",
+        "engine.engine=vllm",
+        "engine.dtype=bf16",
+    ]
     run(load_config(None, args), tmp_path / "none", progress=False)
     none = json.loads((tmp_path / "none" / "metrics.jsonl").read_text().splitlines()[0])
     assert none["mismatch/routing_agreement"] < 1.0  # bf16 vLLM vs the fp32 trainer really disagree

@@ -14,13 +14,29 @@ from timbench.evaluate import evaluate
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, load_checkpoint
 from timbench.tasks import get_task
-from timbench.warmstart.shipped import available_checkpoints, default_checkpoint
 from timbench.warmstart.run import WarmstartError, parse_band
+from timbench.warmstart.shipped import available_checkpoints, default_checkpoint
 
-SHIPPED = [("add-4d-v1", "tiny-dense"), ("add-4d-v1", "tiny-moe"), ("add-4d-v1", "tiny-moe-e4"),
-           ("add-4d-v1", "tiny-moe-e2"), ("add-4d-v1", "small-dense")]
-CARD_KEYS = {"task", "task_version", "model", "seed", "steps", "wall_time_s", "accuracy_t1",
-             "accuracy_greedy", "eval_n", "band", "command"}
+SHIPPED = [
+    ("add-4d-v1", "tiny-dense"),
+    ("add-4d-v1", "tiny-moe"),
+    ("add-4d-v1", "tiny-moe-e4"),
+    ("add-4d-v1", "tiny-moe-e2"),
+    ("add-4d-v1", "small-dense"),
+]
+CARD_KEYS = {
+    "task",
+    "task_version",
+    "model",
+    "seed",
+    "steps",
+    "wall_time_s",
+    "accuracy_t1",
+    "accuracy_greedy",
+    "eval_n",
+    "band",
+    "command",
+}
 
 
 @pytest.mark.parametrize("task,model", SHIPPED)
@@ -38,6 +54,7 @@ def test_shipped_checkpoint(task, model):
 
     # the same weights through transformers give the same logits
     from transformers import AutoModelForCausalLM
+
     hf = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
     t = get_task(task)
     ids = torch.tensor([encode_prompt(t.eval_set(1)[0].prompt)])
@@ -60,8 +77,26 @@ def test_default_checkpoint_unknown_lists_available():
 
 def test_tiny_run_writes_checkpoint(tmp_path, capsys):
     out = tmp_path / "ckpt"
-    rc = main(["warmstart", "--task", "add-3d-v1", "--model", "tiny-dense", "--out", str(out),
-               "--max-steps", "3", "--band", "0,1", "--eval-n", "16", "--batch-size", "8", "--no-progress"])
+    rc = main(
+        [
+            "warmstart",
+            "--task",
+            "add-3d-v1",
+            "--model",
+            "tiny-dense",
+            "--out",
+            str(out),
+            "--max-steps",
+            "3",
+            "--band",
+            "0,1",
+            "--eval-n",
+            "16",
+            "--batch-size",
+            "8",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     card = json.loads((out / "card.json").read_text())
     assert CARD_KEYS <= set(card)
@@ -76,18 +111,37 @@ def test_tiny_run_writes_checkpoint(tmp_path, capsys):
 
 
 def test_band_not_reached_is_exit_2(tmp_path, capsys):
-    rc = main(["warmstart", "--model", "tiny-dense", "--out", str(tmp_path / "x"), "--max-steps", "2",
-               "--band", "0.9,1", "--eval-n", "8", "--batch-size", "4", "--no-progress"])
+    rc = main(
+        [
+            "warmstart",
+            "--model",
+            "tiny-dense",
+            "--out",
+            str(tmp_path / "x"),
+            "--max-steps",
+            "2",
+            "--band",
+            "0.9,1",
+            "--eval-n",
+            "8",
+            "--batch-size",
+            "4",
+            "--no-progress",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "below the band" in err and "--max-steps" in err
     assert not (tmp_path / "x").exists()  # no checkpoint that looks valid
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--task", "nope"], "unknown task 'nope'; valid names:"),
-    (["--model", "huge"], "unknown model preset 'huge'; valid: tiny-dense, tiny-moe"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--task", "nope"], "unknown task 'nope'; valid names:"),
+        (["--model", "huge"], "unknown model preset 'huge'; valid: tiny-dense, tiny-moe"),
+    ],
+)
 def test_bad_names_are_one_line_errors(tmp_path, capsys, args, message):
     rc = main(["warmstart", "--out", str(tmp_path / "x"), "--no-progress", *args])
     assert rc == 2

@@ -39,8 +39,15 @@ def workload(seed: int, vocab: int, max_len: int, batches=ENGINE_BATCHES, max_ne
     return calls
 
 
-def align(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, temperature: float = 1.0,
-          batches=ENGINE_BATCHES, max_num_seqs: int = 64) -> dict:
+def align(
+    model: Qwen3ForCausalLM,
+    engine_spec,
+    trainer_spec,
+    seed: int = 0,
+    temperature: float = 1.0,
+    batches=ENGINE_BATCHES,
+    max_num_seqs: int = 64,
+) -> dict:
     """Run the probe; returns the JSON-ready report."""
     es = parse_spec(engine_spec, "engine spec", side="engine")
     ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
@@ -59,7 +66,7 @@ def align(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, tem
     sizes = iter(TRAINER_BATCHES * (len(order) // sum(TRAINER_BATCHES) + 1))
     with torch.no_grad():
         while i < len(order):
-            chunk = [completions[j] for j in order[i: i + next(sizes)]]
+            chunk = [completions[j] for j in order[i : i + next(sizes)]]
             i += len(chunk)
             out = sequence_logprobs(model, compute, [(c.prompt_ids, c.token_ids) for c in chunk], temperature)
             for r, c in enumerate(chunk):
@@ -72,15 +79,23 @@ def align(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, tem
     m = mismatch_metrics(train, roll)
     diff = (train.double() - roll.double()).abs()
     report = {
-        "model": cfg.model_type, "engine": str(es), "trainer": str(ts), "seed": seed, "temperature": temperature,
-        "sequences": len(completions), "tokens": int(train.numel()),
-        "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
+        "model": cfg.model_type,
+        "engine": str(es),
+        "trainer": str(ts),
+        "seed": seed,
+        "temperature": temperature,
+        "sequences": len(completions),
+        "tokens": int(train.numel()),
+        "max_abs_diff": float(diff.max()),
+        "mean_abs_diff": float(diff.mean()),
         "frac_tokens_differ": float((diff != 0).double().mean()),
-        "k3_kl": m["rollout_corr/k3_kl"], "kl": m["rollout_corr/kl"],
+        "k3_kl": m["rollout_corr/k3_kl"],
+        "kl": m["rollout_corr/kl"],
         "p99_abs_diff": m["mismatch/p99_abs_delta"],
         "probs_diff_max": m["training/rollout_probs_diff_max"],
     }
     if agree:
-        report["routing_agreement"] = routing_agreement(torch.cat([a for a, _ in agree]),
-                                                        torch.cat([b for _, b in agree]))
+        report["routing_agreement"] = routing_agreement(
+            torch.cat([a for a, _ in agree]), torch.cat([b for _, b in agree])
+        )
     return report

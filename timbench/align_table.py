@@ -15,12 +15,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from .align import ENGINE_BATCHES, align
-from .util import manifest
-from .util.atomic import atomic_write
 from .eta import Eta
 from .model import load_model
-from .util.readfile import read_yaml
 from .spec.keys import parse_spec
+from .util import manifest
+from .util.atomic import atomic_write
+from .util.readfile import read_yaml
 
 _KEYS = {"models", "seed", "conditions", "batches"}
 _COND_KEYS = {"name", "engine", "trainer", "models", "kind"}
@@ -38,16 +38,23 @@ def read_table(path: str | Path) -> dict:
     for c in t.get("conditions", []):
         bad = set(c) - _COND_KEYS
         if bad or "name" not in c:
-            raise ValueError(f"{p}: condition {c!r} needs name, engine, trainer, optional models and kind "
-                             f"(unknown: {sorted(bad)})")
+            raise ValueError(
+                f"{p}: condition {c!r} needs name, engine, trainer, optional models and kind (unknown: {sorted(bad)})"
+            )
         # Parsed once here; the probe gets Spec objects.
-        conditions.append({**c, "engine": parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine"),
-                           "trainer": parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer")})
+        conditions.append(
+            {
+                **c,
+                "engine": parse_spec(c.get("engine"), f"{p}: {c['name']}: engine", side="engine"),
+                "trainer": parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer"),
+            }
+        )
     return {**t, "conditions": conditions}
 
 
 def _worker_init(threads: int) -> None:
     from .util.threads import set_threads
+
     set_threads(threads)
 
 
@@ -81,23 +88,28 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
     eta = Eta(len(todo))
     workers = min(workers, max(1, len(todo)))
     if todo:
-        progress(f"align table {path}: {len(todo)} rows to run ({len(rows)} already in {res_path})"
-                 + (f", {workers} workers" if workers > 1 else ""))
+        progress(
+            f"align table {path}: {len(todo)} rows to run ({len(rows)} already in {res_path})"
+            + (f", {workers} workers" if workers > 1 else "")
+        )
 
     def finish(row: dict) -> None:
         rows.append(row)
         rows.sort(key=lambda r: place.get((r["model_name"], r["condition"]), len(place)))
         atomic_write(res_path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
-        progress(f"[row {eta.tick()}] {row['model_name']:11s} {row['condition']:55s} "
-                 f"max|d|={row['max_abs_diff']:.3g} k3={row['k3_kl']:.3g}")
+        progress(
+            f"[row {eta.tick()}] {row['model_name']:11s} {row['condition']:55s} "
+            f"max|d|={row['max_abs_diff']:.3g} k3={row['k3_kl']:.3g}"
+        )
 
     if workers == 1:
         for m, c in todo:
             finish(_row(m, seed, c, batches))
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_worker_init, initargs=(threads,)) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(threads,)
+        ) as pool:
             futures = [pool.submit(_row, m, seed, c, batches) for m, c in todo]
             for f in as_completed(futures):
                 finish(f.result())
@@ -105,6 +117,7 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
     atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
     if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
         from .report.figures.align import save_delta_axis
+
         save_delta_axis(rows, out / f"{Path(path).stem}.png", f"timbench align --table {path}")
     # last: the table's files in the dir's manifest (a reader refuses an edited one; a table killed half-way fails)
     manifest.update(out, [f"{Path(path).stem}{ext}" for ext in (".json", ".md", ".png")])
@@ -112,11 +125,16 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
 
 
 def to_markdown(rows: list[dict], source) -> str:
-    lines = [f"Alignment table from `{source}` (regenerate: `timbench align --table {source} --out DIR`).", "",
-             "| model | condition | tokens | max abs diff | mean abs diff | frac differ | k3_kl | routing agree |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Alignment table from `{source}` (regenerate: `timbench align --table {source} --out DIR`).",
+        "",
+        "| model | condition | tokens | max abs diff | mean abs diff | frac differ | k3_kl | routing agree |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         ra = f"{r['routing_agreement']:.4f}" if "routing_agreement" in r else "-"
-        lines.append(f"| {r['model_name']} | {r['condition']} | {r['tokens']} | {r['max_abs_diff']:.3g} | "
-                     f"{r['mean_abs_diff']:.3g} | {r['frac_tokens_differ']:.3f} | {r['k3_kl']:.3g} | {ra} |")
+        lines.append(
+            f"| {r['model_name']} | {r['condition']} | {r['tokens']} | {r['max_abs_diff']:.3g} | "
+            f"{r['mean_abs_diff']:.3g} | {r['frac_tokens_differ']:.3f} | {r['k3_kl']:.3g} | {ra} |"
+        )
     return "\n".join(lines) + "\n"

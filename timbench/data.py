@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from .engine import Request
 from .tokenizer import CharTokenizer
@@ -51,8 +51,10 @@ def _task_lengths(task) -> tuple[int, int]:
     if task.name not in _LENGTHS:
         rng = random.Random(f"{task.name}:lengths")
         probs = [task.sample(rng) for _ in range(_MEASURE_N)]
-        _LENGTHS[task.name] = (max(len(encode_prompt(p.prompt)) for p in probs),
-                               max(len(encode_response(p.solution)) for p in probs))
+        _LENGTHS[task.name] = (
+            max(len(encode_prompt(p.prompt)) for p in probs),
+            max(len(encode_response(p.solution)) for p in probs),
+        )
     return _LENGTHS[task.name]
 
 
@@ -61,6 +63,7 @@ def max_new_tokens(task, context: int | None = None) -> int:
     over a fixed sample of 512 problems, capped so the longest prompt still fits
     in `context` (the model's max_position_embeddings, 256 by default)."""
     from .model import ModelConfig
+
     ctx = context or ModelConfig().max_position_embeddings
     max_prompt, max_resp = _task_lengths(task)
     budget = math.ceil(max_resp * MAX_NEW_TOKENS_FACTOR)

@@ -9,17 +9,25 @@ size `max_num_seqs`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from statistics import mean
-from typing import Sequence
 
 from .data import decode_response, max_new_tokens, requests_for
 from .engine import SamplingParams, make_engine
-from .spec.keys import Spec
 from .metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from .spec.keys import Spec
 
 
-def evaluate(model, task, problems: Sequence, engine_spec: Spec | str = "kernels=exact", temperature: float = 1.0,
-             seed: int = 0, max_num_seqs: int = 256, engine=None) -> dict:
+def evaluate(
+    model,
+    task,
+    problems: Sequence,
+    engine_spec: Spec | str = "kernels=exact",
+    temperature: float = 1.0,
+    seed: int = 0,
+    max_num_seqs: int = 256,
+    engine=None,
+) -> dict:
     """Mean reward of `model` on `problems` at `temperature` (0 = greedy).
 
     Returns {"accuracy", "n", "mean_response_tokens" (incl. EOS), "truncated" (fraction
@@ -31,8 +39,7 @@ def evaluate(model, task, problems: Sequence, engine_spec: Spec | str = "kernels
     if not problems:
         raise ValueError("evaluate: no problems")
     if engine is None:
-        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)),
-                             weights=model)
+        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)), weights=model)
     reqs = requests_for(problems, range(len(problems)), max_new_tokens(task, engine.max_len))
     outs = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
     rewards = [task.reward(decode_response(o.token_ids), p) for o, p in zip(outs, problems)]
@@ -46,16 +53,26 @@ def evaluate(model, task, problems: Sequence, engine_spec: Spec | str = "kernels
     }
 
 
-def evaluate_both(model, task, problems: Sequence, engine_spec: Spec | str = "kernels=exact", seed: int = 0,
-                  max_num_seqs: int = 256, engine=None) -> dict:
+def evaluate_both(
+    model,
+    task,
+    problems: Sequence,
+    engine_spec: Spec | str = "kernels=exact",
+    seed: int = 0,
+    max_num_seqs: int = 256,
+    engine=None,
+) -> dict:
     """Accuracy at T=1 (seeded) and greedy, from one engine:
     {"accuracy_t1", "accuracy_greedy", "n", "mean_response_tokens_t1", "mean_response_tokens_greedy"}."""
     problems = list(problems)
     if engine is None and problems:
-        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)),
-                             weights=model)
+        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)), weights=model)
     t1 = evaluate(model, task, problems, temperature=1.0, seed=seed, engine=engine)
     gr = evaluate(model, task, problems, temperature=0.0, seed=seed, engine=engine)
-    return {ACCURACY_T1: t1["accuracy"], ACCURACY_GREEDY: gr["accuracy"], "n": t1["n"],
-            "mean_response_tokens_t1": t1["mean_response_tokens"],
-            "mean_response_tokens_greedy": gr["mean_response_tokens"]}
+    return {
+        ACCURACY_T1: t1["accuracy"],
+        ACCURACY_GREEDY: gr["accuracy"],
+        "n": t1["n"],
+        "mean_response_tokens_t1": t1["mean_response_tokens"],
+        "mean_response_tokens_greedy": gr["mean_response_tokens"],
+    }

@@ -41,8 +41,13 @@ RUNS = {  # name -> overrides: dense and MoE, fp32 and bf16 engines, each touchi
     "moe-bf16": ["preset=tiny-moe", "engine.dtype=bf16", "remedy=routing_replay_r2"],
     # Quantized weights, activations and KV cache in the engine; the same quantized forward with
     # straight-through gradients in the trainer (unified precision); the quantized-policy eval.
-    "nvfp4-w4a4-kvfp8-unified": ["engine.dtype=bf16", "engine.weight_quant=nvfp4", "engine.act_quant=nvfp4",
-                                 "engine.kv_cache_dtype=fp8_e4m3", "remedy=unified_precision"],
+    "nvfp4-w4a4-kvfp8-unified": [
+        "engine.dtype=bf16",
+        "engine.weight_quant=nvfp4",
+        "engine.act_quant=nvfp4",
+        "engine.kv_cache_dtype=fp8_e4m3",
+        "remedy=unified_precision",
+    ],
 }
 
 
@@ -70,10 +75,10 @@ def update_case(model_name: str, dtype: str) -> dict[str, str]:
 
     from .model import Compute, load_checkpoint
     from .rl.algorithms import grpo_advantage, ppo_clip_loss
-    from .warmstart.shipped import default_checkpoint
     from .spec.keys import parse_spec
     from .trainer import sequence_logprobs
     from .trainer.optim import AdamW, clip_grad_norm
+    from .warmstart.shipped import default_checkpoint
 
     model = load_checkpoint(default_checkpoint("add-4d-v1", model_name))
     compute = Compute.from_spec(parse_spec(f"kernels=exact,dtype={dtype}"))
@@ -158,11 +163,15 @@ def load_golden(path: Path = GOLDEN) -> dict[str, str]:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("fingerprint", help="hash the exact trainer's bits on fixed inputs; --check compares them "
-                                           "with the committed golden fingerprints (a cross-machine check)")
+    p = sub.add_parser(
+        "fingerprint",
+        help="hash the exact trainer's bits on fixed inputs; --check compares them "
+        "with the committed golden fingerprints (a cross-machine check)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch and numba threads (the bits must not depend on it)")
-    p.add_argument("--check", action="store_true", help="compare with the golden file; exit 1 naming the first "
-                                                        "differing tensor")
+    p.add_argument(
+        "--check", action="store_true", help="compare with the golden file; exit 1 naming the first differing tensor"
+    )
     p.add_argument("--write", metavar="FILE", help="write the fingerprint as a golden file (JSON) to FILE")
     p.set_defaults(func=_cmd)
 
@@ -174,6 +183,7 @@ def _cmd(args) -> int:
     doc = {"machine": machine(), "torch": torch.__version__, "hashes": got}
     if args.write:
         from .util.atomic import atomic_write
+
         atomic_write(args.write, json.dumps(doc, indent=1) + "\n")
     if args.check:
         diff = first_difference(load_golden(), got)

@@ -18,8 +18,8 @@ one registry of the `replica` run-config key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -28,7 +28,7 @@ from .metrics.schema import K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA
 
 PREFIX = "replica/"
 FLOOR_KEYS = (K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA)
-"""The mismatch metrics (timbench.metrics.mismatch) whose value between the two trainer passes is logged as the floor."""
+"""The mismatch metrics (timbench.metrics.mismatch) whose value between two trainer passes is logged as the floor."""
 
 
 @dataclass(frozen=True)
@@ -41,21 +41,34 @@ class Replica:
     """(rows per forward call of the real pass, rows in the batch) -> rows per forward call of the replica."""
 
 
-REPLICAS: dict[str, Replica | None] = {"none": None, **{r.name: r for r in (
-    Replica("identical", "the same chunking as the real pass: the paper's identical second exact pass",
-            lambda chunk, n: chunk),
-    Replica("microbatch1", "one sequence per forward call: a log-prob micro-batch unlike the actor's (verl #6280)",
-            lambda chunk, n: 1),
-    Replica("fullbatch", "the whole batch in one forward call", lambda chunk, n: n),
-)}}
+REPLICAS: dict[str, Replica | None] = {
+    "none": None,
+    **{
+        r.name: r
+        for r in (
+            Replica(
+                "identical",
+                "the same chunking as the real pass: the paper's identical second exact pass",
+                lambda chunk, n: chunk,
+            ),
+            Replica(
+                "microbatch1",
+                "one sequence per forward call: a log-prob micro-batch unlike the actor's (verl #6280)",
+                lambda chunk, n: 1,
+            ),
+            Replica("fullbatch", "the whole batch in one forward call", lambda chunk, n: n),
+        )
+    },
+}
 """`replica` config values: `none` (off, the default) or a Replica."""
 
 
 def check_replica(value) -> str:
     """`value` itself when it names a replica, else a one-line ValueError listing the valid names."""
     if not isinstance(value, str) or value not in REPLICAS:
-        raise ValueError(f"config key 'replica': {value!r} is invalid; valid: {', '.join(REPLICAS)} "
-                         "(timbench.replica.REPLICAS)")
+        raise ValueError(
+            f"config key 'replica': {value!r} is invalid; valid: {', '.join(REPLICAS)} (timbench.replica.REPLICAS)"
+        )
     return value
 
 
@@ -68,9 +81,16 @@ def jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
     return 1.0 if union == 0 else int((a & b).sum()) / union
 
 
-def replica_metrics(first: torch.Tensor, second: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor,
-                    keep_first: torch.Tensor, keep_second: torch.Tensor,
-                    weights_first: torch.Tensor | None, weights_second: torch.Tensor | None) -> dict[str, float]:
+def replica_metrics(
+    first: torch.Tensor,
+    second: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    keep_first: torch.Tensor,
+    keep_second: torch.Tensor,
+    weights_first: torch.Tensor | None,
+    weights_second: torch.Tensor | None,
+) -> dict[str, float]:
     """The `replica/*` row of one step.
 
     first, second: [N, T] the trainer's logprobs of the sampled tokens from the real and the replica pass;

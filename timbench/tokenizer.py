@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from tokenizers import Tokenizer, models, decoders
+from tokenizers import Tokenizer, decoders, models
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIALS = (PAD, BOS, EOS)
@@ -44,8 +44,9 @@ class CharTokenizer:
         try:
             return [self._char_to_id[c] for c in text]
         except KeyError as e:
-            raise ValueError(f"character {e.args[0]!r} is not in the timbench vocabulary "
-                             "(printable ASCII and newline)") from None
+            raise ValueError(
+                f"character {e.args[0]!r} is not in the timbench vocabulary (printable ASCII and newline)"
+            ) from None
 
     def decode(self, ids, skip_special: bool = True) -> str:
         out = []
@@ -64,13 +65,18 @@ class CharTokenizer:
         self.hf.save(str(d / "tokenizer.json"))
         cfg = {
             "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
-            "model_max_length": 4096, "clean_up_tokenization_spaces": False,
-            "add_bos_token": False, "add_eos_token": False,
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "pad_token": PAD,
+            "model_max_length": 4096,
+            "clean_up_tokenization_spaces": False,
+            "add_bos_token": False,
+            "add_eos_token": False,
         }
         (d / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         (d / "special_tokens_map.json").write_text(
-            json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n")
+            json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n"
+        )
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> CharTokenizer:

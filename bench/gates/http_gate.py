@@ -25,11 +25,11 @@ import json
 import time
 from pathlib import Path
 
-from timbench.util.atomic import atomic_write
 from timbench.gate.fake_server import FakeServer
 from timbench.gate.fault_proxy import EXPECTED_PROBE, FaultProxy
 from timbench.gate.http_run import run_http_gate
 from timbench.gate.suite import load_suite
+from timbench.util.atomic import atomic_write
 from timbench.warmstart.shipped import default_checkpoint
 
 
@@ -42,14 +42,22 @@ def one(url: str, trainer: str, suite, out: Path, fault: str, stale: str | None 
     failed = [r["probe"] for r in rep["probes"] if not r["passed"] and not r["not_tested"] and not r["error"]]
     erred = [f"{r['probe']}: {r['error']}" for r in rep["probes"] if r["error"]]
     sem = next((r for r in rep["probes"] if r["probe"] == "logprob_semantics"), {"numbers": {}})
-    row = {"fault": fault, "seed": suite.seed, "gate_passed": not failed and not erred, "failed": failed,
-           "erred": erred,
-           "not_tested": [r["probe"] for r in rep["probes"] if r["not_tested"]], "fits": sem["numbers"].get("fits"),
-           "wall_s": round(time.perf_counter() - t0, 1)}
+    row = {
+        "fault": fault,
+        "seed": suite.seed,
+        "gate_passed": not failed and not erred,
+        "failed": failed,
+        "erred": erred,
+        "not_tested": [r["probe"] for r in rep["probes"] if r["not_tested"]],
+        "fits": sem["numbers"].get("fits"),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
     if fault in EXPECTED_PROBE:
         row["caught_by_expected"] = EXPECTED_PROBE[fault] in failed
-    print(f"{fault} seed {suite.seed}: {'FAIL ' + ', '.join(failed) if failed else 'pass'}"
-          f"{'; ERROR ' + '; '.join(erred) if erred else ''} ({row['wall_s']} s)")
+    print(
+        f"{fault} seed {suite.seed}: {'FAIL ' + ', '.join(failed) if failed else 'pass'}"
+        f"{'; ERROR ' + '; '.join(erred) if erred else ''} ({row['wall_s']} s)"
+    )
     return row
 
 
@@ -66,8 +74,10 @@ def main() -> int:
     out, suite = Path(a.out), load_suite(a.suite)
     trainer = a.trainer or str(default_checkpoint("add-4d-v1", "tiny-dense"))
     other = default_checkpoint("add-4d-v1", "small-dense")
-    with FakeServer(trainer) if not a.url else contextlib.nullcontext() as fake, \
-            FakeServer(other) if not a.url and a.faults else contextlib.nullcontext() as old:
+    with (
+        FakeServer(trainer) if not a.url else contextlib.nullcontext() as fake,
+        FakeServer(other) if not a.url and a.faults else contextlib.nullcontext() as old,
+    ):
         url, stale = a.url or fake.url, a.stale_url or (old.url if old else None)
         rows = [one(url, trainer, suite, out, "direct")]
         for fault in EXPECTED_PROBE if a.faults else ():
@@ -79,19 +89,30 @@ def main() -> int:
             rows.append(one(url, trainer, dataclasses.replace(suite, seed=suite.seed + k), out, "none"))
     server = json.loads((out / "direct" / "gate.json").read_text())["identity"]
     clean = [r for r in rows if r["fault"] == "none"]
-    doc = {"server": f"{server['engine_package']} {server['engine_version']}", "suite": suite.name,
-           "suite_version": suite.version, "runs": rows, "clean_reruns": len(clean),
-           "false_alarms": sum(not r["gate_passed"] for r in clean),
-           "missed": [r["fault"] for r in rows if r["fault"] in EXPECTED_PROBE and r["gate_passed"]],
-           "missed_expected_probe": [r["fault"] for r in rows if r.get("caught_by_expected") is False]}
-    lines = [f"HTTP gate on {doc['server']}, suite {suite.name} v{suite.version}: faults missed: "
-             f"{', '.join(doc['missed']) or 'none'}; false alarms in {len(clean)} clean proxy reruns: "
-             f"{doc['false_alarms']}. Wall times on a shared 2-core machine.", "",
-             "| run | seed | verdict | failed probes | logprobs fit | wall s |", "|---|---|---|---|---|---|"]
+    doc = {
+        "server": f"{server['engine_package']} {server['engine_version']}",
+        "suite": suite.name,
+        "suite_version": suite.version,
+        "runs": rows,
+        "clean_reruns": len(clean),
+        "false_alarms": sum(not r["gate_passed"] for r in clean),
+        "missed": [r["fault"] for r in rows if r["fault"] in EXPECTED_PROBE and r["gate_passed"]],
+        "missed_expected_probe": [r["fault"] for r in rows if r.get("caught_by_expected") is False],
+    }
+    lines = [
+        f"HTTP gate on {doc['server']}, suite {suite.name} v{suite.version}: faults missed: "
+        f"{', '.join(doc['missed']) or 'none'}; false alarms in {len(clean)} clean proxy reruns: "
+        f"{doc['false_alarms']}. Wall times on a shared 2-core machine.",
+        "",
+        "| run | seed | verdict | failed probes | logprobs fit | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         word = "pass" if r["gate_passed"] else "FAIL" if r["failed"] else "ERROR"
-        lines.append(f"| {r['fault']} | {r['seed']} | {word} | {', '.join(r['failed'] + r['erred']) or '-'} | "
-                     f"{r['fits']} | {r['wall_s']} |")
+        lines.append(
+            f"| {r['fault']} | {r['seed']} | {word} | {', '.join(r['failed'] + r['erred']) or '-'} | "
+            f"{r['fits']} | {r['wall_s']} |"
+        )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "detection.json", json.dumps(doc, indent=1) + "\n")
     atomic_write(out / "detection.md", "\n".join(lines) + "\n")

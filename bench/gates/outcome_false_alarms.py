@@ -16,14 +16,14 @@ import argparse
 import json
 from pathlib import Path
 
-from timbench.util.atomic import atomic_write
 from timbench.engine import SamplingParams
 from timbench.gate.outcome import one_run, rl_outcome
 from timbench.gate.run import format_numbers
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.warmstart.shipped import default_checkpoint
 from timbench.spec.keys import parse_spec
+from timbench.util.atomic import atomic_write
+from timbench.warmstart.shipped import default_checkpoint
 
 
 def main() -> int:
@@ -52,20 +52,35 @@ def main() -> int:
         rows.append({"fault": fault, "seed": seed, "passed": r.passed, "numbers": r.numbers})
         print(f"[rl_outcome] fault={fault} seed={seed}: {'pass' if r.passed else 'FAIL'} {r.numbers}", flush=True)
     clean = [r for r in rows if r["fault"] == "none"]
-    doc = {"suite": suite.name, "suite_version": suite.version, "probe": p, "runs": rows,
-           "clean_runs": len(clean), "false_alarms": sum(not r["passed"] for r in clean),
-           "command": "python bench/gates/outcome_false_alarms.py " + " ".join(
-               [args.out, f"--clean-runs {args.clean_runs}", f"--faults {args.faults}"])}
+    doc = {
+        "suite": suite.name,
+        "suite_version": suite.version,
+        "probe": p,
+        "runs": rows,
+        "clean_runs": len(clean),
+        "false_alarms": sum(not r["passed"] for r in clean),
+        "command": "python bench/gates/outcome_false_alarms.py "
+        + " ".join([args.out, f"--clean-runs {args.clean_runs}", f"--faults {args.faults}"]),
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "outcome.json", json.dumps(doc, indent=1) + "\n")
-    lines = [f"# rl_outcome: false alarms and faults (suite {suite.name} v{suite.version})", "",
-             f"regenerate: `{doc['command']}`", "",
-             f"Clean exact engine at suite seeds {clean[0]['seed']}..{clean[-1]['seed']}: "
-             f"{doc['false_alarms']} false alarms in {len(clean)} runs.", "",
-             "| engine | suite seed | verdict | numbers |", "|---|---|---|---|"]
-    lines += [f"| {'clean' if r['fault'] == 'none' else 'fault=' + r['fault']} | {r['seed']} | "
-              f"{'pass' if r['passed'] else '**FAIL**'} | {format_numbers(r['numbers'])} |" for r in rows]
+    lines = [
+        f"# rl_outcome: false alarms and faults (suite {suite.name} v{suite.version})",
+        "",
+        f"regenerate: `{doc['command']}`",
+        "",
+        f"Clean exact engine at suite seeds {clean[0]['seed']}..{clean[-1]['seed']}: "
+        f"{doc['false_alarms']} false alarms in {len(clean)} runs.",
+        "",
+        "| engine | suite seed | verdict | numbers |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {'clean' if r['fault'] == 'none' else 'fault=' + r['fault']} | {r['seed']} | "
+        f"{'pass' if r['passed'] else '**FAIL**'} | {format_numbers(r['numbers'])} |"
+        for r in rows
+    ]
     atomic_write(out / "outcome.md", "\n".join(lines) + "\n")
     return 0
 

@@ -21,12 +21,14 @@ import json
 
 import torch
 
-from timbench.util.atomic import atomic_write
 from timbench.engine import vllm_engine, vllm_moe
 from timbench.gate.shapes import load_model
+from timbench.util.atomic import atomic_write
 
-BUGS = {"tied_lm_head": ("tiny-dense", vllm_engine, "_retie_lm_head"),
-        "moe_expert_prepack": ("tiny-moe", vllm_moe, "repack_experts")}
+BUGS = {
+    "tied_lm_head": ("tiny-dense", vllm_engine, "_retie_lm_head"),
+    "moe_expert_prepack": ("tiny-moe", vllm_moe, "repack_experts"),
+}
 """bug -> (checkpoint that has it, module of the workaround, the workaround's name)."""
 
 
@@ -59,8 +61,12 @@ def main() -> None:
         try:
             doc[bug] = {"model": name, "workaround": f"{module.__name__}.{fix}", **raw_reload(name, args.updates)}
         except Exception as e:  # noqa: BLE001 - an API this release lacks is its row, not a crash
-            doc[bug] = {"model": name, "workaround": f"{module.__name__}.{fix}", "stale": None,
-                        "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            doc[bug] = {
+                "model": name,
+                "workaround": f"{module.__name__}.{fix}",
+                "stale": None,
+                "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            }
         finally:
             setattr(module, fix, kept)
         print(f"vllm raw reload {bug}: {doc[bug]}", flush=True)

@@ -29,8 +29,11 @@ def _ms(x: torch.Tensor) -> float:
 
 def side_stats(x: torch.Tensor) -> dict:
     """mean |x|, rms, max |x| of a float64 per-token error."""
-    return {"mean_abs": float(fmean(x.abs())) if x.numel() else 0.0, "rms": math.sqrt(_ms(x)),
-            "max_abs": float(x.abs().max()) if x.numel() else 0.0}
+    return {
+        "mean_abs": float(fmean(x.abs())) if x.numel() else 0.0,
+        "rms": math.sqrt(_ms(x)),
+        "max_abs": float(x.abs().max()) if x.numel() else 0.0,
+    }
 
 
 def errors(lp_engine, lp_trainer, lp_ref) -> dict[str, torch.Tensor]:
@@ -103,7 +106,13 @@ def key_shares(base_ms: float, entries: list[dict]) -> list[dict]:
     # gap_share: the same over keys set on one side only; a key both sides share (same value)
     # adds error to both and largely cancels in the gap, so it gets none.
     own = sum(x for e, x in zip(entries, exc) if not e.get("shared"))
-    return [{**{k: v for k, v in e.items() if k != "ms"}, "rms": math.sqrt(e["ms"]), "excess_ms": x,
-             "share": x / total if total > 0 else None,
-             "gap_share": None if e.get("shared") else (x / own if own > 0 else None)}
-            for e, x in zip(entries, exc)]
+    return [
+        {
+            **{k: v for k, v in e.items() if k != "ms"},
+            "rms": math.sqrt(e["ms"]),
+            "excess_ms": x,
+            "share": x / total if total > 0 else None,
+            "gap_share": None if e.get("shared") else (x / own if own > 0 else None),
+        }
+        for e, x in zip(entries, exc)
+    ]

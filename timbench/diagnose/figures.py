@@ -12,8 +12,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from ..util.atomic import atomic_path
 from ..report.figures.style import DPI, legend, plt
+from ..util.atomic import atomic_path
 
 
 def _pos(x):
@@ -25,8 +25,14 @@ def _save(fig, path: Path) -> Path:
         warnings.simplefilter("ignore")
         fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, format="png", metadata={"Software": None},  # no version stamp: stable bytes
-                    bbox_inches="tight", pad_inches=0.08)
+        fig.savefig(
+            tmp,
+            dpi=DPI,
+            format="png",
+            metadata={"Software": None},  # no version stamp: stable bytes
+            bbox_inches="tight",
+            pad_inches=0.08,
+        )
     plt.close(fig)
     return path
 
@@ -59,11 +65,21 @@ def attribution(rows, out):
     names = ("e_engine", "e_trainer", "gap")
     w = 0.2
     for k, name in enumerate(names):
-        ax.bar([i + k * w for i in range(len(rows))], [_pos(r["attribution"][name]["rms"]) for _, r in rows], w,
-               label=f"rms {name}")
-    ax.scatter([i + w for i in range(len(rows))],
-               [_pos(r["attribution"]["models"]["quadrature"]["predicted_gap_rms"]) for _, r in rows],
-               marker="_", s=200, color="k", label="quadrature prediction of gap", zorder=3)
+        ax.bar(
+            [i + k * w for i in range(len(rows))],
+            [_pos(r["attribution"][name]["rms"]) for _, r in rows],
+            w,
+            label=f"rms {name}",
+        )
+    ax.scatter(
+        [i + w for i in range(len(rows))],
+        [_pos(r["attribution"]["models"]["quadrature"]["predicted_gap_rms"]) for _, r in rows],
+        marker="_",
+        s=200,
+        color="k",
+        label="quadrature prediction of gap",
+        zorder=3,
+    )
     ax.set_xticks([i + w for i in range(len(rows))], [lbl for lbl, _ in rows], rotation=60, ha="right", fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("rms logprob error vs float64 reference")
@@ -80,7 +96,9 @@ def keys(rows, out):
             if k["share"]:
                 ax.barh(i, k["share"], left=left)
                 if k["share"] > 0.08:
-                    ax.text(left + k["share"] / 2, i, f"{k['side'][0]}:{k['key']}", ha="center", va="center", fontsize=6)
+                    ax.text(
+                        left + k["share"] / 2, i, f"{k['side'][0]}:{k['key']}", ha="center", va="center", fontsize=6
+                    )
                 left += k["share"]
     ax.set_yticks(range(len(rows)), [lbl for lbl, _ in rows], fontsize=7)
     ax.set_xlim(0, 1)
@@ -96,8 +114,12 @@ def argmax(rows, out):
         ax.bar([i + k * 0.35 for i in range(len(rows))], vals, 0.35, label=f"mean |gap|, token {b} of reference")
     ax.set_yscale("log")
     ax2 = ax.twinx()
-    ax2.plot([i + 0.17 for i in range(len(rows))], [r["views"]["argmax_flip_rate"] for _, r in rows], "k.",
-             label="argmax flip rate (engine vs trainer)")
+    ax2.plot(
+        [i + 0.17 for i in range(len(rows))],
+        [r["views"]["argmax_flip_rate"] for _, r in rows],
+        "k.",
+        label="argmax flip rate (engine vs trainer)",
+    )
     ax2.set_ylabel("argmax flip rate")
     ax.set_xticks([i + 0.17 for i in range(len(rows))], [lbl for lbl, _ in rows], rotation=60, ha="right", fontsize=7)
     legend(ax)
@@ -137,8 +159,15 @@ def routing(rows, out):
 def draw_all(rows: list[tuple[str, dict]], out_dir) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [attribution(rows, out), keys(rows, out),
-             _lines(rows, out, "probability.png", "probability", "mean |gap|", "|gap| by reference probability of the token"),
-             _lines(rows, out, "position.png", "position", "mean |gap|", "|gap| by position in the response"),
-             argmax(rows, out), layers(rows, out), routing(rows, out)]
+    paths = [
+        attribution(rows, out),
+        keys(rows, out),
+        _lines(
+            rows, out, "probability.png", "probability", "mean |gap|", "|gap| by reference probability of the token"
+        ),
+        _lines(rows, out, "position.png", "position", "mean |gap|", "|gap| by position in the response"),
+        argmax(rows, out),
+        layers(rows, out),
+        routing(rows, out),
+    ]
     return [p for p in paths if p is not None]

@@ -41,8 +41,9 @@ class Scored:
     """Per sequence, per level: [R, width] float64 values at the positions scoring each token."""
 
 
-def score(model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, groups=None,
-          levels: bool = False) -> Scored:
+def score(
+    model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, groups=None, levels: bool = False
+) -> Scored:
     """Logprobs of each response token of `seqs` [(prompt_ids, response_ids)] under `spec`.
 
     `groups` (lists of indices into seqs) is the mini-batching, as the trainer would
@@ -78,8 +79,7 @@ def score(model: Qwen3ForCausalLM, spec: Spec, seqs, temperature: float = 1.0, g
     return Scored(out_lp, out_am, out_rt, out_lv)
 
 
-def reference(model: Qwen3ForCausalLM, seqs, temperature: float = 1.0, levels: bool = False,
-              batch: int = 32) -> Scored:
+def reference(model: Qwen3ForCausalLM, seqs, temperature: float = 1.0, levels: bool = False, batch: int = 32) -> Scored:
     """The float64 exact-kernel reference scores (batch-invariant, so the grouping is free)."""
     groups = [list(range(i, min(i + batch, len(seqs)))) for i in range(0, len(seqs), batch)]
     return score(model, REFERENCE, seqs, temperature, groups, levels)

@@ -22,8 +22,9 @@ def stack_levels(per_seq: list[list[torch.Tensor]]) -> list[torch.Tensor]:
     return [torch.cat([s[lv] for s in per_seq]) for lv in range(len(per_seq[0]))]
 
 
-def localise(a: list[torch.Tensor], b: list[torch.Tensor], lp_a: torch.Tensor, lp_b: torch.Tensor,
-             names: list[str]) -> dict:
+def localise(
+    a: list[torch.Tensor], b: list[torch.Tensor], lp_a: torch.Tensor, lp_b: torch.Tensor, names: list[str]
+) -> dict:
     """Compare per-level values a vs b ([tokens, w] each) plus the token logprobs; see module doc."""
     names = [*names, "logprob"]
     diffs = [(x.double() - y.double()).abs() for x, y in zip(a, b)] + [(lp_a.double() - lp_b.double()).abs()[:, None]]
@@ -35,15 +36,23 @@ def localise(a: list[torch.Tensor], b: list[torch.Tensor], lp_a: torch.Tensor, l
     levels = []
     for i, name in enumerate(names):
         d = diffs[i]
-        levels.append({"level": name, "max_abs_diff": float(d.max()) if n else 0.0,
-                       "mean_abs_diff": float(fmean(d)) if n else 0.0,
-                       "frac_tokens_differ": float(fmean(differs[:, i].double())) if n else 0.0,
-                       "first_differ_frac": float(fmean((first == i).double())) if n else 0.0})
+        levels.append(
+            {
+                "level": name,
+                "max_abs_diff": float(d.max()) if n else 0.0,
+                "mean_abs_diff": float(fmean(d)) if n else 0.0,
+                "frac_tokens_differ": float(fmean(differs[:, i].double())) if n else 0.0,
+                "first_differ_frac": float(fmean((first == i).double())) if n else 0.0,
+            }
+        )
     never = float(fmean((first == len(names)).double())) if n else 1.0
     firsts = [lv["level"] for lv in levels if lv["first_differ_frac"] > 0]
-    return {"levels": levels, "identical_frac": never,
-            "first_level": firsts[0] if firsts else None,
-            "most_common_first_level": max(levels, key=lambda lv: lv["first_differ_frac"])["level"] if firsts else None}
+    return {
+        "levels": levels,
+        "identical_frac": never,
+        "first_level": firsts[0] if firsts else None,
+        "most_common_first_level": max(levels, key=lambda lv: lv["first_differ_frac"])["level"] if firsts else None,
+    }
 
 
 def error_by_level(a: list[torch.Tensor], ref: list[torch.Tensor], names: list[str]) -> list[dict]:

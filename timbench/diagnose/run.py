@@ -34,7 +34,7 @@ def align_groups(n: int, seed: int) -> list[list[int]]:
     sizes = iter(TRAINER_BATCHES * (n // sum(TRAINER_BATCHES) + 1))
     groups, i = [], 0
     while i < n:
-        groups.append(order[i: i + next(sizes)])
+        groups.append(order[i : i + next(sizes)])
         i += len(groups[-1])
     return groups
 
@@ -66,16 +66,27 @@ def _keys(model, es, ts, seqs, request_ids, temperature, seed, groups, lp_ref, o
             shared = all(kv in other_keys for kv in changed_keys(s))
             entries.append({"side": side, "key": label, "ms": _ms(lp - lp_ref), "shared": shared})
     shares = key_shares(base_ms, entries)
-    out = {"floor_rms": base_ms ** 0.5, "floor_spec": str(Spec()), "keys": shares, "notes": notes}
+    out = {"floor_rms": base_ms**0.5, "floor_spec": str(Spec()), "keys": shares, "notes": notes}
     for side in ("engine", "trainer"):  # additivity: floor + the side's key excesses vs its actual error
         exc = [k["excess_ms"] for k in shares if k["side"] == side]
         out[f"{side}_rms_from_keys"] = (base_ms + sum(exc)) ** 0.5 if exc else None
     return out
 
 
-def diagnose_rollouts(model: Qwen3ForCausalLM, seqs, engine_logprobs, trainer_spec, engine_spec=None,
-                      request_ids=None, engine_routing=None, seed: int = 0, temperature: float = 1.0,
-                      groups=None, per_key: bool = True, layers: bool = True) -> dict:
+def diagnose_rollouts(
+    model: Qwen3ForCausalLM,
+    seqs,
+    engine_logprobs,
+    trainer_spec,
+    engine_spec=None,
+    request_ids=None,
+    engine_routing=None,
+    seed: int = 0,
+    temperature: float = 1.0,
+    groups=None,
+    per_key: bool = True,
+    layers: bool = True,
+) -> dict:
     """Diagnose given rollouts: seqs [(prompt_ids, response_ids)], engine_logprobs [per seq [R]].
 
     engine_spec (optional) enables the engine replay: argmax flips, per-layer
@@ -95,12 +106,20 @@ def diagnose_rollouts(model: Qwen3ForCausalLM, seqs, engine_logprobs, trainer_sp
     tokens = torch.cat([torch.tensor(list(r), dtype=torch.long) for _, r in seqs])
     position = torch.cat([torch.arange(len(r)) for _, r in seqs])
     gap = errs["gap"].abs()
-    report = {"sequences": len(seqs), "tokens": int(tokens.numel()),
-              "reference": str(REFERENCE), "mean_abs_diff": float(fmean(gap)) if gap.numel() else 0.0,
-              "max_abs_diff": float(gap.max()) if gap.numel() else 0.0,
-              "attribution": attribute(lp_e, lp_t, lp_r)}
-    views = {"probability": by_probability(errs, fexp(lp_r)), "position": by_position(errs, position),
-             "argmax": by_argmax(errs, tokens == _cat(ref.argmax).long()), "argmax_flip_rate": None}
+    report = {
+        "sequences": len(seqs),
+        "tokens": int(tokens.numel()),
+        "reference": str(REFERENCE),
+        "mean_abs_diff": float(fmean(gap)) if gap.numel() else 0.0,
+        "max_abs_diff": float(gap.max()) if gap.numel() else 0.0,
+        "attribution": attribute(lp_e, lp_t, lp_r),
+    }
+    views = {
+        "probability": by_probability(errs, fexp(lp_r)),
+        "position": by_position(errs, position),
+        "argmax": by_argmax(errs, tokens == _cat(ref.argmax).long()),
+        "argmax_flip_rate": None,
+    }
     own = {"trainer": lp_t}
     if replayable:
         rep = score_sequences(model, es, seqs, request_ids, temperature, seed, levels=layers)
@@ -111,30 +130,46 @@ def diagnose_rollouts(model: Qwen3ForCausalLM, seqs, engine_logprobs, trainer_sp
         if layers:
             names = level_names(model.config.num_hidden_layers)
             ev, tv, rv = stack_levels(rep.levels), stack_levels(tr.levels), stack_levels(ref.levels)
-            report["layers"] = {**localise(ev, tv, lp_rep, lp_t, names),
-                                "engine_vs_reference": error_by_level(ev, rv, names),
-                                "trainer_vs_reference": error_by_level(tv, rv, names)}
+            report["layers"] = {
+                **localise(ev, tv, lp_rep, lp_t, names),
+                "engine_vs_reference": error_by_level(ev, rv, names),
+                "trainer_vs_reference": error_by_level(tv, rv, names),
+            }
     if engine_routing is not None and tr.routing[0] is not None:
         er = torch.cat([torch.as_tensor(x) for x in engine_routing])
         trr, rr = torch.cat(tr.routing), torch.cat(ref.routing)
-        views["routing_disagreement_by_layer"] = {"engine_vs_trainer": routing_by_layer(er, trr),
-                                                  "engine_vs_reference": routing_by_layer(er, rr),
-                                                  "trainer_vs_reference": routing_by_layer(trr, rr)}
+        views["routing_disagreement_by_layer"] = {
+            "engine_vs_trainer": routing_by_layer(er, trr),
+            "engine_vs_reference": routing_by_layer(er, rr),
+            "trainer_vs_reference": routing_by_layer(trr, rr),
+        }
     report["views"] = views
     if per_key:
-        report["keys"] = _keys(model, es if replayable else None, ts, seqs, request_ids, temperature, seed,
-                               groups, lp_r, own)
+        report["keys"] = _keys(
+            model, es if replayable else None, ts, seqs, request_ids, temperature, seed, groups, lp_r, own
+        )
     return report
 
 
-def diagnose(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, temperature: float = 1.0,
-             batches=ENGINE_BATCHES, max_num_seqs: int = 64, per_key: bool = True, layers: bool = True) -> dict:
+def diagnose(
+    model: Qwen3ForCausalLM,
+    engine_spec,
+    trainer_spec,
+    seed: int = 0,
+    temperature: float = 1.0,
+    batches=ENGINE_BATCHES,
+    max_num_seqs: int = 64,
+    per_key: bool = True,
+    layers: bool = True,
+) -> dict:
     """Generate the align workload with the engine spec, then `diagnose_rollouts` it."""
     es = parse_spec(engine_spec, "engine spec", side="engine")
     ts = parse_spec(trainer_spec, "trainer spec", side="trainer")
     if es.dtype == "fp64":
-        raise SpecError("engine spec: dtype=fp64 is the trainer-side reference (the engine's KV cache is fp32); "
-                        "valid engine dtypes: fp32, bf16, fp16")
+        raise SpecError(
+            "engine spec: dtype=fp64 is the trainer-side reference (the engine's KV cache is fp32); "
+            "valid engine dtypes: fp32, bf16, fp16"
+        )
     cfg = model.config
     engine = make_engine(cfg, es, max_num_seqs=max_num_seqs, weights=model)
     params = SamplingParams(temperature=temperature, seed=seed)
@@ -143,7 +178,25 @@ def diagnose(model: Qwen3ForCausalLM, engine_spec, trainer_spec, seed: int = 0, 
         comps.extend(engine.generate(call, params))
     seqs = [(tuple(c.prompt_ids), tuple(c.token_ids)) for c in comps]
     routing = [c.routing for c in comps] if comps and comps[0].routing is not None else None
-    body = diagnose_rollouts(model, seqs, [c.logprobs for c in comps], ts, es, [c.request_id for c in comps],
-                             routing, seed, temperature, align_groups(len(comps), seed), per_key, layers)
-    return {"model": cfg.model_type, "engine": str(es), "trainer": str(ts), "seed": seed,
-            "temperature": temperature, **body}
+    body = diagnose_rollouts(
+        model,
+        seqs,
+        [c.logprobs for c in comps],
+        ts,
+        es,
+        [c.request_id for c in comps],
+        routing,
+        seed,
+        temperature,
+        align_groups(len(comps), seed),
+        per_key,
+        layers,
+    )
+    return {
+        "model": cfg.model_type,
+        "engine": str(es),
+        "trainer": str(ts),
+        "seed": seed,
+        "temperature": temperature,
+        **body,
+    }

@@ -13,10 +13,10 @@ import importlib.util
 import json
 from pathlib import Path
 
-from ..util.atomic import atomic_write
 from ..grid.conditions import load_conditions
 from ..grid.spec import SHIPPED_CONDITIONS
 from ..model import load_model
+from ..util.atomic import atomic_write
 from ..util.readfile import read_yaml
 from ..warmstart.shipped import available_checkpoints, default_checkpoint
 from .figures import draw_all
@@ -69,8 +69,10 @@ def run_table(path, out, progress=print) -> list[dict]:
             rows.append({"model_name": model_name, "condition": c.name, **r})
             atomic_write(res, json.dumps(rows, indent=1, sort_keys=True) + "\n")
             a = r["attribution"]
-            progress(f"{model_name:22s} {c.name:18s} gap_rms={a['gap']['rms']:.3g} "
-                     f"e_eng={a['e_engine']['rms']:.3g} e_tr={a['e_trainer']['rms']:.3g} best={a['best_model']}")
+            progress(
+                f"{model_name:22s} {c.name:18s} gap_rms={a['gap']['rms']:.3g} "
+                f"e_eng={a['e_engine']['rms']:.3g} e_tr={a['e_trainer']['rms']:.3g} best={a['best_model']}"
+            )
     for model_name in t.get("models", ["tiny-dense"]):
         mine = [(r["condition"], r) for r in rows if r["model_name"] == model_name]
         if mine:
@@ -84,11 +86,14 @@ def _g(x, fmt=".3g"):
 
 
 def to_markdown(rows, source, skipped=()) -> str:
-    lines = [f"Diagnosis table from `{source}` (regenerate: `timbench diagnose --table {source} --out DIR`). "
-             "Errors are logprob differences against the float64 exact-kernel reference; rms over all sampled tokens.",
-             "", "| model | condition | tokens | rms e_engine | rms e_trainer | rms gap | corr | gap^2/(e^2+t^2) | "
-             "best model | gap^2 share p<0.1 | flip rate | first differing level | top one-side key (gap share) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|"]
+    lines = [
+        f"Diagnosis table from `{source}` (regenerate: `timbench diagnose --table {source} --out DIR`). "
+        "Errors are logprob differences against the float64 exact-kernel reference; rms over all sampled tokens.",
+        "",
+        "| model | condition | tokens | rms e_engine | rms e_trainer | rms gap | corr | gap^2/(e^2+t^2) | "
+        "best model | gap^2 share p<0.1 | flip rate | first differing level | top one-side key (gap share) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+    ]
     for r in rows:
         a, v = r["attribution"], r["views"]
         low = sum(b["gap_sq_share"] or 0.0 for b in v["probability"][:4])  # buckets below p = 0.1
@@ -96,10 +101,12 @@ def to_markdown(rows, source, skipped=()) -> str:
         top = max(keys, key=lambda k: k["gap_share"]) if keys else None
         topk = f"{top['side']}:{top['key']} ({top['gap_share']:.2f})" if top else "-"
         first = r.get("layers", {}).get("most_common_first_level") or "none"
-        lines.append(f"| {r['model_name']} | {r['condition']} | {r['tokens']} | {_g(a['e_engine']['rms'])} | "
-                     f"{_g(a['e_trainer']['rms'])} | {_g(a['gap']['rms'])} | {_g(a['correlation'], '.3f')} | "
-                     f"{_g(a['quadrature_ratio'], '.3f')} | {a['best_model'] or '-'} | "
-                     f"{low:.2f} | {_g(v['argmax_flip_rate'], '.4f')} | {first} | {topk} |")
+        lines.append(
+            f"| {r['model_name']} | {r['condition']} | {r['tokens']} | {_g(a['e_engine']['rms'])} | "
+            f"{_g(a['e_trainer']['rms'])} | {_g(a['gap']['rms'])} | {_g(a['correlation'], '.3f')} | "
+            f"{_g(a['quadrature_ratio'], '.3f')} | {a['best_model'] or '-'} | "
+            f"{low:.2f} | {_g(v['argmax_flip_rate'], '.4f')} | {first} | {topk} |"
+        )
     if skipped:
         lines += ["", "Skipped: " + "; ".join(skipped) + "."]
     return "\n".join(lines) + "\n"

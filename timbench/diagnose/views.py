@@ -20,8 +20,9 @@ POS_EDGES = (1, 2, 4, 8, 16, 32)
 def _labels(edges, fmt) -> list[str]:
     lo = [None, *edges]
     hi = [*edges, None]
-    return [f"<{fmt(h)}" if a is None else (f">={fmt(a)}" if h is None else f"{fmt(a)}..{fmt(h)}")
-            for a, h in zip(lo, hi)]
+    return [
+        f"<{fmt(h)}" if a is None else (f">={fmt(a)}" if h is None else f"{fmt(a)}..{fmt(h)}") for a, h in zip(lo, hi)
+    ]
 
 
 def bucketed(errs: dict[str, torch.Tensor], key: torch.Tensor, edges, labels) -> list[dict]:
@@ -35,7 +36,9 @@ def bucketed(errs: dict[str, torch.Tensor], key: torch.Tensor, edges, labels) ->
         row = {"bucket": label, "tokens": int(m.sum())}
         for name, e in errs.items():
             row[f"mean_abs_{name}"] = float(fmean(e[m].abs())) if row["tokens"] else None
-        row["gap_sq_share"] = float(fsum(g2[m])) / total if total > 0 and row["tokens"] else (0.0 if total > 0 else None)
+        row["gap_sq_share"] = (
+            float(fsum(g2[m])) / total if total > 0 and row["tokens"] else (0.0 if total > 0 else None)
+        )
         out.append(row)
     return out
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..spec.faults import FAULTS, Faulty
 from ..model import ModelConfig
+from ..spec.faults import FAULTS, Faulty
 from ..spec.keys import Spec, parse_spec
 from .engine import Engine
 
@@ -31,8 +31,13 @@ def _timbench(config: ModelConfig, spec: Spec, max_num_seqs: int, max_len: int |
 BACKENDS = {"timbench": _timbench, "vllm": _vllm}
 
 
-def make_engine(config: ModelConfig, spec: Spec | str | dict | None = None, max_num_seqs: int = 256,
-                max_len: int | None = None, weights: torch.nn.Module | None = None):
+def make_engine(
+    config: ModelConfig,
+    spec: Spec | str | dict | None = None,
+    max_num_seqs: int = 256,
+    max_len: int | None = None,
+    weights: torch.nn.Module | None = None,
+):
     """A rollout engine for `spec`: `generate(requests, params) -> [Completion]`, `load_weights(model)`.
 
     With `weights` (a model), the engine starts with that model's weights; otherwise call

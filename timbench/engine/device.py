@@ -17,11 +17,15 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"engine spec: device={name} but this torch ({torch.__version__}) sees no CUDA device; "
-                             f"valid here: device=cpu")
+            raise ValueError(
+                f"engine spec: device={name} but this torch ({torch.__version__}) sees no CUDA device; "
+                f"valid here: device=cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"engine spec: device={name} but only {torch.cuda.device_count()} CUDA device(s) exist; "
-                             f"valid: cuda:0..cuda:{torch.cuda.device_count() - 1}")
+            raise ValueError(
+                f"engine spec: device={name} but only {torch.cuda.device_count()} CUDA device(s) exist; "
+                f"valid: cuda:0..cuda:{torch.cuda.device_count() - 1}"
+            )
     return device
 
 
@@ -31,11 +35,18 @@ def describe(device: torch.device) -> dict:
     if device.type != "cuda":
         return {}
     m = torch.backends.cuda.matmul
-    flags = ("allow_tf32", "fp32_precision", "allow_bf16_reduced_precision_reduction",
-             "allow_fp16_reduced_precision_reduction")
-    info = {"device": torch.cuda.get_device_name(device),
-            "capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
-            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+    flags = (
+        "allow_tf32",
+        "fp32_precision",
+        "allow_bf16_reduced_precision_reduction",
+        "allow_fp16_reduced_precision_reduction",
+    )
+    info = {
+        "device": torch.cuda.get_device_name(device),
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
     for flag in flags:  # the flags this torch has (fp32_precision is the newer name of the TF32 switch)
         try:
             info[f"matmul_{flag}"] = getattr(m, flag)

@@ -10,7 +10,7 @@ exposes batch-variant kernels. Only `_prefill` and `_decode` touch tensors.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -26,13 +26,15 @@ from .sequence import Completion, Request, Sequence, check_request
 class Engine:
     """Generates completions with a given engine spec; weights arrive from the trainer in memory."""
 
-    def __init__(self, config: ModelConfig, spec: Spec | str | None = None, max_num_seqs: int = 256,
-                 max_len: int | None = None):
+    def __init__(
+        self, config: ModelConfig, spec: Spec | str | None = None, max_num_seqs: int = 256, max_len: int | None = None
+    ):
         self.config = config
         self.spec = parse_spec(spec, "engine spec", side="engine")
         if self.spec.engine != "timbench":
-            raise ValueError(f"Engine runs engine=timbench specs; use timbench.engine.make_engine for "
-                             f"engine={self.spec.engine}")
+            raise ValueError(
+                f"Engine runs engine=timbench specs; use timbench.engine.make_engine for engine={self.spec.engine}"
+            )
         self.compute = Compute.from_spec(self.spec)
         self.device = resolve_device(self.spec.device)
         self.model = Qwen3ForCausalLM(config).to(self.device, self.compute.dtype).eval().requires_grad_(False)
@@ -97,8 +99,9 @@ class Engine:
                 running = still
         return [done[id(s)] for s in order]
 
-    def score(self, seqs, params: SamplingParams = SamplingParams(), request_ids=None,
-              levels: bool = False) -> EngineScores:
+    def score(
+        self, seqs, params: SamplingParams = SamplingParams(), request_ids=None, levels: bool = False
+    ) -> EngineScores:
         """Teacher-forced: each response token's logprob (and argmax) as this engine would report it.
 
         seqs: [(prompt_ids, response_ids)]; request_ids and params.seed key the logit noise as in

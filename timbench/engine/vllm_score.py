@@ -23,14 +23,18 @@ def score(llm: vllm.LLM, seqs, params: SamplingParams, max_len: int, seed: int) 
     """Logprobs (float64, widened exactly from vLLM's fp32) and argmax of each response token of `seqs`
     [(prompt_ids, response_ids)] under `llm`; `params` already carries the spec's top-k / top-p."""
     if params.temperature != 1.0 or params.top_p != 1.0 or params.top_k:
-        raise ValueError(f"VllmEngine.score: vLLM's prompt logprobs are of the raw distribution, so scoring "
-                         f"needs temperature=1, top_p=1, no top_k (got temperature={params.temperature}, "
-                         f"top_p={params.top_p}, top_k={params.top_k})")
+        raise ValueError(
+            f"VllmEngine.score: vLLM's prompt logprobs are of the raw distribution, so scoring "
+            f"needs temperature=1, top_p=1, no top_k (got temperature={params.temperature}, "
+            f"top_p={params.top_p}, top_k={params.top_k})"
+        )
     seqs = [(list(p), list(r)) for p, r in seqs]
     for i, (p, r) in enumerate(seqs):
         if not p or not r or len(p) + len(r) >= max_len:  # room for the one token vLLM must generate
-            raise ValueError(f"VllmEngine.score: sequence {i} needs a non-empty prompt and response with "
-                             f"prompt+response < max_len={max_len} (got {len(p)}+{len(r)})")
+            raise ValueError(
+                f"VllmEngine.score: sequence {i} needs a non-empty prompt and response with "
+                f"prompt+response < max_len={max_len} (got {len(p)}+{len(r)})"
+            )
     if not seqs:
         return EngineScores([], [], None)
     prompts = [vllm.TokensPrompt(prompt_token_ids=p + r) for p, r in seqs]
@@ -41,7 +45,7 @@ def score(llm: vllm.LLM, seqs, params: SamplingParams, max_len: int, seed: int) 
     for (p, r), o in zip(seqs, outs):
         # prompt_logprobs[k] scores prompt token k given tokens < k (entry 0 is None): response token j is at
         # position len(p) + j.
-        steps = o.prompt_logprobs[len(p):]
+        steps = o.prompt_logprobs[len(p) :]
         lps.append(torch.tensor([step[t].logprob for step, t in zip(steps, r)], dtype=torch.float32).double())
         ams.append(torch.tensor([next(t for t, lp in step.items() if lp.rank == 1) for step in steps]))
     return EngineScores(lps, ams, None)

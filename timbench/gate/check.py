@@ -45,8 +45,10 @@ def load_report(path, identity_keys=("suite", "suite_version")) -> dict:
         where = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
         raise ValueError(f"{p}: not a gate.json ({where})") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{p}: not a gate.json (a JSON {type(doc).__name__}; `timbench gate run` writes an object "
-                         "with identity and probes)")
+        raise ValueError(
+            f"{p}: not a gate.json (a JSON {type(doc).__name__}; `timbench gate run` writes an object "
+            "with identity and probes)"
+        )
     ident = doc.get("identity")
     missing = [k for k in ("identity", "probes") if k not in doc]
     if not missing:
@@ -70,24 +72,53 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
     bi, ci = base["identity"], cand["identity"]
     if (bi["suite"], bi["suite_version"]) != (ci["suite"], ci["suite_version"]):
         was, now = f"{bi['suite']} v{bi['suite_version']}", f"{ci['suite']} v{ci['suite_version']}"
-        return 2, [_finding("incomparable", None, None, "suite", was, now, "the same suite and suite version",
-                            f"incomparable: baseline is suite {was}, candidate is {now}")]
+        return 2, [
+            _finding(
+                "incomparable",
+                None,
+                None,
+                "suite",
+                was,
+                now,
+                "the same suite and suite version",
+                f"incomparable: baseline is suite {was}, candidate is {now}",
+            )
+        ]
     was, now = bi.get("suite_sha256"), ci.get("suite_sha256")
     if was and now and was != now:  # runs made before suites were hashed have none: compared by name and version
-        return 2, [_finding("incomparable", None, None, "suite_sha256", was, now, "the same suite content",
-                            f"incomparable: both ran suite {bi['suite']} v{bi['suite_version']}, but its content "
-                            f"differs (sha256 {was[:12]} vs {now[:12]}): a suite edited without a new version")]
+        return 2, [
+            _finding(
+                "incomparable",
+                None,
+                None,
+                "suite_sha256",
+                was,
+                now,
+                "the same suite content",
+                f"incomparable: both ran suite {bi['suite']} v{bi['suite_version']}, but its content "
+                f"differs (sha256 {was[:12]} vs {now[:12]}): a suite edited without a new version",
+            )
+        ]
     have = {(r["model"], r["probe"]) for r in cand["probes"]}
     # A probe that erred or was not tested (an HTTP server without the capability) in the baseline has no result.
     results = [r for r in base["probes"] if not r.get("error") and not r.get("not_tested")]
     lack = [f"{r['model']} {r['probe']}" for r in results if (r["model"], r["probe"]) not in have]
     if lack:
         n = len(results)
-        return 2, [_finding("incomparable", None, None, "probes", n, n - len(lack),
-                            "the candidate has a result for every probe of the baseline",
-                            f"incomparable: the candidate lacks {len(lack)} of the baseline's {n} probe results "
-                            f"({', '.join(lack[:3])}{', ...' if len(lack) > 3 else ''}); a partial gate run is not "
-                            "checked")]
+        return 2, [
+            _finding(
+                "incomparable",
+                None,
+                None,
+                "probes",
+                n,
+                n - len(lack),
+                "the candidate has a result for every probe of the baseline",
+                f"incomparable: the candidate lacks {len(lack)} of the baseline's {n} probe results "
+                f"({', '.join(lack[:3])}{', ...' if len(lack) > 3 else ''}); a partial gate run is not "
+                "checked",
+            )
+        ]
     old = {(r["model"], r["probe"]): r for r in base["probes"]}
     found = _context(bi, ci)
     for r in cand["probes"]:
@@ -97,33 +128,97 @@ def check(base: dict, cand: dict) -> tuple[int, list[dict]]:
         m, p, where = r["model"], r["probe"], f"{r['model']} {r['probe']}"
         if r.get("not_tested"):
             if not b.get("not_tested"):
-                found.append(_finding("not compared", m, p, "not_tested", _verdict(b), r["not_tested"],
-                                      "a probe that was not tested has no result to compare",
-                                      f"not compared: {where} was not tested in the candidate ({r['not_tested']})"))
+                found.append(
+                    _finding(
+                        "not compared",
+                        m,
+                        p,
+                        "not_tested",
+                        _verdict(b),
+                        r["not_tested"],
+                        "a probe that was not tested has no result to compare",
+                        f"not compared: {where} was not tested in the candidate ({r['not_tested']})",
+                    )
+                )
         elif r.get("error"):
-            found.append(_finding("not compared", m, p, "error", _verdict(b), r["error"],
-                                  "a probe that erred has no result to compare",
-                                  f"not compared: {where} erred in the candidate ({r['error']})"))
+            found.append(
+                _finding(
+                    "not compared",
+                    m,
+                    p,
+                    "error",
+                    _verdict(b),
+                    r["error"],
+                    "a probe that erred has no result to compare",
+                    f"not compared: {where} erred in the candidate ({r['error']})",
+                )
+            )
         elif b["passed"] and not r["passed"]:
-            moved = ", ".join(f"{k} {_num(b['numbers'].get(k))} -> {_num(v)}" for k, v in r["numbers"].items()
-                              if b["numbers"].get(k) != v) or _numbers(r["numbers"]) or "no numbers"
-            found.append(_finding("regression", m, p, "passed", True, False, VERDICT_RULE,
-                                  f"regression: {where} passed in the baseline and fails now: {moved}"))
+            moved = (
+                ", ".join(
+                    f"{k} {_num(b['numbers'].get(k))} -> {_num(v)}"
+                    for k, v in r["numbers"].items()
+                    if b["numbers"].get(k) != v
+                )
+                or _numbers(r["numbers"])
+                or "no numbers"
+            )
+            found.append(
+                _finding(
+                    "regression",
+                    m,
+                    p,
+                    "passed",
+                    True,
+                    False,
+                    VERDICT_RULE,
+                    f"regression: {where} passed in the baseline and fails now: {moved}",
+                )
+            )
         elif not b["passed"] and r["passed"] and not b.get("not_tested") and not b.get("error"):
-            found.append(_finding("improved", m, p, "passed", False, True, VERDICT_RULE,
-                                  f"improved: {where} failed in the baseline and passes now"))
+            found.append(
+                _finding(
+                    "improved",
+                    m,
+                    p,
+                    "passed",
+                    False,
+                    True,
+                    VERDICT_RULE,
+                    f"improved: {where} failed in the baseline and passes now",
+                )
+            )
         elif p == "logprob_semantics" and any(_moved(b, r, k) for k in SEMANTICS_KEYS):
             k = next(k for k in SEMANTICS_KEYS if _moved(b, r, k))
             was, now = b["numbers"][k], r["numbers"][k]
-            found.append(_finding("regression", m, p, k, was, now, SEMANTICS_RULE,
-                                  f"regression: {where} {k} {was} -> {now}: the returned logprobs are of another "
-                                  f"distribution than the baseline's (rule: {SEMANTICS_RULE})"))
+            found.append(
+                _finding(
+                    "regression",
+                    m,
+                    p,
+                    k,
+                    was,
+                    now,
+                    SEMANTICS_RULE,
+                    f"regression: {where} {k} {was} -> {now}: the returned logprobs are of another "
+                    f"distribution than the baseline's (rule: {SEMANTICS_RULE})",
+                )
+            )
         elif p == "alignment" and "mean_abs_diff" in b["numbers"] and "mean_abs_diff" in r["numbers"]:
             was, now = b["numbers"]["mean_abs_diff"], r["numbers"]["mean_abs_diff"]
             if now > GROWTH * was + 1e-12:
-                found.append(_finding("regression", m, p, "mean_abs_diff", was, now, ALIGNMENT_RULE,
-                                      f"regression: {where} mean_abs_diff {was:.3g} -> {now:.3g} "
-                                      f"(rule: {ALIGNMENT_RULE})"))
+                found.append(
+                    _finding(
+                        "regression",
+                        m,
+                        p,
+                        "mean_abs_diff",
+                        was,
+                        now,
+                        ALIGNMENT_RULE,
+                        f"regression: {where} mean_abs_diff {was:.3g} -> {now:.3g} (rule: {ALIGNMENT_RULE})",
+                    )
+                )
     kinds = {f["kind"] for f in found} - set(INFORMATIONAL)
     return (1 if "regression" in kinds else 2 if kinds else 0), found
 
@@ -137,15 +232,32 @@ def _context(bi: dict, ci: dict) -> list[dict]:
     was, now = bi.get("checkpoint_hash"), ci.get("checkpoint_hash")
     if was is None or now is None or was == now:
         return []
-    return [_finding("context", None, None, "checkpoint_hash", was, now,
-                     "a server upgrade is checked on one checkpoint",
-                     f"context: the runs scored different checkpoints ({bi.get('checkpoint')} {was} -> "
-                     f"{ci.get('checkpoint')} {now}): a change below may be the weights', not the server's")]
+    return [
+        _finding(
+            "context",
+            None,
+            None,
+            "checkpoint_hash",
+            was,
+            now,
+            "a server upgrade is checked on one checkpoint",
+            f"context: the runs scored different checkpoints ({bi.get('checkpoint')} {was} -> "
+            f"{ci.get('checkpoint')} {now}): a change below may be the weights', not the server's",
+        )
+    ]
 
 
 def _finding(kind, model, probe, metric, baseline, candidate, rule, line) -> dict:
-    return {"kind": kind, "model": model, "probe": probe, "metric": metric, "baseline": baseline,
-            "candidate": candidate, "rule": rule, "line": line}
+    return {
+        "kind": kind,
+        "model": model,
+        "probe": probe,
+        "metric": metric,
+        "baseline": baseline,
+        "candidate": candidate,
+        "rule": rule,
+        "line": line,
+    }
 
 
 def _verdict(r) -> str:

@@ -36,6 +36,7 @@ class LoopbackServer(ThreadingHTTPServer):
 
     def handle_error(self, request, client_address):
         import sys
+
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
 
@@ -59,14 +60,24 @@ class LoopbackService:
 
 
 class FakeServer(LoopbackService):
-    def __init__(self, checkpoint, name: str = "fake-model", logprobs: bool = True, api_key: str | None = None,
-                 delay: float = 0.0, swap_tokens: tuple[int, int] | None = None, logprobs_mode: str = "processed",
-                 prompt_scoring: str = "prompt_logprobs", top_p_logprobs: str = "renormalised",
-                 routes: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        checkpoint,
+        name: str = "fake-model",
+        logprobs: bool = True,
+        api_key: str | None = None,
+        delay: float = 0.0,
+        swap_tokens: tuple[int, int] | None = None,
+        logprobs_mode: str = "processed",
+        prompt_scoring: str = "prompt_logprobs",
+        top_p_logprobs: str = "renormalised",
+        routes: tuple[str, ...] | None = None,
+    ):
         from tokenizers import Tokenizer
 
         from ..engine import Engine
         from ..model import load_checkpoint
+
         self.dir = Path(checkpoint)
         self.model = load_checkpoint(self.dir)
         self.engine = Engine(self.model.config, "kernels=exact,dtype=fp32", max_num_seqs=4)
@@ -81,11 +92,16 @@ class FakeServer(LoopbackService):
 
     # --- answers -----------------------------------------------------------------------------
     def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "timbench-fake",
-                                            "max_model_len": self.engine.max_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": self.name, "object": "model", "owned_by": "timbench-fake", "max_model_len": self.engine.max_len}
+            ],
+        }
 
     def completion(self, body: dict) -> dict:
         from ..engine import Request, SamplingParams
+
         prompt = body["prompt"]
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
             raise ValueError("prompt must be a non-empty list of token ids")
@@ -94,21 +110,32 @@ class FakeServer(LoopbackService):
             raise ValueError(f"Token id {bad} is out of vocabulary")
         if body.get("model") != self.name:
             raise LookupError(f"The model `{body.get('model')}` does not exist.")
-        params = SamplingParams(temperature=float(body.get("temperature", 1.0)), top_p=float(body.get("top_p", 1.0)),
-                                top_k=max(0, int(body.get("top_k") or 0)), seed=int(body.get("seed") or 0),
-                                full_logprobs=True)
+        params = SamplingParams(
+            temperature=float(body.get("temperature", 1.0)),
+            top_p=float(body.get("top_p", 1.0)),
+            top_k=max(0, int(body.get("top_k") or 0)),
+            seed=int(body.get("seed") or 0),
+            full_logprobs=True,
+        )
         time.sleep(self.delay)
         with self.lock:
             self.requests += 1
             c = self.engine.generate([Request(tuple(prompt), int(body.get("max_tokens", 16)), 0)], params)[0]
-            want = ("prompt_logprobs" if body.get("prompt_logprobs") is not None else
-                    "echo" if body.get("echo") else None)
+            want = (
+                "prompt_logprobs" if body.get("prompt_logprobs") is not None else "echo" if body.get("echo") else None
+            )
             rows = self._prompt_rows(prompt) if want and want == self.prompt_scoring else None
             lps = [float(x) for x in c.logprobs]
-            full_t = 1.0 if self.logprobs_mode == "raw" else params.temperature if (
-                params.truncates and self.top_p_logprobs == "full") else None
+            full_t = (
+                1.0
+                if self.logprobs_mode == "raw"
+                else params.temperature
+                if (params.truncates and self.top_p_logprobs == "full")
+                else None
+            )
             if full_t is not None:  # raw: vLLM's raw_logprobs (temperature 1, before any processing)
                 from ..diagnose.forward import score
+
                 seqs = [(prompt, c.token_ids)]
                 lps = [float(x) for x in score(self.model, self.engine.spec, seqs, full_t).logprobs[0]]
         ids = [f"token_id:{t}" if body.get("return_tokens_as_token_ids") else self._text([t]) for t in c.token_ids]
@@ -116,31 +143,50 @@ class FakeServer(LoopbackService):
         if self.logprobs and body.get("logprobs") is not None:
             tops = None
             if not params.truncates:  # the top-1 of the processed distribution (the raw tempered one here)
-                tops = [{ids[i]: lps[i], f"token_id:{int(row.argmax())}" if body.get("return_tokens_as_token_ids")
-                         else self._text([int(row.argmax())]): float(row.max())}
-                        for i, row in enumerate(c.full_logprobs)]
-            choice["logprobs"] = {"tokens": ids, "token_logprobs": lps, "top_logprobs": tops,
-                                  "text_offset": list(range(len(ids)))}
+                tops = [
+                    {
+                        ids[i]: lps[i],
+                        f"token_id:{int(row.argmax())}"
+                        if body.get("return_tokens_as_token_ids")
+                        else self._text([int(row.argmax())]): float(row.max()),
+                    }
+                    for i, row in enumerate(c.full_logprobs)
+                ]
+            choice["logprobs"] = {
+                "tokens": ids,
+                "token_logprobs": lps,
+                "top_logprobs": tops,
+                "text_offset": list(range(len(ids))),
+            }
         else:
             choice["logprobs"] = None
         if rows is not None and want == "echo" and choice["logprobs"]:  # the prompt's tokens and logprobs first
-            lp, key = choice["logprobs"], (lambda t: f"token_id:{t}" if body.get("return_tokens_as_token_ids")
-                                           else self._text([t]))
+            lp, key = (
+                choice["logprobs"],
+                (lambda t: f"token_id:{t}" if body.get("return_tokens_as_token_ids") else self._text([t])),
+            )
             lp["tokens"] = [key(t) for t in prompt] + lp["tokens"]
-            lp["token_logprobs"] = [None] + [r[str(t)]["logprob"] for r, t in zip(rows[1:], prompt[1:])] + \
-                lp["token_logprobs"]
+            lp["token_logprobs"] = (
+                [None] + [r[str(t)]["logprob"] for r, t in zip(rows[1:], prompt[1:])] + lp["token_logprobs"]
+            )
             tops = [None] + [{key(int(k)): v["logprob"] for k, v in r.items()} for r in rows[1:]]
             lp["top_logprobs"] = tops + lp["top_logprobs"] if lp["top_logprobs"] else None
         elif rows is not None:
             choice["prompt_logprobs"] = rows
-        return {"id": f"cmpl-{self.requests}", "object": "text_completion", "model": self.name, "choices": [choice],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(c.token_ids)}}
+        return {
+            "id": f"cmpl-{self.requests}",
+            "object": "text_completion",
+            "model": self.name,
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(c.token_ids)},
+        }
 
     def _prompt_rows(self, prompt: list[int]) -> list:
         """vLLM's prompt_logprobs: None, then per prompt token k >= 1 its raw logprob, rank and the top-1."""
         import torch
 
         from ..kernels.logprobs import token_logprobs_all
+
         c = self.engine.compute
         with torch.inference_mode():
             logits, _ = self.engine.model(torch.tensor([prompt]), c)
@@ -150,8 +196,12 @@ class FakeServer(LoopbackService):
             row = full[k]
             rank = int((row > row[t]).sum()) + 1
             top = int(row.argmax())
-            rows.append({str(t): {"logprob": float(row[t]), "rank": rank, "decoded_token": self._text([t])},
-                         str(top): {"logprob": float(row[top]), "rank": 1, "decoded_token": self._text([top])}})
+            rows.append(
+                {
+                    str(t): {"logprob": float(row[t]), "rank": rank, "decoded_token": self._text([t])},
+                    str(top): {"logprob": float(row[top]), "rank": 1, "decoded_token": self._text([top])},
+                }
+            )
         return rows
 
     def _text(self, ids: list[int]) -> str:
@@ -214,4 +264,5 @@ def _handler(server: FakeServer):
             except (ValueError, KeyError, TypeError) as e:
                 return self._send(400, {"error": {"message": str(e), "type": "BadRequestError", "code": 400}})
             self._send(200, doc)
+
     return Handler

@@ -34,6 +34,7 @@ from .fake_server import LoopbackService
 
 def _bf16(x: float) -> float:
     import torch
+
     return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
 
 
@@ -51,8 +52,9 @@ def _round(lp: dict) -> None:
 
 
 def _bos_twice(bos_id: int):
-    return lambda body: {**body, "prompt": [bos_id] + list(body["prompt"])} if isinstance(body.get("prompt"), list) \
-        else body
+    return lambda body: (
+        {**body, "prompt": [bos_id] + list(body["prompt"])} if isinstance(body.get("prompt"), list) else body
+    )
 
 
 def _trim_bos(ch: dict, echo: bool) -> None:
@@ -80,15 +82,22 @@ FAULTS = {
     "bos_twice": (None, None),  # FaultProxy.forward: the prompt and its prompt logprobs
 }
 """fault -> (what it does to a /v1/completions request body, what it does to each choice's `logprobs`)."""
-EXPECTED_PROBE = {"zero_logprobs": "logprob_semantics", "shifted_logprobs": "logprob_semantics",
-                  "temperature_twice": "logprob_semantics", "bf16_logprobs": "logprob_semantics",
-                  "raw_logprobs": "logprob_semantics", "stale_checkpoint": "alignment", "bos_twice": "alignment"}
+EXPECTED_PROBE = {
+    "zero_logprobs": "logprob_semantics",
+    "shifted_logprobs": "logprob_semantics",
+    "temperature_twice": "logprob_semantics",
+    "bf16_logprobs": "logprob_semantics",
+    "raw_logprobs": "logprob_semantics",
+    "stale_checkpoint": "alignment",
+    "bos_twice": "alignment",
+}
 """The probe that must name each fault (others may fail too: zero and shifted logprobs also fail alignment)."""
 
 
 class FaultProxy(LoopbackService):
-    def __init__(self, upstream: str, fault: str = "none", timeout: float = 120.0, stale: str | None = None,
-                 bos_id: int = 1):
+    def __init__(
+        self, upstream: str, fault: str = "none", timeout: float = 120.0, stale: str | None = None, bos_id: int = 1
+    ):
         if fault not in FAULTS:
             raise ValueError(f"unknown HTTP fault {fault!r}; valid: {', '.join(FAULTS)}")
         if (fault == "stale_checkpoint") != (stale is not None):
@@ -133,13 +142,21 @@ class FaultProxy(LoopbackService):
             return  # a scoring request: its prompt logprobs are raw already
         toks = [int(str(t).removeprefix("token_id:")) for t in lp.get("tokens") or []]
         n = len(body["prompt"])
-        ask = {"model": body.get("model"), "prompt": list(body["prompt"]) + toks, "max_tokens": 1, "temperature": 1.0,
-               "seed": 0, "logprobs": 1, "prompt_logprobs": 1, "return_tokens_as_token_ids": True}
+        ask = {
+            "model": body.get("model"),
+            "prompt": list(body["prompt"]) + toks,
+            "max_tokens": 1,
+            "temperature": 1.0,
+            "seed": 0,
+            "logprobs": 1,
+            "prompt_logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        }
         code, raw = self._send(self.upstream + "/v1/completions", "POST", headers, json.dumps(ask).encode())
         rows = json.loads(raw)["choices"][0].get("prompt_logprobs") if code == 200 else None
         if not isinstance(rows, list):
             raise OSError(f"raw_logprobs: the upstream gave no prompt logprobs (HTTP {code})")
-        lp["token_logprobs"] = [float(r[str(t)]["logprob"]) for r, t in zip(rows[n:n + len(toks)], toks)]
+        lp["token_logprobs"] = [float(r[str(t)]["logprob"]) for r, t in zip(rows[n : n + len(toks)], toks)]
 
 
 def _handler(proxy: FaultProxy):
@@ -166,4 +183,5 @@ def _handler(proxy: FaultProxy):
 
         def do_POST(self):
             self._relay("POST")
+
     return Handler

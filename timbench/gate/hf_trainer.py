@@ -74,17 +74,23 @@ class HfTrainer:
     def __init__(self, spec: HfSpec):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
+
         self.spec = spec
         bar = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # the gate prints its own progress lines on stderr
         try:
             self.model = AutoModelForCausalLM.from_pretrained(
-                spec.dir, dtype=DTYPES[spec.dtype], attn_implementation=spec.attn, local_files_only=True,
-                trust_remote_code=False).eval()
+                spec.dir,
+                dtype=DTYPES[spec.dtype],
+                attn_implementation=spec.attn,
+                local_files_only=True,
+                trust_remote_code=False,
+            ).eval()
             self.tokenizer = AutoTokenizer.from_pretrained(spec.dir, local_files_only=True, trust_remote_code=False)
         except (OSError, ValueError, KeyError) as e:
-            raise ValueError(f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}") \
-                from None
+            raise ValueError(
+                f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}"
+            ) from None
         finally:
             if bar:
                 hf_logging.enable_progress_bar()
@@ -97,15 +103,15 @@ class HfTrainer:
         out = []
         with torch.no_grad():
             for i in range(0, len(seqs), batch):
-                chunk = [list(p) + list(r) for p, r in seqs[i:i + batch]]
+                chunk = [list(p) + list(r) for p, r in seqs[i : i + batch]]
                 width = max(map(len, chunk))
                 ids = torch.zeros(len(chunk), width, dtype=torch.long)
                 mask = torch.zeros(len(chunk), width, dtype=torch.long)
                 for j, s in enumerate(chunk):
-                    ids[j, :len(s)], mask[j, :len(s)] = torch.tensor(s), 1
+                    ids[j, : len(s)], mask[j, : len(s)] = torch.tensor(s), 1
                 z = self.model(input_ids=ids, attention_mask=mask).logits
-                for j, (p, r) in enumerate(seqs[i:i + batch]):
-                    out.append(z[j, len(p) - 1: len(p) + len(r) - 1, : self.vocab_size].double())
+                for j, (p, r) in enumerate(seqs[i : i + batch]):
+                    out.append(z[j, len(p) - 1 : len(p) + len(r) - 1, : self.vocab_size].double())
         return out
 
 
@@ -120,8 +126,10 @@ def check_tokenizer(trainer: HfTrainer, client, model: str) -> list[str]:
     tok = trainer.tokenizer
     size = len(tok)
     if size > trainer.vocab_size:
-        raise ValueError(f"tokenizer disagreement: the trainer's tokenizer has {size} tokens but its model's "
-                         f"vocabulary is {trainer.vocab_size}")
+        raise ValueError(
+            f"tokenizer disagreement: the trainer's tokenizer has {size} tokens but its model's "
+            f"vocabulary is {trainer.vocab_size}"
+        )
     for i, accept in ((size - 1, True), (size, False)):  # the server's vocabulary ends where the trainer's does
         try:
             client.post("/v1/completions", {"model": model, "prompt": [i], "max_tokens": 1})
@@ -131,38 +139,52 @@ def check_tokenizer(trainer: HfTrainer, client, model: str) -> list[str]:
                 raise
             took = False
         if took != accept:
-            raise ValueError(f"tokenizer disagreement: the server {'refuses' if accept else 'accepts'} token id {i}; "
-                             f"the trainer's tokenizer has {size} tokens (ids 0..{size - 1})")
+            raise ValueError(
+                f"tokenizer disagreement: the server {'refuses' if accept else 'accepts'} token id {i}; "
+                f"the trainer's tokenizer has {size} tokens (ids 0..{size - 1})"
+            )
     # Special tokens are compared through /tokenize below (a server may decode them to nothing).
     specials = set(tok.all_special_ids)
-    ids = [i for i in range(size) if i not in specials] if size <= DETOKENIZE_IDS else sorted(
-        set(random.Random("gate:tok").sample(range(size), DETOKENIZE_IDS)) - specials)
+    ids = (
+        [i for i in range(size) if i not in specials]
+        if size <= DETOKENIZE_IDS
+        else sorted(set(random.Random("gate:tok").sample(range(size), DETOKENIZE_IDS)) - specials)
+    )
 
     def server_text(i):
         return client.post("/detokenize", {"model": model, "tokens": [i]}).get("prompt")
 
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=16) as pool:
         theirs = list(pool.map(server_text, ids))
     for i, text in zip(ids, theirs):
         mine = tok.decode([i])
         if text != mine:
-            raise ValueError(f"tokenizer disagreement: token id {i} is {text!r} on the server, {mine!r} in the "
-                             f"trainer's tokenizer ({trainer.spec.dir})")
+            raise ValueError(
+                f"tokenizer disagreement: token id {i} is {text!r} on the server, {mine!r} in the "
+                f"trainer's tokenizer ({trainer.spec.dir})"
+            )
     for name, i in sorted(zip(tok.all_special_tokens, tok.all_special_ids)):
         got = client.post("/tokenize", {"model": model, "prompt": name, "add_special_tokens": False}).get("tokens")
         if got != [i]:
-            raise ValueError(f"tokenizer disagreement: special token {name!r} is {got} on the server, [{i}] in the "
-                             "trainer's tokenizer")
+            raise ValueError(
+                f"tokenizer disagreement: special token {name!r} is {got} on the server, [{i}] in the "
+                "trainer's tokenizer"
+            )
     for text in ROUND_TRIP:
         got = client.post("/tokenize", {"model": model, "prompt": text, "add_special_tokens": True}).get("tokens")
         mine = tok(text, add_special_tokens=True)["input_ids"]
         if got != mine:
             k = next((j for j, (a, b) in enumerate(zip(got or [], mine)) if a != b), min(len(got or []), len(mine)))
             at = lambda xs: f"{xs[k]} ({tok.decode([xs[k]])!r})" if k < len(xs) else "nothing"  # noqa: E731
-            raise ValueError(f"tokenizer disagreement: {text!r} tokenizes differently at token {k}: server "
-                             f"{at(got or [])}, trainer {at(mine)}")
+            raise ValueError(
+                f"tokenizer disagreement: {text!r} tokenizes differently at token {k}: server "
+                f"{at(got or [])}, trainer {at(mine)}"
+            )
         if tok.bos_token_id is not None and mine[:2] == [tok.bos_token_id] * 2:
             raise ValueError(f"tokenizer disagreement: BOS {tok.bos_token!r} is added twice to {text!r}")
-    return [f"tokenizer agreement: vocabulary {size} on both sides; {len(ids)} token ids detokenize alike, "
-            f"{len(specials)} special tokens and {len(ROUND_TRIP)} texts tokenize alike"]
+    return [
+        f"tokenizer agreement: vocabulary {size} on both sides; {len(ids)} token ids detokenize alike, "
+        f"{len(specials)} special tokens and {len(ROUND_TRIP)} texts tokenize alike"
+    ]

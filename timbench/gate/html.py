@@ -34,19 +34,29 @@ def _verdict(r: dict) -> str:
 
 def render_gate_html(report: dict) -> str:
     ident = report["identity"]
-    what = [f"Suite {ident['suite']} v{ident['suite_version']}: {verdict(report)}.",
-            f"Engine {ident['engine_spec']} ({ident.get('engine_package')} {ident.get('engine_version')}); "
-            f"torch {ident.get('torch')}; {(ident.get('machine') or {}).get('cpu', 'machine not recorded')}; "
-            f"fingerprint {ident.get('fingerprint')}."]
+    what = [
+        f"Suite {ident['suite']} v{ident['suite_version']}: {verdict(report)}.",
+        f"Engine {ident['engine_spec']} ({ident.get('engine_package')} {ident.get('engine_version')}); "
+        f"torch {ident.get('torch')}; {(ident.get('machine') or {}).get('cpu', 'machine not recorded')}; "
+        f"fingerprint {ident.get('fingerprint')}.",
+    ]
     if "trainer_spec" in ident:
-        what.append(f"Served model {ident['served_model']}, trainer {ident['trainer_spec']} (checkpoint "
-                    f"{ident['checkpoint_hash']}, transformers {ident['transformers']}).")
+        what.append(
+            f"Served model {ident['served_model']}, trainer {ident['trainer_spec']} (checkpoint "
+            f"{ident['checkpoint_hash']}, transformers {ident['transformers']})."
+        )
     probes = _Table("Probes", ["model", "probe", "verdict", "numbers", "passes when"])
     for r in report["probes"]:
         judged = not r.get("not_tested") and not r.get("error")
-        probes.rows.append([str(r["model"]), r["probe"], _verdict(r),
-                            format_numbers(r["numbers"]) if judged else "-",
-                            pass_condition(r.get("thresholds") or {}) if judged else "-"])
+        probes.rows.append(
+            [
+                str(r["model"]),
+                r["probe"],
+                _verdict(r),
+                format_numbers(r["numbers"]) if judged else "-",
+                pass_condition(r.get("thresholds") or {}) if judged else "-",
+            ]
+        )
     body = [table_html(probes)]
     found = report.get("placement") or []
     if found:
@@ -54,6 +64,8 @@ def render_gate_html(report: dict) -> str:
         for f in found:
             lines = "".join(f"<li>{escape(x)}</li>" for x in f["lines"])
             items.append(f"<li>{escape(str(f['model']))}<ul>{lines}</ul></li>")
-        body.append('<h2 id="placement">Where this mismatch sits among timbench\'s committed conditions</h2>\n'
-                    f"<ul>{''.join(items)}</ul>")
+        body.append(
+            '<h2 id="placement">Where this mismatch sits among timbench\'s committed conditions</h2>\n'
+            f"<ul>{''.join(items)}</ul>"
+        )
     return page(f"timbench gate: {ident['suite']} v{ident['suite_version']}", what, body)

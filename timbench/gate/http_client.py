@@ -42,8 +42,15 @@ class OpenAISpec:
 
     def __str__(self):  # what gate.json records: never the key, only where it came from
         parts = [f"openai={self.url}"] + ([f"model={self.model}"] if self.model else [])
-        return ",".join(parts + [f"api_key_env={self.api_key_env}", f"timeout={self.timeout:g}",
-                                 f"retries={self.retries}", f"concurrency={self.concurrency}"])
+        return ",".join(
+            parts
+            + [
+                f"api_key_env={self.api_key_env}",
+                f"timeout={self.timeout:g}",
+                f"retries={self.retries}",
+                f"concurrency={self.concurrency}",
+            ]
+        )
 
 
 def parse_openai_spec(text: str, allow_remote: bool = False) -> OpenAISpec:
@@ -56,11 +63,15 @@ def parse_openai_spec(text: str, allow_remote: bool = False) -> OpenAISpec:
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ValueError(f"engine spec: {url!r} is not an http(s) URL with a host, e.g. openai=http://127.0.0.1:8000")
     if u.username or u.password:
-        raise ValueError("engine spec: the URL carries credentials; give the API key through the environment "
-                         f"({DEFAULT_KEY_ENV} or api_key_env=VAR), never in the URL")
+        raise ValueError(
+            "engine spec: the URL carries credentials; give the API key through the environment "
+            f"({DEFAULT_KEY_ENV} or api_key_env=VAR), never in the URL"
+        )
     if not allow_remote and not is_loopback(u.hostname):
-        raise ValueError(f"engine spec: {u.hostname} is not a loopback address; the gate talks to 127.0.0.1, ::1 "
-                         "or localhost unless run with --allow-remote")
+        raise ValueError(
+            f"engine spec: {u.hostname} is not a loopback address; the gate talks to 127.0.0.1, ::1 "
+            "or localhost unless run with --allow-remote"
+        )
     url = url.removesuffix("/v1")
     kw = {}
     casts = {"model": str, "api_key_env": str, "timeout": float, "retries": int, "concurrency": int}
@@ -74,8 +85,10 @@ def parse_openai_spec(text: str, allow_remote: bool = False) -> OpenAISpec:
             raise ValueError(f"engine spec: {key}={value!r} is not a {casts[key].__name__}") from None
     spec = OpenAISpec(url, **kw)
     if spec.timeout <= 0 or spec.retries < 0 or spec.concurrency < 1:
-        raise ValueError(f"engine spec: timeout must be > 0, retries >= 0 and concurrency >= 1 (got timeout="
-                         f"{spec.timeout:g}, retries={spec.retries}, concurrency={spec.concurrency})")
+        raise ValueError(
+            f"engine spec: timeout must be > 0, retries >= 0 and concurrency >= 1 (got timeout="
+            f"{spec.timeout:g}, retries={spec.retries}, concurrency={spec.concurrency})"
+        )
     return spec
 
 
@@ -115,7 +128,7 @@ class Client:
         last = ""
         for attempt in range(self.spec.retries + 1):
             if attempt:
-                time.sleep(min(0.2 * 2 ** attempt, 2.0))
+                time.sleep(min(0.2 * 2**attempt, 2.0))
             req = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
                 with urllib.request.urlopen(req, timeout=self.spec.timeout) as r:
@@ -131,8 +144,10 @@ class Client:
                 if "timed out" in str(why):
                     last = "timed out"
         else:
-            raise ServerError(f"{method} {url}: {last} after {self.spec.retries + 1} attempt(s) with a "
-                              f"{self.spec.timeout:g}s timeout each (engine spec keys timeout=, retries=)")
+            raise ServerError(
+                f"{method} {url}: {last} after {self.spec.retries + 1} attempt(s) with a "
+                f"{self.spec.timeout:g}s timeout each (engine spec keys timeout=, retries=)"
+            )
         try:
             doc = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):

@@ -35,8 +35,16 @@ TOKEN_ID_PREFIX = "token_id:"
 """How vLLM spells a token with `return_tokens_as_token_ids` (`token_id:42`)."""
 
 
-WEIGHT_ROUTES = ("/collective_rpc", "/update_weights", "/update_weights_from_disk", "/reload_weights",
-                 "/v1/load_lora_adapter", "/sleep", "/wake_up", "/reset_prefix_cache")
+WEIGHT_ROUTES = (
+    "/collective_rpc",
+    "/update_weights",
+    "/update_weights_from_disk",
+    "/reload_weights",
+    "/v1/load_lora_adapter",
+    "/sleep",
+    "/wake_up",
+    "/reset_prefix_cache",
+)
 """Routes looked for in /openapi.json that load or refresh a running server's weights (vLLM dev mode, SGLang,
 RL frameworks' extensions)."""
 
@@ -67,10 +75,12 @@ class Offer:
 
     def lines(self) -> list[str]:
         yes = lambda b: "yes" if b else "no"  # noqa: E731
-        return [f"server: {self.server} {self.version}; model {self.model} (served: {', '.join(self.models)}); "
-                f"max_model_len {self.max_model_len or 'not reported'}",
-                f"offers: logprobs yes; token ids {yes(self.token_ids)}; prompt logprobs "
-                f"{self.prompt_logprobs or 'no'}; seed yes; top_k {yes(self.top_k)}; /tokenize {yes(self.tokenize)}"]
+        return [
+            f"server: {self.server} {self.version}; model {self.model} (served: {', '.join(self.models)}); "
+            f"max_model_len {self.max_model_len or 'not reported'}",
+            f"offers: logprobs yes; token ids {yes(self.token_ids)}; prompt logprobs "
+            f"{self.prompt_logprobs or 'no'}; seed yes; top_k {yes(self.top_k)}; /tokenize {yes(self.tokenize)}",
+        ]
 
 
 def request_seed(seed: int, request_id: int) -> int:
@@ -84,8 +94,10 @@ def _ids(tokens: list) -> list[int]:
     try:
         return [int(str(t).removeprefix(TOKEN_ID_PREFIX)) for t in tokens]
     except ValueError:
-        raise NotTested("the server returns tokens as text, not ids (vLLM's return_tokens_as_token_ids); "
-                        "re-tokenizing text is not the server's token ids") from None
+        raise NotTested(
+            "the server returns tokens as text, not ids (vLLM's return_tokens_as_token_ids); "
+            "re-tokenizing text is not the server's token ids"
+        ) from None
 
 
 def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
@@ -102,19 +114,29 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
     if model not in models:
         raise ServerError(f"the server does not serve model {model!r}; it serves {', '.join(models)}")
     entry = listed[models.index(model)]
-    offer = Offer(model, models, server=str(entry.get("owned_by") or "unknown"),
-                  max_model_len=entry.get("max_model_len"))
+    offer = Offer(
+        model, models, server=str(entry.get("owned_by") or "unknown"), max_model_len=entry.get("max_model_len")
+    )
     try:
         offer.version = str(client.get("/version").get("version", "not reported"))
     except ServerError:
         pass  # not every server has /version: gate.json says "not reported"
-    base = {"model": model, "prompt": list(probe_prompt), "max_tokens": 2, "temperature": 1.0, "seed": 1,
-            "logprobs": 1, "return_tokens_as_token_ids": True}
+    base = {
+        "model": model,
+        "prompt": list(probe_prompt),
+        "max_tokens": 2,
+        "temperature": 1.0,
+        "seed": 1,
+        "logprobs": 1,
+        "return_tokens_as_token_ids": True,
+    }
     choice = _choice(client.post("/v1/completions", base))
     lp = choice.get("logprobs")
     if not isinstance(lp, dict) or not _floats(lp.get("token_logprobs")):
-        raise ServerError(f"{client.spec.url} returns no logprobs for `logprobs: 1` on /v1/completions; the gate "
-                          "needs each sampled token's logprob")
+        raise ServerError(
+            f"{client.spec.url} returns no logprobs for `logprobs: 1` on /v1/completions; the gate "
+            "needs each sampled token's logprob"
+        )
     try:
         offer.token_ids = len(_ids(lp.get("tokens") or [])) > 0
     except NotTested:
@@ -140,13 +162,17 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
 
 def weight_sync_reason(offer: Offer) -> str:
     """Why the weight-sync probe is not tested over HTTP, naming the weight-load routes the server lists."""
-    why = ("this adapter drives no weight load over HTTP (a dev-mode /collective_rpc reload_weights reloads the "
-           "server's own model path, not the trainer's weights)")
+    why = (
+        "this adapter drives no weight load over HTTP (a dev-mode /collective_rpc reload_weights reloads the "
+        "server's own model path, not the trainer's weights)"
+    )
     if offer.weight_routes is None:
         return f"{why}; the server lists no routes (/openapi.json), so its weight-load routes are unknown"
     if not offer.weight_routes:
-        return (f"{why}; the server lists none of {', '.join(WEIGHT_ROUTES)} (vLLM exposes /collective_rpc, "
-                "/sleep, /wake_up and /reset_prefix_cache with VLLM_SERVER_DEV_MODE=1)")
+        return (
+            f"{why}; the server lists none of {', '.join(WEIGHT_ROUTES)} (vLLM exposes /collective_rpc, "
+            "/sleep, /wake_up and /reset_prefix_cache with VLLM_SERVER_DEV_MODE=1)"
+        )
     return f"{why}; the server lists {', '.join(offer.weight_routes)}"
 
 
@@ -215,10 +241,17 @@ class HttpEngine:
         return self._map(lambda r: self._one(r, params), list(requests))
 
     def _one(self, r: Request, params: SamplingParams) -> Completion:
-        body = {"model": self.offer.model, "prompt": list(r.prompt_ids), "temperature": params.temperature,
-                "top_p": params.top_p, "seed": request_seed(params.seed, r.request_id), "logprobs": 1,
-                "max_tokens": min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
-                "return_tokens_as_token_ids": True, **({"top_k": params.top_k} if params.top_k else {})}
+        body = {
+            "model": self.offer.model,
+            "prompt": list(r.prompt_ids),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": request_seed(params.seed, r.request_id),
+            "logprobs": 1,
+            "max_tokens": min(r.max_new_tokens, self.max_len - len(r.prompt_ids)),
+            "return_tokens_as_token_ids": True,
+            **({"top_k": params.top_k} if params.top_k else {}),
+        }
         doc = self.client.post("/v1/completions", body)
         ch = _choice(doc)
         counted = (doc.get("usage") or {}).get("prompt_tokens")
@@ -231,8 +264,13 @@ class HttpEngine:
         tops = lp.get("top_logprobs")
         if isinstance(tops, list) and len(tops) == len(ids) and all(isinstance(t, dict) and t for t in tops):
             self.top_ids[r.request_id] = [_ids([max(t, key=t.get)])[0] for t in tops]
-        return Completion(r.request_id, list(r.prompt_ids), ids, torch.tensor(lps, dtype=torch.float32),
-                          ch.get("finish_reason") or "length")
+        return Completion(
+            r.request_id,
+            list(r.prompt_ids),
+            ids,
+            torch.tensor(lps, dtype=torch.float32),
+            ch.get("finish_reason") or "length",
+        )
 
     def score(self, seqs, params: SamplingParams = SamplingParams(), request_ids=None) -> EngineScores:
         """Teacher-forced logprobs and argmax of each response token, read from one prefill's prompt logprobs
@@ -245,25 +283,34 @@ class HttpEngine:
         return EngineScores([lp for lp, _ in rows], [am for _, am in rows], None)
 
     def _prefill(self, prompt: list[int], response: list[int]):
-        body = {"model": self.offer.model, "prompt": prompt + response, "max_tokens": 1, "temperature": 1.0,
-                "seed": 0, "logprobs": 1, "return_tokens_as_token_ids": True}
+        body = {
+            "model": self.offer.model,
+            "prompt": prompt + response,
+            "max_tokens": 1,
+            "temperature": 1.0,
+            "seed": 0,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        }
         n = len(prompt) + len(response)
         if self.offer.prompt_logprobs == "prompt_logprobs":
             rows = _prompt_lps(_choice(self.client.post("/v1/completions", {**body, "prompt_logprobs": 1})), n)
             if rows is None:
                 raise ServerError("an answer with prompt_logprobs requested carries none")
-            steps = rows[len(prompt):n]
+            steps = rows[len(prompt) : n]
             lps = [float(s[str(t)]["logprob"] if str(t) in s else s[t]["logprob"]) for s, t in zip(steps, response)]
             am = [int(next(k for k, v in s.items() if v.get("rank") == 1)) for s in steps]
             return torch.tensor(lps, dtype=torch.float64), torch.tensor(am)
         ch = _choice(self.client.post("/v1/completions", {**body, "echo": True}))
         lp = ch["logprobs"]
-        xs = lp["token_logprobs"][len(prompt):n]
+        xs = lp["token_logprobs"][len(prompt) : n]
         tops = lp.get("top_logprobs") or []
-        am = [_ids([max(t, key=t.get)])[0] if isinstance(t, dict) and t else -1 for t in tops[len(prompt):n]]
-        return torch.tensor([float(x) if x is not None else math.nan for x in xs], dtype=torch.float64), \
-            torch.tensor(am if len(am) == len(xs) else [-1] * len(xs))
+        am = [_ids([max(t, key=t.get)])[0] if isinstance(t, dict) and t else -1 for t in tops[len(prompt) : n]]
+        return torch.tensor([float(x) if x is not None else math.nan for x in xs], dtype=torch.float64), torch.tensor(
+            am if len(am) == len(xs) else [-1] * len(xs)
+        )
 
     def load_weights(self, state) -> None:
-        raise NotTested("the server exposes no weight-load endpoint this adapter drives (weight sync over HTTP "
-                        "is not implemented)")
+        raise NotTested(
+            "the server exposes no weight-load endpoint this adapter drives (weight sync over HTTP is not implemented)"
+        )

@@ -27,8 +27,14 @@ from ..engine import SamplingParams
 from .hf_trainer import HfTrainer, log_softmax_at
 from .probes import Probe, _requests
 
-SEMANTICS_DEFAULTS = {"requests": 16, "max_new_tokens": 8, "max_mean_abs_diff": 0.1, "max_frac_bf16_exact": 0.5,
-                      "temperature": 0.7, "top_p": 0.8}
+SEMANTICS_DEFAULTS = {
+    "requests": 16,
+    "max_new_tokens": 8,
+    "max_mean_abs_diff": 0.1,
+    "max_frac_bf16_exact": 0.5,
+    "temperature": 0.7,
+    "top_p": 0.8,
+}
 """The semantic probe's work when the suite does not name it; `temperature` is used only when the suite samples at
 1.0, where raw and processed logprobs are the same distribution and could not be told apart; `top_p` is the
 truncated-support leg's nucleus."""
@@ -68,9 +74,13 @@ def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Pr
         if top is not None:
             flips += int((m.argmax(-1) != torch.tensor(top)).sum())
             checked += len(top)
-    numbers = {"tokens": int(diff.numel()), "mean_abs_diff": float(diff.mean()), "max_abs_diff": float(diff.max()),
-               "k3_kl": mismatch_metrics(lp_t, lp_e)["rollout_corr/k3_kl"],
-               "frac_tokens_differ": float((diff != 0).double().mean())}
+    numbers = {
+        "tokens": int(diff.numel()),
+        "mean_abs_diff": float(diff.mean()),
+        "max_abs_diff": float(diff.max()),
+        "k3_kl": mismatch_metrics(lp_t, lp_e)["rollout_corr/k3_kl"],
+        "frac_tokens_differ": float((diff != 0).double().mean()),
+    }
     if checked:
         numbers["argmax_flips"] = flips
         numbers["argmax_checked"] = checked
@@ -79,8 +89,10 @@ def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Pr
     if miscounted:  # the server saw another prompt than the one sent (a template or tokenizer adding tokens)
         numbers["prompts_miscounted"] = len(miscounted)
         sent, counted = miscounted[0]
-        note = (f"the server counted {counted} prompt tokens for {sent} sent ({len(miscounted)} of {len(comps)} "
-                "requests): a BOS or chat template added?")
+        note = (
+            f"the server counted {counted} prompt tokens for {sent} sent ({len(miscounted)} of {len(comps)} "
+            "requests): a BOS or chat template added?"
+        )
     bound = p["max_mean_abs_diff"]
     return Probe(numbers["mean_abs_diff"] <= bound, numbers, {"mean_abs_diff": bound}, note=note)
 
@@ -118,19 +130,28 @@ def logprob_semantics(engine, trainer: HfTrainer, p: dict, params: SamplingParam
     allv = torch.cat(got)
     nonzero = allv[allv != 0]
     frac = float(bf16_exact(nonzero).double().mean()) if len(nonzero) >= 16 else 0.0
-    numbers = {"tokens": int(allv.numel()), "temperature": t, "fits": fits,
-               **{f"mean_abs_diff_{k}": v for k, v in mad.items()}, "frac_bf16_exact": frac}
+    numbers = {
+        "tokens": int(allv.numel()),
+        "temperature": t,
+        "fits": fits,
+        **{f"mean_abs_diff_{k}": v for k, v in mad.items()},
+        "frac_bf16_exact": frac,
+    }
     trunc = truncated_support(engine, trainer, p, t, params.seed)
     numbers.update(trunc)
     rounded = frac > p["max_frac_bf16_exact"]
     passed = fits == "processed" and not rounded and trunc["top_p_fits"] != "none"
-    note = (f"logprobs fit: {HYPOTHESES[best]}" if fits != "none" else
-            f"logprobs fit none of the hypotheses (nearest: {HYPOTHESES[best]}, mean abs delta {mad[best]:.3g} > "
-            f"{bound:g}): the server's distribution is not the trainer's (other weights? another prompt?)")
+    note = (
+        f"logprobs fit: {HYPOTHESES[best]}"
+        if fits != "none"
+        else f"logprobs fit none of the hypotheses (nearest: {HYPOTHESES[best]}, mean abs delta {mad[best]:.3g} > "
+        f"{bound:g}): the server's distribution is not the trainer's (other weights? another prompt?)"
+    )
     note += "; they are rounded to bf16" if rounded else ""
     note += f"; {support_note(trunc)}"
-    return Probe(passed, numbers, {"mean_abs_diff_processed": bound, "frac_bf16_exact": p["max_frac_bf16_exact"]},
-                 note=note)
+    return Probe(
+        passed, numbers, {"mean_abs_diff_processed": bound, "frac_bf16_exact": p["max_frac_bf16_exact"]}, note=note
+    )
 
 
 def top_p_keep(lp: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -148,8 +169,10 @@ def truncated_support(engine, trainer: HfTrainer, p: dict, t: float, seed: int) 
     mean kept mass (the ratio a full-distribution trainer sees against renormalised logprobs) and how many sampled
     tokens fall outside the trainer's nucleus."""
     top_p = float(p["top_p"])
-    comps = engine.generate(_requests("gate:sem-top-p", trainer.vocab_size, p["requests"], p["max_new_tokens"]),
-                            SamplingParams(temperature=t, top_p=top_p, seed=seed))
+    comps = engine.generate(
+        _requests("gate:sem-top-p", trainer.vocab_size, p["requests"], p["max_new_tokens"]),
+        SamplingParams(temperature=t, top_p=top_p, seed=seed),
+    )
     rows = trainer.logits([(c.prompt_ids, c.token_ids) for c in comps])
     diff, mass, outside = {k: [] for k in SUPPORT}, [], 0
     for z, c in zip(rows, comps):
@@ -168,9 +191,13 @@ def truncated_support(engine, trainer: HfTrainer, p: dict, t: float, seed: int) 
     fits = best if mad[best] <= p["max_mean_abs_diff"] else "none"
     if float(torch.cat(mass).log().abs().max()) < 1e-9:  # every nucleus held all the mass: nothing to tell apart
         fits = "indistinguishable"
-    return {"top_p": top_p, "top_p_fits": fits,
-            **{f"mean_abs_diff_top_p_{k}": v for k, v in mad.items()},
-            "mean_kept_mass": float(torch.cat(mass).mean()), "top_p_outside_nucleus": outside}
+    return {
+        "top_p": top_p,
+        "top_p_fits": fits,
+        **{f"mean_abs_diff_top_p_{k}": v for k, v in mad.items()},
+        "mean_kept_mass": float(torch.cat(mass).mean()),
+        "top_p_outside_nucleus": outside,
+    }
 
 
 def support_note(trunc: dict) -> str:
@@ -178,11 +205,15 @@ def support_note(trunc: dict) -> str:
     head = f"at top_p {trunc['top_p']:g} the logprobs are "
     mass = trunc["mean_kept_mass"]
     if trunc["top_p_fits"] == "renormalised":
-        return head + (f"{SUPPORT['renormalised']} (mean kept mass {mass:.3f}: a trainer scoring the full "
-                       f"distribution sees its ratio drop to ~{mass:.3f})")
+        return head + (
+            f"{SUPPORT['renormalised']} (mean kept mass {mass:.3f}: a trainer scoring the full "
+            f"distribution sees its ratio drop to ~{mass:.3f})"
+        )
     if trunc["top_p_fits"] == "full":
-        return head + (f"{SUPPORT['full']} (mean kept mass {mass:.3f}: a trainer renormalising over the nucleus sees "
-                       f"its ratio rise to ~{1 / mass:.3f})")
+        return head + (
+            f"{SUPPORT['full']} (mean kept mass {mass:.3f}: a trainer renormalising over the nucleus sees "
+            f"its ratio rise to ~{1 / mass:.3f})"
+        )
     if trunc["top_p_fits"] == "indistinguishable":
         return f"at top_p {trunc['top_p']:g} every nucleus held all the mass: renormalised or not is not tested"
     return head + "neither renormalised over the kept mass nor of the full distribution"

@@ -19,12 +19,12 @@ import os
 import time
 from pathlib import Path
 
+from ..engine import SamplingParams
 from ..util import manifest
 from ..util.provenance import git_revision
-from ..engine import SamplingParams
 from . import http_probes
-from .http_engine import NotTested, weight_sync_reason
 from .html import render_gate_html
+from .http_engine import NotTested, weight_sync_reason
 from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
@@ -53,18 +53,37 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
     from ..fingerprint import machine
     from ..submit.track import code_hash
     from .hf_trainer import checkpoint_hash
-    ident = {"engine_spec": str(spec), "engine_package": offer.server, "engine_version": offer.version,
-             "served_model": offer.model, "max_model_len": offer.max_model_len,
-             "offers": {"token_ids": offer.token_ids, "prompt_logprobs": offer.prompt_logprobs, "top_k": offer.top_k,
-                        "tokenize": offer.tokenize, "weight_routes": offer.weight_routes},
-             "trainer_spec": str(trainer.spec), "checkpoint": trainer.spec.dir.name,
-             "checkpoint_hash": checkpoint_hash(trainer.spec.dir), "trainer_dtype": trainer.spec.dtype,
-             "trainer_attn": trainer.spec.attn, "transformers": transformers.__version__, "torch": torch.__version__,
-             "torch_git": torch.version.git_version, "machine": machine(),
-             "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
-             "suite": suite.name, "suite_version": suite.version, "suite_sha256": suite.content,
-             "timbench": __version__,
-             "timbench_git": git_revision(), "timbench_code": code_hash()}
+
+    ident = {
+        "engine_spec": str(spec),
+        "engine_package": offer.server,
+        "engine_version": offer.version,
+        "served_model": offer.model,
+        "max_model_len": offer.max_model_len,
+        "offers": {
+            "token_ids": offer.token_ids,
+            "prompt_logprobs": offer.prompt_logprobs,
+            "top_k": offer.top_k,
+            "tokenize": offer.tokenize,
+            "weight_routes": offer.weight_routes,
+        },
+        "trainer_spec": str(trainer.spec),
+        "checkpoint": trainer.spec.dir.name,
+        "checkpoint_hash": checkpoint_hash(trainer.spec.dir),
+        "trainer_dtype": trainer.spec.dtype,
+        "trainer_attn": trainer.spec.attn,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "machine": machine(),
+        "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
+        "suite": suite.name,
+        "suite_version": suite.version,
+        "suite_sha256": suite.content,
+        "timbench": __version__,
+        "timbench_git": git_revision(),
+        "timbench_code": code_hash(),
+    }
     ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return ident
 
@@ -92,8 +111,9 @@ def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, pro
     return HttpEngine(client, offer, trainer.vocab_size, max_len), trainer, spec
 
 
-def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_remote: bool = False,
-                  progress=None) -> dict:
+def run_http_gate(
+    engine_spec: str, trainer_spec: str, suite: Suite, out, allow_remote: bool = False, progress=None
+) -> dict:
     """Run the suite's probes that apply over HTTP; write gate.json, gate.md and gate.html to `out`; return the
     report."""
     from ..util.atomic import atomic_write
@@ -122,17 +142,37 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
             skipped = str(e)
         except Exception as e:  # noqa: BLE001 - the probe's error is its row; the other probes still run
             error = one_line(e)
-        rows.append({"model": name, "probe": probe, "passed": r.passed and error is None and skipped is None,
-                     "numbers": r.numbers, "thresholds": r.thresholds, "note": r.note, "error": error,
-                     "not_tested": skipped, "seconds": time.perf_counter() - t})
+        rows.append(
+            {
+                "model": name,
+                "probe": probe,
+                "passed": r.passed and error is None and skipped is None,
+                "numbers": r.numbers,
+                "thresholds": r.thresholds,
+                "note": r.note,
+                "error": error,
+                "not_tested": skipped,
+                "seconds": time.perf_counter() - t,
+            }
+        )
         if progress:
-            verdict = (f"not tested: {skipped}" if skipped else f"ERROR {error}" if error else
-                       f"{'pass' if r.passed else 'FAIL'} {r.numbers}" + (f" ({r.note})" if r.note else ""))
+            verdict = (
+                f"not tested: {skipped}"
+                if skipped
+                else f"ERROR {error}"
+                if error
+                else f"{'pass' if r.passed else 'FAIL'} {r.numbers}" + (f" ({r.note})" if r.note else "")
+            )
             progress(f"[gate {suite.name} v{suite.version} http] {name} {probe}: {verdict}")
     judged = [r for r in rows if not r["not_tested"]]
-    report = {"identity": identity(spec, engine.offer, trainer, suite), "passed": all(r["passed"] for r in judged),
-              "probes": rows, "errors": sum(r["error"] is not None for r in rows),
-              "not_tested": sum(bool(r["not_tested"]) for r in rows), "seconds": time.perf_counter() - t0}
+    report = {
+        "identity": identity(spec, engine.offer, trainer, suite),
+        "passed": all(r["passed"] for r in judged),
+        "probes": rows,
+        "errors": sum(r["error"] is not None for r in rows),
+        "not_tested": sum(bool(r["not_tested"]) for r in rows),
+        "seconds": time.perf_counter() - t0,
+    }
     report["placement"] = placement(report, committed_rows())
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,6 +187,7 @@ def run_http_gate(engine_spec: str, trainer_spec: str, suite: Suite, out, allow_
 def committed_rows() -> list:
     """The committed grids' risk rows, or none where this install has no results/ (a wheel, not a checkout)."""
     from ..studies.risk_data import gather
+
     try:
         return gather()
     except FileNotFoundError:

@@ -37,8 +37,10 @@ def load_row(path) -> dict:
             raise ValueError(f"{d / 'raw_reload.json'}: not JSON ({e.msg} at line {e.lineno})") from None
     freeze = d / "pip-freeze.txt"
     if freeze.is_file():
-        row["pins"] = {name.strip().lower(): v.strip() for name, v in
-                       (ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)}
+        row["pins"] = {
+            name.strip().lower(): v.strip()
+            for name, v in (ln.split("==", 1) for ln in freeze.read_text().splitlines() if "==" in ln)
+        }
     row["transformers"] = row["pins"].get("transformers")
     if (d / "error.txt").is_file():
         text = (d / "error.txt").read_text().strip()
@@ -50,8 +52,10 @@ def load_row(path) -> dict:
             raise ValueError(f"{d / 'gate.json'}: not a gate.json (missing {', '.join(missing)})")
         row["report"] = rep
     else:
-        raise ValueError(f"{d}: no gate.json or error.txt (a matrix row is a `timbench gate run --out DIR` or "
-                         "a release's error.txt from bench/gates/matrix.sh)")
+        raise ValueError(
+            f"{d}: no gate.json or error.txt (a matrix row is a `timbench gate run --out DIR` or "
+            "a release's error.txt from bench/gates/matrix.sh)"
+        )
     return row
 
 
@@ -60,8 +64,13 @@ def versions(row) -> tuple[str, str]:
     gate.json's identity; "-" where neither does (a release that could not even be installed)."""
     ident = (row["report"] or {}).get("identity", {})
     dist = next((k for k in row["pins"] if k == "vllm" or k.startswith("vllm-")), None)
-    package = f"{dist} {row['pins'][dist]}" if dist else \
-        f"{ident['engine_package']} {ident['engine_version']}" if ident else "-"
+    package = (
+        f"{dist} {row['pins'][dist]}"
+        if dist
+        else f"{ident['engine_package']} {ident['engine_version']}"
+        if ident
+        else "-"
+    )
     return package, row["pins"].get("torch") or ident.get("torch", "-")
 
 
@@ -84,8 +93,9 @@ def changes(prev: dict, cur: dict) -> list[str]:
         side = prev if prev["report"] is None else cur
         return [f"not comparable: {side['name']} has no gate run ({side['error']})"]
     a, b = prev["report"], cur["report"]
-    lines = [f"{k}: {a['identity'][k]} -> {b['identity'][k]}" for k in IDENTITY_KEYS
-             if a["identity"][k] != b["identity"][k]]
+    lines = [
+        f"{k}: {a['identity'][k]} -> {b['identity'][k]}" for k in IDENTITY_KEYS if a["identity"][k] != b["identity"][k]
+    ]
     if prev["transformers"] != cur["transformers"]:
         lines.append(f"transformers: {prev['transformers']} -> {cur['transformers']}")
     for bug in sorted(set(prev["raw_reload"] or {}) | set(cur["raw_reload"] or {})):
@@ -109,11 +119,20 @@ def changes(prev: dict, cur: dict) -> list[str]:
     code, found = check(a, b)
     regressions = sum(f["kind"] == "regression" for f in found)
     uncompared = sum(f["kind"] == "not compared" for f in found)  # improved / context findings leave the code alone
-    lines.append(f"`timbench gate check {prev['name']} {cur['name']}`: exit {code}"
-                 + ("" if code == 0 else " (incomparable)" if found[0]["kind"] == "incomparable" else
-                    " (" + "; ".join(f"{n} {what}" for n, what in
-                                     ((regressions, "regression(s)"), (uncompared, "erred, not compared"))
-                                     if n) + ")"))
+    lines.append(
+        f"`timbench gate check {prev['name']} {cur['name']}`: exit {code}"
+        + (
+            ""
+            if code == 0
+            else " (incomparable)"
+            if found[0]["kind"] == "incomparable"
+            else " ("
+            + "; ".join(
+                f"{n} {what}" for n, what in ((regressions, "regression(s)"), (uncompared, "erred, not compared")) if n
+            )
+            + ")"
+        )
+    )
     return lines
 
 
@@ -122,18 +141,34 @@ def build(dirs) -> tuple[dict, str]:
     rows = [load_row(d) for d in dirs]
     if not rows:
         raise ValueError("gate matrix: no release directories given")
-    keys = list(dict.fromkeys((r["model"], r["probe"]) for row in rows if row["report"] for r in row["report"]["probes"]))
+    keys = list(
+        dict.fromkeys((r["model"], r["probe"]) for row in rows if row["report"] for r in row["report"]["probes"])
+    )
     doc = {"releases": [], "changes": []}
     for row in rows:
         rep = row["report"]
         package, torch = versions(row)
-        doc["releases"].append({
-            "name": row["name"], "error": row["error"], "package": package, "torch": torch,
-            "transformers": row["transformers"], "raw_reload": row["raw_reload"], "verdict": verdict(row),
-            "identity": rep and rep["identity"], "passed": rep and rep["passed"], "seconds": rep and rep["seconds"],
-            "probes": rep and {f"{r['model']} {r['probe']}": {k: r.get(k) for k in ("passed", "numbers", "thresholds",
-                                                                                   "note", "error")}
-                               for r in rep["probes"]}})
+        doc["releases"].append(
+            {
+                "name": row["name"],
+                "error": row["error"],
+                "package": package,
+                "torch": torch,
+                "transformers": row["transformers"],
+                "raw_reload": row["raw_reload"],
+                "verdict": verdict(row),
+                "identity": rep and rep["identity"],
+                "passed": rep and rep["passed"],
+                "seconds": rep and rep["seconds"],
+                "probes": rep
+                and {
+                    f"{r['model']} {r['probe']}": {
+                        k: r.get(k) for k in ("passed", "numbers", "thresholds", "note", "error")
+                    }
+                    for r in rep["probes"]
+                },
+            }
+        )
     for prev, cur in zip(rows, rows[1:]):
         doc["changes"].append({"from": prev["name"], "to": cur["name"], "lines": changes(prev, cur)})
     return doc, render(rows, keys, doc["changes"])
@@ -141,34 +176,48 @@ def build(dirs) -> tuple[dict, str]:
 
 def render(rows, keys, moved) -> str:
     names = [r["name"] for r in rows]
-    lines = ["Release matrix (`timbench gate matrix`, made by `make gate-matrix`): each release's gate run, every "
-             "probe's verdict and numbers, and what changed between consecutive releases.", "",
-             "| release | package version | torch | transformers | suite | gate | wall s |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "Release matrix (`timbench gate matrix`, made by `make gate-matrix`): each release's gate run, every "
+        "probe's verdict and numbers, and what changed between consecutive releases.",
+        "",
+        "| release | package version | torch | transformers | suite | gate | wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         package, torch = versions(r)
         if r["report"] is None:
-            lines.append(f"| {r['name']} | {package} | {torch} | {r['transformers'] or '-'} | - | **ERROR**: "
-                         f"{r['error']} | - |")
+            lines.append(
+                f"| {r['name']} | {package} | {torch} | {r['transformers'] or '-'} | - | **ERROR**: {r['error']} | - |"
+            )
             continue
         i, word = r["report"]["identity"], verdict(r)
-        lines.append(f"| {r['name']} | {package} | {torch} | {r['transformers'] or '-'} | {i['suite']} "
-                     f"v{i['suite_version']} | {word if word == 'pass' else '**' + word + '**'} | "
-                     f"{r['report']['seconds']:.0f} |")
+        lines.append(
+            f"| {r['name']} | {package} | {torch} | {r['transformers'] or '-'} | {i['suite']} "
+            f"v{i['suite_version']} | {word if word == 'pass' else '**' + word + '**'} | "
+            f"{r['report']['seconds']:.0f} |"
+        )
     lines += ["", "| model | probe | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for model, probe in keys:
         cells = []
         for r in rows:
-            hit = next((p for p in (r["report"] or {}).get("probes", []) if (p["model"], p["probe"]) == (model, probe)),
-                       None)
+            hit = next(
+                (p for p in (r["report"] or {}).get("probes", []) if (p["model"], p["probe"]) == (model, probe)), None
+            )
             cells.append("ERROR" if r["report"] is None else "-" if hit is None else _cell(hit))
         lines.append(f"| {model} | {probe} | " + " | ".join(cells) + " |")
     bugs = list(dict.fromkeys(b for r in rows for b in (r["raw_reload"] or {})))
     if bugs:
-        lines += ["", "vLLM's own in-memory reload with timbench's workaround for that bug off "
-                  "(bench/gates/vllm_raw_reload.py; the gate's weight_sync runs with the workarounds on):", "",
-                  "| bug | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        lines += [f"| {b} | " + " | ".join(_raw(r, b, detail=True).replace("|", "\\|") for r in rows) + " |"
-                  for b in bugs]
+        lines += [
+            "",
+            "vLLM's own in-memory reload with timbench's workaround for that bug off "
+            "(bench/gates/vllm_raw_reload.py; the gate's weight_sync runs with the workarounds on):",
+            "",
+            "| bug | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        lines += [
+            f"| {b} | " + " | ".join(_raw(r, b, detail=True).replace("|", "\\|") for r in rows) + " |" for b in bugs
+        ]
     lines += ["", "Changes between consecutive releases:"]
     for m in moved:
         lines += ["", f"- **{m['from']} -> {m['to']}**"] + [f"  - {ln}" for ln in m["lines"]]
@@ -179,8 +228,11 @@ def _cell(r) -> str:
     """A probe's verdict, numbers and note (or its error) as one table cell (a `|` inside escaped)."""
     if r.get("error"):
         return f"**ERROR**: {r['error']}".replace("|", "\\|")
-    text = _verdict(r) + (f": {format_numbers(r['numbers'])}" if r["numbers"] else "") + (f" ({r['note']})" if r["note"]
-                                                                                          else "")
+    text = (
+        _verdict(r)
+        + (f": {format_numbers(r['numbers'])}" if r["numbers"] else "")
+        + (f" ({r['note']})" if r["note"] else "")
+    )
     return text.replace("|", "\\|")
 
 

@@ -33,11 +33,23 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
     from ..rl.loop import NonFiniteError, run
     from ..util.threads import set_threads
 
-    cfg = {"task": RL_TASK, "preset": preset, "algorithm": "grpo", "mode": p["mode"], "engine": str(spec),
-           "trainer": "kernels=exact,dtype=fp32", "seed": seed, "steps": p["steps"],
-           "prompts_per_step": p["prompts_per_step"], "group_size": p["group_size"], "lr": p["lr"],
-           "eval_every": p["steps"], "eval_n": p["eval_n"], "checkpoint_every": p["steps"],
-           "threads": 1}  # as RL runs are configured (measured, a 3-step run on 2 busy cores: 1 thread 44 s, 2 threads 292 s)
+    cfg = {
+        "task": RL_TASK,
+        "preset": preset,
+        "algorithm": "grpo",
+        "mode": p["mode"],
+        "engine": str(spec),
+        "trainer": "kernels=exact,dtype=fp32",
+        "seed": seed,
+        "steps": p["steps"],
+        "prompts_per_step": p["prompts_per_step"],
+        "group_size": p["group_size"],
+        "lr": p["lr"],
+        "eval_every": p["steps"],
+        "eval_n": p["eval_n"],
+        "checkpoint_every": p["steps"],
+        "threads": 1,
+    }  # as RL runs are configured (measured, a 3-step run on 2 busy cores: 1 thread 44 s, 2 threads 292 s)
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="timbench-gate-rl-") as d:
         try:
@@ -51,8 +63,12 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
         summary = json.loads((Path(d) / "summary.json").read_text())
     rewards = [r["critic/rewards/mean"] for r in rows]
     w = p["window"]
-    return {"start": math.fsum(rewards[:w]) / w, "final": math.fsum(rewards[-w:]) / w if len(rewards) >= w else 0.0,
-            "collapse": detect_collapse(rows, evals, summary), "eval_t1": [e["accuracy_t1"] for e in evals]}
+    return {
+        "start": math.fsum(rewards[:w]) / w,
+        "final": math.fsum(rewards[-w:]) / w if len(rewards) >= w else 0.0,
+        "collapse": detect_collapse(rows, evals, summary),
+        "eval_t1": [e["accuracy_t1"] for e in evals],
+    }
 
 
 def rl_outcome(make, model, p: dict, params, spec, runner=one_run):
@@ -63,18 +79,33 @@ def rl_outcome(make, model, p: dict, params, spec, runner=one_run):
 
     name, ref = p["model"], p["reference"]
     if name not in ref:
-        raise ValueError(f"gate suite: rl_outcome has no stored reference for model {name!r}; it has "
-                         f"{', '.join(ref) or 'none'} (run the probe on the exact engine and store its finals)")
+        raise ValueError(
+            f"gate suite: rl_outcome has no stored reference for model {name!r}; it has "
+            f"{', '.join(ref) or 'none'} (run the probe on the exact engine and store its finals)"
+        )
     runs = [runner(name, spec, params.seed + i, p) for i in range(p["seeds"])]
     finals, starts = [r["final"] for r in runs], [r["start"] for r in runs]
     cand, base, start = mean_interval(finals), mean_interval(ref[name]), mean_interval(starts)
     collapsed = [params.seed + i for i, r in enumerate(runs) if r["collapse"]["collapsed"]]
     gain = cand.mean - start.mean
-    numbers = {"seeds": [params.seed + i for i in range(len(runs))],
-               "start_reward": [round(x, 4) for x in starts], "final_reward": [round(x, 4) for x in finals],
-               "eval_t1_start_end": [[r["eval_t1"][0], r["eval_t1"][-1]] for r in runs],
-               "start_mean": start.mean, "final_mean": cand.mean, "final_lo": cand.lo, "final_hi": cand.hi,
-               "reference_mean": base.mean, "reference_lo": base.lo, "reference_hi": base.hi,
-               "gain": gain, "collapses": len(collapsed), "collapsed_seeds": collapsed}
-    return Probe(gain > 0 and not collapsed and cand.mean >= base.lo, numbers,
-                 {"min_gain": 0.0, "min_final_mean": base.lo, "collapses": 0})
+    numbers = {
+        "seeds": [params.seed + i for i in range(len(runs))],
+        "start_reward": [round(x, 4) for x in starts],
+        "final_reward": [round(x, 4) for x in finals],
+        "eval_t1_start_end": [[r["eval_t1"][0], r["eval_t1"][-1]] for r in runs],
+        "start_mean": start.mean,
+        "final_mean": cand.mean,
+        "final_lo": cand.lo,
+        "final_hi": cand.hi,
+        "reference_mean": base.mean,
+        "reference_lo": base.lo,
+        "reference_hi": base.hi,
+        "gain": gain,
+        "collapses": len(collapsed),
+        "collapsed_seeds": collapsed,
+    }
+    return Probe(
+        gain > 0 and not collapsed and cand.mean >= base.lo,
+        numbers,
+        {"min_gain": 0.0, "min_final_mean": base.lo, "collapses": 0},
+    )

@@ -14,8 +14,10 @@ from ..studies.risk import MODES, answer, units, validity
 from ..studies.risk_data import DOSE
 from ..studies.risk_input import _align_query
 
-SCALE = ("at CPU scale (models of {models} on {tasks}, {lo:.3g}-{hi:.3g} committed mean |delta|), with no committed "
-         "evidence that it transfers to larger models")
+SCALE = (
+    "at CPU scale (models of {models} on {tasks}, {lo:.3g}-{hi:.3g} committed mean |delta|), with no committed "
+    "evidence that it transfers to larger models"
+)
 """The caveat every placed sentence ends with (risk.validity's first caveat, filled in from the rows)."""
 
 
@@ -29,10 +31,12 @@ def _sentence(mode: str, s: dict, caveat: str) -> str:
     lost = "-" if o["accuracy_lost"] is None else f"{o['accuracy_lost']:.3f}"
     ci = o["accuracy_lost_ci"]
     ci = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci and ci[0] is not None else ""
-    return (f"{mode}: nearest committed setting {s['grid']} / {s['model']} / {s['condition']} ({s['kind']}; mean "
-            f"|delta| {s['stats'][DOSE]:.3g}, distance {s['distance']:.2f} log10) lost {lost}{ci} of the "
-            f"zero-mismatch accuracy and collapsed in {o['collapsed']}/{o['seeds']} seeds over {o['steps']} steps, "
-            f"{caveat}")
+    return (
+        f"{mode}: nearest committed setting {s['grid']} / {s['model']} / {s['condition']} ({s['kind']}; mean "
+        f"|delta| {s['stats'][DOSE]:.3g}, distance {s['distance']:.2f} log10) lost {lost}{ci} of the "
+        f"zero-mismatch accuracy and collapsed in {o['collapsed']}/{o['seeds']} seeds over {o['steps']} steps, "
+        f"{caveat}"
+    )
 
 
 def placement(report: dict, rows: list) -> list[dict]:
@@ -42,8 +46,12 @@ def placement(report: dict, rows: list) -> list[dict]:
     caveat = _caveat(validity(units(rows))) if rows else ""
     out = []
     for r in report.get("probes", []):
-        if r.get("probe") != "alignment" or not isinstance(r.get("numbers"), dict) or r.get("not_tested") or \
-                "mean_abs_diff" not in r["numbers"]:
+        if (
+            r.get("probe") != "alignment"
+            or not isinstance(r.get("numbers"), dict)
+            or r.get("not_tested")
+            or "mean_abs_diff" not in r["numbers"]
+        ):
             continue
         model = r.get("model")
         try:
@@ -52,8 +60,14 @@ def placement(report: dict, rows: list) -> list[dict]:
             out.append({"model": model, "query": {}, "placed": False, "lines": [f"not placed: {e}"]})
             continue
         if not rows:
-            out.append({"model": model, "query": q, "placed": False,
-                        "lines": ["not placed: no committed grid results here (a checkout's results/ directory)"]})
+            out.append(
+                {
+                    "model": model,
+                    "query": q,
+                    "placed": False,
+                    "lines": ["not placed: no committed grid results here (a checkout's results/ directory)"],
+                }
+            )
             continue
         try:
             ans = answer(q, rows, k=1)
@@ -61,8 +75,15 @@ def placement(report: dict, rows: list) -> list[dict]:
             out.append({"model": model, "query": q, "placed": False, "lines": [f"not placed: {e}"]})
             continue
         near = {m: {k: v for k, v in ss[0].items() if k != "remedies"} for m, ss in ans["nearest"].items() if ss}
-        out.append({"model": model, "query": q, "placed": True, "nearest": near,
-                    "lines": [_sentence(m, s, caveat) for m, s in near.items()]})
+        out.append(
+            {
+                "model": model,
+                "query": q,
+                "placed": True,
+                "nearest": near,
+                "lines": [_sentence(m, s, caveat) for m, s in near.items()],
+            }
+        )
     return out
 
 
@@ -70,9 +91,14 @@ def render_placement(found: list[dict]) -> str:
     """gate.md's section: per model, its mismatch and one sentence per rollout mode."""
     if not found:
         return ""
-    lines = ["", "## Where this mismatch sits among timbench's committed conditions", "",
-             f"Nearest committed setting per rollout mode ({'; '.join(f'{m}: {w}' for m, w in MODES.items())}); "
-             "`timbench risk --gate DIR` gives the full answer with remedies.", ""]
+    lines = [
+        "",
+        "## Where this mismatch sits among timbench's committed conditions",
+        "",
+        f"Nearest committed setting per rollout mode ({'; '.join(f'{m}: {w}' for m, w in MODES.items())}); "
+        "`timbench risk --gate DIR` gives the full answer with remedies.",
+        "",
+    ]
     for f in found:
         q = ", ".join(f"{k} {v:.3g}" for k, v in f["query"].items())
         lines.append(f"- {f['model']}" + (f" ({q})" if q else "") + ":")

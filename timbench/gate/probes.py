@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -31,8 +31,9 @@ class Probe:
 def _requests(seed: str, vocab: int, n: int, max_new: int, first_id: int = 0, lengths=None) -> list[Request]:
     rng = random.Random(seed)
     lengths = lengths or [rng.randint(1, 24) for _ in range(n)]
-    return [Request(tuple(rng.randrange(3, vocab) for _ in range(L)), max_new, first_id + i)
-            for i, L in enumerate(lengths)]
+    return [
+        Request(tuple(rng.randrange(3, vocab) for _ in range(L)), max_new, first_id + i) for i, L in enumerate(lengths)
+    ]
 
 
 def _diff(a, b) -> tuple[int, float]:
@@ -51,8 +52,9 @@ def determinism(make, model, p: dict, params: SamplingParams, spec) -> Probe:
     reqs = _requests("gate:det", model.config.vocab_size, p["requests"], p["max_new_tokens"])
     engine = make(model)
     tokens, worst = _diff(engine.generate(reqs, params), engine.generate(reqs, params))
-    return Probe(tokens == 0 and worst == 0.0, {"completions_differ": tokens, "max_abs_diff": worst},
-                 {"max_abs_diff": 0.0})
+    return Probe(
+        tokens == 0 and worst == 0.0, {"completions_differ": tokens, "max_abs_diff": worst}, {"max_abs_diff": 0.0}
+    )
 
 
 def batch_invariance(make, model, p: dict, params: SamplingParams, spec) -> Probe:
@@ -65,12 +67,15 @@ def batch_invariance(make, model, p: dict, params: SamplingParams, spec) -> Prob
     for bs in p["batch_sizes"]:
         for r in probes:
             fill = _requests(f"gate:bi:{bs}:{r.request_id}", vocab, bs - 1, p["max_new_tokens"], first_id=1000)
-            batch = fill[: (bs - 1) // 2] + [r] + fill[(bs - 1) // 2:]  # the request in the middle of the batch
+            batch = fill[: (bs - 1) // 2] + [r] + fill[(bs - 1) // 2 :]  # the request in the middle of the batch
             got = next(c for c in engine.generate(batch, params) if c.request_id == r.request_id)
             t, w = _diff([alone[r.request_id]], [got])
             differ, worst, cases = differ + t, max(worst, w), cases + 1
-    return Probe(differ == 0 and worst == 0.0, {"cases": cases, "completions_differ": differ, "max_abs_diff": worst},
-                 {"max_abs_diff": 0.0})
+    return Probe(
+        differ == 0 and worst == 0.0,
+        {"cases": cases, "completions_differ": differ, "max_abs_diff": worst},
+        {"max_abs_diff": 0.0},
+    )
 
 
 def prefill_vs_decode(make, model, p: dict, params: SamplingParams, spec) -> Probe:
@@ -97,8 +102,11 @@ def prefill_vs_decode(make, model, p: dict, params: SamplingParams, spec) -> Pro
     comps = engine.generate(reqs, params)
     scored = prefill([(c.prompt_ids, c.token_ids) for c in comps])
     worst = max(float((lp - c.logprobs.double()).abs().max()) for lp, c in zip(scored, comps))
-    return Probe(worst == 0.0, {"tokens": sum(len(c.token_ids) for c in comps), "max_abs_diff": worst,
-                                **extra}, {"max_abs_diff": 0.0})
+    return Probe(
+        worst == 0.0,
+        {"tokens": sum(len(c.token_ids) for c in comps), "max_abs_diff": worst, **extra},
+        {"max_abs_diff": 0.0},
+    )
 
 
 def claims_zero_mismatch(spec) -> bool:
@@ -106,6 +114,7 @@ def claims_zero_mismatch(spec) -> bool:
     import dataclasses
 
     from ..spec.keys import ZERO_MISMATCH
+
     return dataclasses.replace(spec, fault="none") == ZERO_MISMATCH
 
 
@@ -114,8 +123,14 @@ def alignment(make, model, p: dict, params: SamplingParams, spec) -> Probe:
     suite's bound (the field's CI gates: slime/vime's 0.1), and 0.0 exactly for an engine claiming zero mismatch."""
     from ..align import align
 
-    r = align(model, spec, "kernels=exact,dtype=fp32", seed=params.seed, temperature=params.temperature,
-              batches=tuple(p["batches"]))
+    r = align(
+        model,
+        spec,
+        "kernels=exact,dtype=fp32",
+        seed=params.seed,
+        temperature=params.temperature,
+        batches=tuple(p["batches"]),
+    )
     keys = ("mean_abs_diff", "max_abs_diff", "k3_kl", "frac_tokens_differ", "routing_agreement")
     numbers = {k: r[k] for k in keys if k in r}
     bound = 0.0 if claims_zero_mismatch(spec) else p["max_mean_abs_diff"]
@@ -146,8 +161,11 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
         numbers["tensors"], numbers["tensors_differ"] = len(own), len(stale)
     tokens, worst = _diff(engine.generate(reqs, params), make(trained).generate(reqs, params))
     numbers |= {"completions_differ": tokens, "max_abs_diff": worst}
-    return Probe(numbers.get("tensors_differ", 0) == 0 and tokens == 0 and worst == 0.0, numbers,
-                 {"tensors_differ": 0, "max_abs_diff": 0.0})
+    return Probe(
+        numbers.get("tensors_differ", 0) == 0 and tokens == 0 and worst == 0.0,
+        numbers,
+        {"tensors_differ": 0, "max_abs_diff": 0.0},
+    )
 
 
 def frequency_test(counts: dict[int, int], probs: dict[int, float], n: int, min_expected: float = 5.0) -> dict:
@@ -196,16 +214,27 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
         r = frequency_test({t: len(v) for t, v in seen.items()}, probs, n)
         chi2, dof, mass = chi2 + r["chi2"], dof + r["dof"], max(mass, r["prob_mass"])
     p_value = 0.0 if chi2 == math.inf else chi2_sf(chi2, dof)
-    numbers = {"draws": n * p["prompts"], "chi2": chi2, "dof": dof, "p_value": p_value,
-               "max_prob_mass": mass, "logprob_spread": spread}
+    numbers = {
+        "draws": n * p["prompts"],
+        "chi2": chi2,
+        "dof": dof,
+        "p_value": p_value,
+        "max_prob_mass": mass,
+        "logprob_spread": spread,
+    }
     return Probe(p_value >= p["alpha"], numbers, {"min_p_value": p["alpha"]})  # passes at p >= alpha
 
 
 from .outcome import rl_outcome  # noqa: E402 - it builds on Probe above
 
-PROBES: dict[str, Callable] = {"determinism": determinism, "batch_invariance": batch_invariance,
-                               "prefill_vs_decode": prefill_vs_decode, "alignment": alignment,
-                               "weight_sync": weight_sync, "sampling_semantics": sampling_semantics,
-                               "rl_outcome": rl_outcome}
+PROBES: dict[str, Callable] = {
+    "determinism": determinism,
+    "batch_invariance": batch_invariance,
+    "prefill_vs_decode": prefill_vs_decode,
+    "alignment": alignment,
+    "weight_sync": weight_sync,
+    "sampling_semantics": sampling_semantics,
+    "rl_outcome": rl_outcome,
+}
 """Every probe by name, in the order a suite runs them. A probe gets its suite parameters plus `model`, the
 suite model's name; a probe's `models:` list, when given, limits it to those of the suite's models."""

@@ -19,17 +19,35 @@ SHAPES: dict[str, ModelConfig] = {
     # Qwen3-0.6B's config.json: hidden 1024, MLP 3072, 16 query / 8 KV heads of 128, tied embeddings,
     # rope_theta 1e6; 1 of its 28 layers.
     "qwen3-0.6b-1layer": ModelConfig(
-        vocab_size=QWEN3_VOCAB, hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=512,
-        rope_theta=1_000_000.0, tie_word_embeddings=True),
+        vocab_size=QWEN3_VOCAB,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=1,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=512,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+    ),
     # Qwen3-30B-A3B's attention and MoE layer: hidden 2048, 32 query / 4 KV heads of 128, 128 experts of
     # width 768, top-8, normalised top-k; 1 of its 48 layers. Its untied 151,936-token embedding and head
     # (2 x 311M parameters) are left out: the dense shape covers the wide head, and this one stays within
     # a CPU's memory with the four copies weight_sync holds (model, trainer, synced and fresh engine).
     "qwen3-30b-a3b-1layer": ModelConfig(
-        model_type="qwen3_moe", hidden_size=2048, num_hidden_layers=1, num_attention_heads=32,
-        num_key_value_heads=4, head_dim=128, max_position_embeddings=512, rope_theta=1_000_000.0,
-        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True),
+        model_type="qwen3_moe",
+        hidden_size=2048,
+        num_hidden_layers=1,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        max_position_embeddings=512,
+        rope_theta=1_000_000.0,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        norm_topk_prob=True,
+    ),
 }
 """Production shapes by name (usable in a suite's `models:` beside the shipped warm starts)."""
 
@@ -39,6 +57,7 @@ SEED = 0
 
 def valid_models() -> list[str]:
     from ..warmstart.shipped import available_checkpoints
+
     shipped = [n.removeprefix("add-4d-v1-") for n in available_checkpoints() if n.startswith("add-4d-v1-")]
     return shipped + list(SHAPES)
 
@@ -47,6 +66,7 @@ def load_model(name: str):
     """A suite's model by name: a production shape built here, else the shipped add-4d-v1 warm start."""
     from ..model import Qwen3ForCausalLM, load_checkpoint
     from ..warmstart.shipped import default_checkpoint
+
     if name in SHAPES:
         return Qwen3ForCausalLM(SHAPES[name], seed=SEED)
     return load_checkpoint(default_checkpoint("add-4d-v1", name))

@@ -34,8 +34,10 @@ def content_hash(doc: dict) -> str:
     with, is not part of the test)."""
     import hashlib
     import json
-    return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k != "baseline"}, sort_keys=True,
-                                     default=str).encode()).hexdigest()
+
+    return hashlib.sha256(
+        json.dumps({k: v for k, v in doc.items() if k != "baseline"}, sort_keys=True, default=str).encode()
+    ).hexdigest()
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -45,29 +47,43 @@ def load_suite(name_or_path: str) -> Suite:
         path = SUITES_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []
-        raise ValueError(f"unknown gate suite {name_or_path!r}; valid: {', '.join(known) or 'none found'} "
-                         "(or a path to a suite .yaml)")
+        raise ValueError(
+            f"unknown gate suite {name_or_path!r}; valid: {', '.join(known) or 'none found'} "
+            "(or a path to a suite .yaml)"
+        )
     from ..util.readfile import read_yaml
+
     doc = read_yaml(path, "gate suite") or {}
     need = ("name", "version", "models", "probes")
     missing = [k for k in need if k not in doc]
     if missing:
         raise ValueError(f"gate suite {path}: missing key(s) {missing}; a suite has {', '.join(need)}")
     from .shapes import valid_models
+
     bad = sorted(set(doc["models"]) - set(valid_models())) if isinstance(doc["models"], list) else doc["models"]
     if bad:
-        raise ValueError(f"gate suite {path}: unknown model(s) {bad}; valid: {', '.join(valid_models())} "
-                         "(a shipped add-4d-v1 warm start or a production shape of timbench.gate.shapes)")
+        raise ValueError(
+            f"gate suite {path}: unknown model(s) {bad}; valid: {', '.join(valid_models())} "
+            "(a shipped add-4d-v1 warm start or a production shape of timbench.gate.shapes)"
+        )
     if not isinstance(doc["probes"], dict):
         raise ValueError(f"gate suite {path}: probes must be a mapping of probe name to its parameters")
     unknown = sorted(set(doc["probes"]) - set(PROBES))
     if unknown:
         raise ValueError(f"gate suite {path}: unknown probe(s) {unknown}; valid: {', '.join(PROBES)}")
     from .suite_values import check_values
+
     check_values(doc, f"gate suite {path}")
     baseline = doc.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise ValueError(f"gate suite {path}: baseline must be a path (a gate run's directory), got {baseline!r}")
-    return Suite(doc["name"], int(doc["version"]), tuple(doc["models"]), int(doc.get("seed", 0)),
-                 float(doc.get("temperature", 1.0)), dict(doc["probes"]), baseline and ROOT / baseline,
-                 content_hash(doc))
+    return Suite(
+        doc["name"],
+        int(doc["version"]),
+        tuple(doc["models"]),
+        int(doc.get("seed", 0)),
+        float(doc.get("temperature", 1.0)),
+        dict(doc["probes"]),
+        baseline and ROOT / baseline,
+        content_hash(doc),
+    )

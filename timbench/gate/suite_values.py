@@ -9,8 +9,19 @@ from __future__ import annotations
 
 import math
 
-COUNTS = ("requests", "max_new_tokens", "updates", "prompts", "samples", "seeds", "steps", "window",
-          "prompts_per_step", "group_size", "eval_n")
+COUNTS = (
+    "requests",
+    "max_new_tokens",
+    "updates",
+    "prompts",
+    "samples",
+    "seeds",
+    "steps",
+    "window",
+    "prompts_per_step",
+    "group_size",
+    "eval_n",
+)
 """Probe parameters that count work: an integer >= 1."""
 COUNT_LISTS = ("prompt_lengths", "batch_sizes", "batches")
 """Non-empty lists of integers >= 1."""

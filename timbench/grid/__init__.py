@@ -4,7 +4,9 @@ runners in `timbench.runners`."""
 
 from ..util.lazy import lazy_exports
 
-_EXPORTS = {".conditions": ["KINDS", "Condition", "load_conditions"],
-            ".spec": ["AXES", "Axes", "Cell", "GridSpec", "expand", "load_grid"]}
+_EXPORTS = {
+    ".conditions": ["KINDS", "Condition", "load_conditions"],
+    ".spec": ["AXES", "Axes", "Cell", "GridSpec", "expand", "load_grid"],
+}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [n for names in _EXPORTS.values() for n in names]

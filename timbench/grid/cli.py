@@ -18,25 +18,45 @@ import os
 def _cmd_plan(args) -> int:
     from .cost import cell_seconds, fmt_seconds, wall_seconds
     from .spec import expand, load_grid
+
     grid = load_grid(args.grid)
     cells = expand(grid)
     workers = args.workers or grid.workers or os.cpu_count() or 1
     costs = [cell_seconds(c.config) for c in cells]
-    rows = [{"id": c.id, "engine": c.condition.engine, "trainer": c.condition.trainer,
-             "steps": c.config["steps"], "reference": c.reference, "est_s": round(s, 1)}
-            for c, s in zip(cells, costs)]
+    rows = [
+        {
+            "id": c.id,
+            "engine": c.condition.engine,
+            "trainer": c.condition.trainer,
+            "steps": c.config["steps"],
+            "reference": c.reference,
+            "est_s": round(s, 1),
+        }
+        for c, s in zip(cells, costs)
+    ]
     total, wall = sum(costs), wall_seconds(costs, workers)
     if args.json:
-        print(json.dumps({"grid": grid.name, "cells": rows, "total_s": round(total, 1),
-                          "workers": workers, "wall_s": round(wall, 1)}, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "grid": grid.name,
+                    "cells": rows,
+                    "total_s": round(total, 1),
+                    "workers": workers,
+                    "wall_s": round(wall, 1),
+                },
+                sort_keys=True,
+            )
+        )
         return 0
     width = max(len(r["id"]) for r in rows)
     print(f"{'cell':<{width}}  {'engine':<26} {'trainer':<26} {'steps':>5} {'est':>8}")
     for r in rows:
-        print(f"{r['id']:<{width}}  {r['engine']:<26} {r['trainer']:<26} {r['steps']:>5} "
-              f"{fmt_seconds(r['est_s']):>8}")
-    print(f"grid {grid.name}: {len(rows)} cells, estimated {fmt_seconds(total)} of CPU time on 1 thread each, "
-          f"{fmt_seconds(wall)} wall with {workers} workers (cost model: timbench/grid/cost.py)")
+        print(f"{r['id']:<{width}}  {r['engine']:<26} {r['trainer']:<26} {r['steps']:>5} {fmt_seconds(r['est_s']):>8}")
+    print(
+        f"grid {grid.name}: {len(rows)} cells, estimated {fmt_seconds(total)} of CPU time on 1 thread each, "
+        f"{fmt_seconds(wall)} wall with {workers} workers (cost model: timbench/grid/cost.py)"
+    )
     return 0
 
 
@@ -64,9 +84,12 @@ def add_plan_parser(grid_sub) -> None:
 
 def _cmd_merge(args) -> int:
     from .merge import merge
+
     info = merge(args.sources, args.out)
-    print(f"grid merge: {info['cells']} cells ({info['done']} done, {info['copied']} run dirs copied), fingerprint "
-          f"{info['fingerprint']} -> {args.out}; report with `timbench grid report {args.out}`")
+    print(
+        f"grid merge: {info['cells']} cells ({info['done']} done, {info['copied']} run dirs copied), fingerprint "
+        f"{info['fingerprint']} -> {args.out}; report with `timbench grid report {args.out}`"
+    )
     return 0
 
 
@@ -87,5 +110,6 @@ def add_parser(sub):
     add_plan_parser(grid_sub)
     add_merge_parser(grid_sub)
     from .verify import add_verify_parser
+
     add_verify_parser(grid_sub)
     return grid_sub

@@ -17,12 +17,21 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from ..spec.keys import Spec, parse_spec
 from ..util.readfile import read_yaml
 
-KINDS = {"reference": "*", "precision": "s", "quant": "p", "kernels": "D", "tp": "^", "moe": "v", "noise": "o",
-         "vllm": "P", "accum": "X", "async": "h"}
+KINDS = {
+    "reference": "*",
+    "precision": "s",
+    "quant": "p",
+    "kernels": "D",
+    "tp": "^",
+    "moe": "v",
+    "noise": "o",
+    "vllm": "P",
+    "accum": "X",
+    "async": "h",
+}
 """Mismatch families, each with its matplotlib marker in the reports (one table: a new family is one entry);
 `reference` is the zero-mismatch baseline every other cell is compared with."""
 
@@ -78,8 +87,10 @@ def make_condition(name, entry, source: str = "conditions") -> Condition:
     # The reference is what every other cell is measured against: it must be zero mismatch by
     # construction (one kernel set that is batch-invariant, the same spec on both sides).
     if kind == "reference" and (engine != trainer or engine.kernels != "exact"):
-        raise ValueError(f"{where}: a reference condition needs identical engine and trainer specs "
-                         f"with kernels=exact (got engine {engine}, trainer {trainer})")
+        raise ValueError(
+            f"{where}: a reference condition needs identical engine and trainer specs "
+            f"with kernels=exact (got engine {engine}, trainer {trainer})"
+        )
     doc = " ".join(str(entry.get("doc") or "").split())
     return Condition(name, kind, entry["engine"].strip(), entry["trainer"].strip(), doc, engine, trainer)
 

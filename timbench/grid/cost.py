@@ -45,6 +45,7 @@ CELL_OVERHEAD_S = 2.0
 def mean_response_tokens(task: str) -> float:
     from ..tasks import get_task
     from ..tasks.registry import response_stats
+
     return response_stats(get_task(task))["mean_response_tokens"]
 
 
@@ -53,6 +54,7 @@ def model_factor(name: str) -> float:
     unmeasured dense preset its parameter count over tiny-dense's (an upper bound: small-dense measured 2.3x
     at 3.2x), a checkpoint outside the presets 1."""
     from ..model import PRESETS
+
     preset = PRESETS.get(name)
     if name in MODEL_FACTOR or preset is None:
         return MODEL_FACTOR.get(name, 1.0)
@@ -69,8 +71,11 @@ def cell_seconds(config: dict) -> float:
     eng = KERNEL_FACTOR.get(config["engine"].get("kernels"), 1.0)
     trn = KERNEL_FACTOR.get(config["trainer"].get("kernels"), 1.0)
     seqs = config["prompts_per_step"] * config["group_size"]
-    step = seqs * (per_seq["rollout"] * eng + per_seq["recompute"] * trn
-                   + per_seq["update"] * trn * config["epochs"]) * size
+    step = (
+        seqs
+        * (per_seq["rollout"] * eng + per_seq["recompute"] * trn + per_seq["update"] * trn * config["epochs"])
+        * size
+    )
     if config.get("replica", "none") != "none":  # timbench.replica: one more trainer recompute of the batch
         step += seqs * per_seq["recompute"] * trn * size
     if config.get("twin"):  # a zero-mismatch twin lane runs every step in lockstep

@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 
 from ..metrics import log_summary
+from ..remedies.identity import comparable_cell, comparable_config
 from ..util import manifest
 from ..util.atomic import atomic_write
 from ..util.dirlock import DirLock
 from ..util.readfile import read_json
-from ..remedies.identity import comparable_cell, comparable_config
 from .spec import Cell, GridSpec
 
 STATUSES = ("running", "done", "failed")
@@ -34,8 +34,12 @@ PENDING = "pending"
 
 
 def cells_document(grid: GridSpec, cells: list[Cell]) -> dict:
-    doc = {"grid": grid.name, "reference_condition": grid.reference, "collapse": dict(grid.collapse),
-           "cells": [c.to_dict() for c in cells]}
+    doc = {
+        "grid": grid.name,
+        "reference_condition": grid.reference,
+        "collapse": dict(grid.collapse),
+        "cells": [c.to_dict() for c in cells],
+    }
     if grid.endpoint is not None:  # the pre-registered endpoint, only when declared (older grids keep their bytes)
         doc["endpoint"] = grid.endpoint
     return doc
@@ -104,8 +108,10 @@ def prepare(out: str | Path, grid: GridSpec, cells: list[Cell]) -> Path:
         except json.JSONDecodeError:
             old = {}
         if not isinstance(old, dict) or _dumps(_comparable(old)) != _dumps(_comparable(doc)):
-            raise ValueError(f"{path} was written by a different grid ({_first_difference(old, doc)}); "
-                             "use another --out or delete that directory")
+            raise ValueError(
+                f"{path} was written by a different grid ({_first_difference(old, doc)}); "
+                "use another --out or delete that directory"
+            )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "grid.yaml", yaml.safe_dump(grid.to_dict(), sort_keys=False))
     text = _dumps(doc)
@@ -133,8 +139,10 @@ def check_cell_id(cell_id, where: str) -> str:
     """`cell_id` if it names one directory under runs/ (what grid.spec.cell_id makes), else a one-line ValueError:
     ids come from data (cells.json), so `../x`, `a/b` or an empty id must not reach a path."""
     if not isinstance(cell_id, str) or not _CELL_ID.fullmatch(cell_id) or cell_id in (".", ".."):
-        raise ValueError(f"{where}: cell id {cell_id!r} is not a directory name of [A-Za-z0-9_.@+-] "
-                         "(no path separators, not empty, not . or ..)")
+        raise ValueError(
+            f"{where}: cell id {cell_id!r} is not a directory name of [A-Za-z0-9_.@+-] "
+            "(no path separators, not empty, not . or ..)"
+        )
     return cell_id
 
 
@@ -161,8 +169,7 @@ def read_status(out: str | Path, cell_id: str) -> dict | None:
     return st
 
 
-def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float,
-                 attempts: int) -> dict:
+def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float, attempts: int) -> dict:
     if status not in STATUSES:
         raise ValueError(f"cell status {status!r} is invalid; valid: {', '.join(STATUSES)}")
     rec = {"status": status, "error": error, "wall_s": round(float(wall_s), 3), "attempts": int(attempts)}
@@ -184,8 +191,10 @@ def binding_problems(d: Path, cell: dict) -> list[str]:
         return []
     other = bound.get("id") if isinstance(bound, dict) else bound
     what = "cell id" if not isinstance(bound, dict) or bound.get("id") != want["id"] else "config"
-    return [f"{d / manifest.MANIFEST}: bound to cell {other!r} with another {what}, not to cell {want['id']!r} "
-            "(a run directory copied from another cell is not this cell's result)"]
+    return [
+        f"{d / manifest.MANIFEST}: bound to cell {other!r} with another {what}, not to cell {want['id']!r} "
+        "(a run directory copied from another cell is not this cell's result)"
+    ]
 
 
 def run_finished(out: str | Path, cell: dict) -> bool:
@@ -239,8 +248,10 @@ def done_problems(d: Path, cell: dict | None = None) -> list[str]:
         return bad
     lacking = [n for n in manifest.REQUIRED_RUN_FILES if n not in (manifest.read(d) or {})]
     if lacking:
-        return [f"{d / manifest.MANIFEST}: lists no {', '.join(lacking)} (a finished run's manifest covers "
-                f"{', '.join(manifest.REQUIRED_RUN_FILES)} at least)"]
+        return [
+            f"{d / manifest.MANIFEST}: lists no {', '.join(lacking)} (a finished run's manifest covers "
+            f"{', '.join(manifest.REQUIRED_RUN_FILES)} at least)"
+        ]
     try:
         status = json.loads((d / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
@@ -262,5 +273,3 @@ def reset_run(out: str | Path, cell_id: str) -> None:
 
 
 GridLock = DirLock  # the grid runner's name for the one output-directory lock
-
-

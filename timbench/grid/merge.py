@@ -27,9 +27,9 @@ import json
 import shutil
 from pathlib import Path
 
+from ..remedies.identity import comparable_cell
 from ..util import manifest
 from ..util.atomic import atomic_write
-from ..remedies.identity import comparable_cell
 from .layout import load_cells, read_status, run_dir
 
 AXIS_KEYS = ("task", "preset", "remedy", "remedy_args", "mode", "algorithm", "seed", "engine", "trainer")
@@ -56,8 +56,9 @@ def label_configs(doc: dict, where: str) -> dict:
         prev = by_label.setdefault(label, cfg)
         if cfg != prev:
             key = sorted(k for k in set(cfg) | set(prev) if cfg.get(k) != prev.get(k))[0]
-            raise ValueError(f"{where}: cell {c['id']} differs from the other {label!r} cells in config key "
-                             f"{key!r}; not one grid")
+            raise ValueError(
+                f"{where}: cell {c['id']} differs from the other {label!r} cells in config key {key!r}; not one grid"
+            )
     return by_label
 
 
@@ -80,8 +81,13 @@ def fingerprint(doc: dict, where: str = "grid") -> dict:
     for c in doc.get("cells", []):
         cond = c.get("condition") or {}
         conditions[cond.get("name")] = {k: cond.get(k) for k in ("kind", "engine", "trainer")}
-    fp = {"grid": doc.get("grid"), "reference_condition": doc.get("reference_condition"),
-          "collapse": doc.get("collapse") or {}, "config": shared_config(doc, where), "conditions": conditions}
+    fp = {
+        "grid": doc.get("grid"),
+        "reference_condition": doc.get("reference_condition"),
+        "collapse": doc.get("collapse") or {},
+        "config": shared_config(doc, where),
+        "conditions": conditions,
+    }
     if doc.get("endpoint") is not None:  # a declared endpoint only: grids without one keep their fingerprint
         fp["endpoint"] = doc["endpoint"]
     return fp
@@ -109,9 +115,14 @@ def fingerprint_difference(a: dict, b: dict) -> str | None:
 
 
 def _files(d: Path) -> list[str]:
-    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and p.name not in VOLATILE
-                  and not p.name.startswith(".")  # a run's .lock is not a result
-                  and RESUME_STATE not in p.relative_to(d).parts)
+    return sorted(
+        str(p.relative_to(d))
+        for p in d.rglob("*")
+        if p.is_file()
+        and p.name not in VOLATILE
+        and not p.name.startswith(".")  # a run's .lock is not a result
+        and RESUME_STATE not in p.relative_to(d).parts
+    )
 
 
 def runs_identical(a: Path, b: Path) -> str | None:
@@ -147,8 +158,10 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
                 have, new = comparable_cell(cells[cid]), comparable_cell(c)  # a plug-in's path aside: id has name@hash
                 for key in ("axes", "reference", "config"):
                     if have.get(key) != new.get(key):
-                        raise ValueError(f"cannot merge {src}: cell {cid} is declared differently in {key} "
-                                         f"than in {chosen[cid] or 'an earlier source'}")
+                        raise ValueError(
+                            f"cannot merge {src}: cell {cid} is declared differently in {key} "
+                            f"than in {chosen[cid] or 'an earlier source'}"
+                        )
             else:
                 cells[cid], chosen[cid] = c, None
             if not run_dir(src, cid).is_dir():
@@ -159,11 +172,17 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
             elif _status(prev, cid) == "done" and _status(src, cid) == "done":
                 diff = runs_identical(run_dir(prev, cid), run_dir(src, cid))
                 if diff:
-                    raise ValueError(f"cannot merge: cell {cid} finished in both {prev} and {src} with different "
-                                     f"results ({diff}); keep one of them")
+                    raise ValueError(
+                        f"cannot merge: cell {cid} finished in both {prev} and {src} with different "
+                        f"results ({diff}); keep one of them"
+                    )
     first = docs[0][1]
-    doc = {"grid": first["grid"], "reference_condition": first["reference_condition"],
-           "collapse": first.get("collapse") or {}, "cells": list(cells.values())}
+    doc = {
+        "grid": first["grid"],
+        "reference_condition": first["reference_condition"],
+        "collapse": first.get("collapse") or {},
+        "cells": list(cells.values()),
+    }
     if first.get("endpoint") is not None:
         doc["endpoint"] = first["endpoint"]
     label_configs(doc, "cannot merge: the merged cells")  # a remedy label with two configs across the sources
@@ -196,8 +215,11 @@ def merge(sources: list[str | Path], out: str | Path) -> dict:
         copied += 1
     out.mkdir(parents=True, exist_ok=True)
     fp = fingerprint(doc)
-    atomic_write(out / "merged.json", json.dumps({"fingerprint": fingerprint_hash(fp), "sources": [
-        str(s) for s in srcs]}, indent=1, sort_keys=True) + "\n")
+    atomic_write(
+        out / "merged.json",
+        json.dumps({"fingerprint": fingerprint_hash(fp), "sources": [str(s) for s in srcs]}, indent=1, sort_keys=True)
+        + "\n",
+    )
     atomic_write(out / "cells.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     manifest.update(out, ["cells.json"])
     done = sum(1 for cid in chosen if _status(out, cid) == "done")

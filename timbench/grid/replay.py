@@ -25,9 +25,13 @@ def _cpu_independent(cell: dict) -> bool:
 
 def _config_cpu_independent(cfg: dict) -> bool:
     eng, tr = cfg.get("engine") or {}, cfg.get("trainer") or {}
-    return (eng.get("kernels", "exact") == "exact" and tr.get("kernels", "exact") == "exact"
-            and eng.get("engine", "timbench") == "timbench" and eng.get("device", "cpu") == "cpu"
-            and tr.get("device", "cpu") == "cpu")
+    return (
+        eng.get("kernels", "exact") == "exact"
+        and tr.get("kernels", "exact") == "exact"
+        and eng.get("engine", "timbench") == "timbench"
+        and eng.get("device", "cpu") == "cpu"
+        and tr.get("device", "cpu") == "cpu"
+    )
 
 
 def replay_cell(cells: list[dict]) -> dict | None:
@@ -69,6 +73,7 @@ def replay(results: str | Path, cell: dict, steps: int = 1) -> list[str]:
     """Run the first `steps` steps of `cell` now and compare with the committed `results/runs/<id>/metrics.jsonl`;
     returns the differences (empty: the committed result reproduces at this code)."""
     from .layout import run_dir
+
     return _replay_config(cell["config"], run_dir(results, cell["id"]) / "metrics.jsonl", steps, f"cell {cell['id']}")
 
 
@@ -76,19 +81,23 @@ def replay_run(run: str | Path, steps: int = 1) -> list[str]:
     """The same for one run directory (`timbench train --out DIR`: its config.yaml and metrics.jsonl); a run whose
     arithmetic depends on the CPU (fast kernels, another engine) cannot be compared bit for bit: ValueError."""
     from ..util.readfile import read_yaml
+
     run = Path(run)
     cfg = read_yaml(run / "config.yaml", "run config")
     if not isinstance(cfg, dict):
         raise ValueError(f"{run / 'config.yaml'}: a run config is a mapping of keys to values")
     if not _config_cpu_independent(cfg):
-        raise ValueError(f"{run}: not exact kernels on timbench's CPU engine on both sides, so its values depend "
-                         "on the CPU and a replay cannot be compared bit for bit")
+        raise ValueError(
+            f"{run}: not exact kernels on timbench's CPU engine on both sides, so its values depend "
+            "on the CPU and a replay cannot be compared bit for bit"
+        )
     return _replay_config(cfg, run / "metrics.jsonl", steps, f"run {run}")
 
 
 def _replay_config(config: dict, metrics: Path, steps: int, what: str) -> list[str]:
     from ..rl.config import from_dict
     from ..rl.loop import run
+
     committed = _rows(metrics, steps)
     if not committed:
         return [f"{what} has no committed metrics to replay"]

@@ -29,7 +29,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from ..rl.config import RunConfig, from_dict
 from ..util.readfile import read_yaml
 from .conditions import Condition, load_conditions, parse_conditions
@@ -62,8 +61,16 @@ class Axes:
 
 AXES = tuple(f.name for f in dataclasses.fields(Axes))
 # RunConfig fields an axis sets; `base` may not set them too (one source of truth per value).
-_AXIS_OWNED = {"task": "task", "preset": "model", "remedy": "remedy", "mode": "mode",
-               "algorithm": "algorithm", "seed": "seed", "engine": "condition", "trainer": "condition"}
+_AXIS_OWNED = {
+    "task": "task",
+    "preset": "model",
+    "remedy": "remedy",
+    "mode": "mode",
+    "algorithm": "algorithm",
+    "seed": "seed",
+    "engine": "condition",
+    "trainer": "condition",
+}
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 
 
@@ -99,11 +106,19 @@ class GridSpec:
 
     def to_dict(self) -> dict:
         """The resolved spec: self-contained (conditions inline, no file), so it reloads to the same cells."""
-        d = {"name": self.name, "base": dict(self.base), "axes": dataclasses.asdict(self.axes),
-             "exclude": [dict(e) for e in self.exclude], "conditions_file": None,
-             "conditions": {n: {k: v for k, v in c.to_dict().items() if k != "name"}
-                            for n, c in self.conditions.items()},
-             "reference": self.reference, "collapse": dict(self.collapse), "workers": self.workers}
+        d = {
+            "name": self.name,
+            "base": dict(self.base),
+            "axes": dataclasses.asdict(self.axes),
+            "exclude": [dict(e) for e in self.exclude],
+            "conditions_file": None,
+            "conditions": {
+                n: {k: v for k, v in c.to_dict().items() if k != "name"} for n, c in self.conditions.items()
+            },
+            "reference": self.reference,
+            "collapse": dict(self.collapse),
+            "workers": self.workers,
+        }
         if self.remedy_variants:  # only when used, so grids without variants keep their fingerprint
             d["remedy_variants"] = {k: dict(v) for k, v in self.remedy_variants.items()}
         if self.endpoint is not None:  # likewise: only when declared
@@ -127,8 +142,13 @@ class Cell:
     """Full RunConfig dict for `timbench.rl.loop.run`."""
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "axes": dict(self.axes), "condition": self.condition.to_dict(),
-                "reference": self.reference, "config": self.config}
+        return {
+            "id": self.id,
+            "axes": dict(self.axes),
+            "condition": self.condition.to_dict(),
+            "reference": self.reference,
+            "config": self.config,
+        }
 
 
 _TOP = tuple(f.name for f in dataclasses.fields(GridSpec))
@@ -163,8 +183,9 @@ def _remedy_variants(raw, source: str) -> dict:
         if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", label):
             raise ValueError(f"{source}: remedy_variants label {label!r} must be a string of [A-Za-z0-9_.+-]")
         if not isinstance(v, dict) or not isinstance(v.get("remedy"), str) or not v["remedy"]:
-            raise ValueError(f"{where} must be a mapping with a 'remedy' name, e.g. {{remedy: tis_token, "
-                             "remedy_args: {C: 3.0}}")
+            raise ValueError(
+                f"{where} must be a mapping with a 'remedy' name, e.g. {{remedy: tis_token, remedy_args: {{C: 3.0}}}}"
+            )
         bad = sorted(set(map(str, v)) - set(allowed))
         if bad:
             owner = f"; {bad[0]!r} is owned by axis {_AXIS_OWNED[bad[0]]!r}" if bad[0] in _AXIS_OWNED else ""
@@ -202,11 +223,14 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
     base = dict(doc.get("base") or {})
     for k in base:
         if k in _AXIS_OWNED:
-            raise ValueError(f"{source}: base sets {k!r}, which axis {_AXIS_OWNED[k]!r} owns; "
-                             f"use axes.{_AXIS_OWNED[k]} instead")
+            raise ValueError(
+                f"{source}: base sets {k!r}, which axis {_AXIS_OWNED[k]!r} owns; use axes.{_AXIS_OWNED[k]} instead"
+            )
         if k not in _RUN_FIELDS:
-            raise ValueError(f"{source}: base: unknown config key {k!r}; valid: "
-                             + ", ".join(f for f in _RUN_FIELDS if f not in _AXIS_OWNED))
+            raise ValueError(
+                f"{source}: base: unknown config key {k!r}; valid: "
+                + ", ".join(f for f in _RUN_FIELDS if f not in _AXIS_OWNED)
+            )
     axes_raw = doc.get("axes") or {}
     bad = sorted(set(map(str, axes_raw)) - set(AXES))
     if bad:
@@ -221,8 +245,10 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
     reference = doc.get("reference", "baseline")
     if reference not in table or table[reference].kind != "reference":
         refs = [n for n, c in table.items() if c.kind == "reference"]
-        raise ValueError(f"{source}: reference {reference!r} is not a condition of kind reference; "
-                         f"valid: {', '.join(refs) or 'none in the table'}")
+        raise ValueError(
+            f"{source}: reference {reference!r} is not a condition of kind reference; "
+            f"valid: {', '.join(refs) or 'none in the table'}"
+        )
     for c in axes.condition:
         if c not in table:
             raise ValueError(f"{source}: axes.condition: unknown condition {c!r}; valid: {', '.join(table)}")
@@ -238,8 +264,9 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
                 raise ValueError(f"{source}: exclude[{i}]: unknown axis {k!r}; valid axes: {', '.join(AXES)}")
             for one in v if isinstance(v, list) else [v]:
                 if one not in getattr(axes, k):  # a typo here would silently exclude nothing
-                    raise ValueError(f"{source}: exclude[{i}]: {k}={one!r} is not a value of axes.{k} "
-                                     f"{getattr(axes, k)}")
+                    raise ValueError(
+                        f"{source}: exclude[{i}]: {k}={one!r} is not a value of axes.{k} {getattr(axes, k)}"
+                    )
     workers = doc.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"{source}: 'workers' must be an integer >= 1, got {workers!r}")
@@ -247,11 +274,21 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
     endpoint = doc.get("endpoint")
     if endpoint is not None:
         from ..report.endpoint import check_endpoint
+
         check_endpoint(endpoint, f"{source}: endpoint")
-    return GridSpec(name=name, base=base, axes=axes, exclude=[dict(e) for e in exclude],
-                    conditions_file=table_file, conditions=table, reference=reference,
-                    collapse=dict(doc.get("collapse") or {}), workers=workers, remedy_variants=variants,
-                    endpoint=endpoint)
+    return GridSpec(
+        name=name,
+        base=base,
+        axes=axes,
+        exclude=[dict(e) for e in exclude],
+        conditions_file=table_file,
+        conditions=table,
+        reference=reference,
+        collapse=dict(doc.get("collapse") or {}),
+        workers=workers,
+        remedy_variants=variants,
+        endpoint=endpoint,
+    )
 
 
 def load_grid(path: str | Path) -> GridSpec:
@@ -264,6 +301,7 @@ def file_plugins(grid: GridSpec) -> list[str]:
     """The plug-in remedy files (`path.py:Class`) a grid names, on its remedy axis or in its variants: code that
     `grid run` imports and runs with the caller's rights."""
     from ..remedies.identity import is_file_spec
+
     specs = list(grid.axes.remedy) + [v["remedy"] for v in grid.remedy_variants.values()]
     return sorted({s for s in specs if is_file_spec(s)})
 
@@ -284,6 +322,7 @@ def cell_id(axes: dict) -> str:
 def _remedy_label(spec: str, grid_name: str) -> str:
     """The remedy axis value cells, ids and reports show: remedies.identity.remedy_identity (one-line errors)."""
     from ..remedies.identity import remedy_identity
+
     try:
         return remedy_identity(spec)
     except (ValueError, FileNotFoundError) as e:
@@ -298,6 +337,7 @@ def _checkpoint_problem(cfg: RunConfig) -> str | None:
     """Plan-time check that the warm start exists (a missing one would fail every step of the run)."""
     from ..model import PRESETS
     from ..warmstart.shipped import default_checkpoint
+
     if cfg.preset not in PRESETS:
         return f"unknown model preset {cfg.preset!r}; valid: {', '.join(PRESETS)}"
     if cfg.model == "default":
@@ -324,14 +364,24 @@ def expand(grid: GridSpec) -> list[Cell]:
             axes["remedy"] = labels.setdefault(spec, _remedy_label(spec, grid.name))
         cid = cell_id(axes)
         if cid in seen:
-            raise ValueError(f"grid {grid.name}: cells {seen[cid]} and {axes} both get id {cid!r}; "
-                             "rename an axis value")
+            raise ValueError(
+                f"grid {grid.name}: cells {seen[cid]} and {axes} both get id {cid!r}; rename an axis value"
+            )
         seen[cid] = axes
         cond = grid.conditions[axes["condition"]]
         variant = grid.remedy_variants.get(spec, {"remedy": spec})
-        raw = {"threads": 1, **grid.base, **variant, "task": axes["task"], "preset": axes["model"],
-               "engine": cond.engine_spec, "trainer": cond.trainer_spec,
-               "mode": axes["mode"], "algorithm": axes["algorithm"], "seed": axes["seed"]}
+        raw = {
+            "threads": 1,
+            **grid.base,
+            **variant,
+            "task": axes["task"],
+            "preset": axes["model"],
+            "engine": cond.engine_spec,
+            "trainer": cond.trainer_spec,
+            "mode": axes["mode"],
+            "algorithm": axes["algorithm"],
+            "seed": axes["seed"],
+        }
         try:
             cfg = from_dict(raw, f"cell {cid}")
         except (ValueError, KeyError) as e:

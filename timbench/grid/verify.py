@@ -24,13 +24,15 @@ REPORT_FILES = ("leaderboard.md", "leaderboard.html", "summary.csv", "seeds.csv"
 
 
 def report_files(out: Path) -> list[str]:
-    return [n for n in REPORT_FILES if (out / n).is_file()] + \
-        sorted(p.relative_to(out).as_posix() for p in (out / "figures").glob("*.png"))
+    return [n for n in REPORT_FILES if (out / n).is_file()] + sorted(
+        p.relative_to(out).as_posix() for p in (out / "figures").glob("*.png")
+    )
 
 
 def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
     """(problems, stamped): one line per problem left; how many manifests `adopt` wrote."""
     from .layout import cell_binding, done_problems, load_cells, read_status, run_dir  # here: --help stays torch-free
+
     out = Path(out)
     cells = load_cells(out)["cells"]
     found, stamped = [], 0
@@ -88,6 +90,9 @@ def _cmd_verify(args) -> int:
 def add_verify_parser(grid_sub) -> None:
     p = grid_sub.add_parser("verify", help="check every done cell and the report against their integrity manifests")
     p.add_argument("dir", help="grid result directory (holding cells.json and runs/)")
-    p.add_argument("--adopt", action="store_true",
-                   help="stamp results made before manifests (finished runs and reports without one), once")
+    p.add_argument(
+        "--adopt",
+        action="store_true",
+        help="stamp results made before manifests (finished runs and reports without one), once",
+    )
     p.set_defaults(func=_cmd_verify)

@@ -36,8 +36,15 @@ class KernelSet(Protocol):
     def causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal GQA attention within each row: q[B,T,H,D], k/v[B,T,Hkv,D] -> [B,T,H,D]."""
 
-    def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         slots: torch.Tensor, lengths: torch.Tensor, splits: int = 1) -> torch.Tensor:
+    def decode_attention(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
+        lengths: torch.Tensor,
+        splits: int = 1,
+    ) -> torch.Tensor:
         """q[B,H,D] against keys 0..lengths[b]-1 of cache slot slots[b]; caches [S,Tmax,Hkv,D].
 
         splits > 1: split-KV (flash-decoding) over that many LSE-merged key chunks (`split_kv`).
@@ -46,8 +53,9 @@ class KernelSet(Protocol):
     def log_softmax(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 log-softmax over the last dim."""
 
-    def router_topk(self, logits: torch.Tensor, k: int, normalize: bool,
-                    experts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def router_topk(
+        self, logits: torch.Tensor, k: int, normalize: bool, experts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """MoE router: softmax over experts, top-k, optional renormalisation -> (weights[N,k] fp32, experts[N,k]).
 
         Given `experts` (routing replay), those are used instead of the top-k choice;

@@ -52,10 +52,13 @@ def decode_attention(q, k_cache, v_cache, slots, lengths, splits=1):
     if splits != 1:
         raise ValueError("the float64 reference has no split-KV decode (attn_splits must be 1 with dtype=fp64)")
     if k_cache.dtype != F64:
-        raise ValueError("dtype=fp64 decode needs a float64 KV cache (the engine's is fp32): "
-                         "use fp64 on the trainer side, as the reference")
-    return torch.from_numpy(nb64.attend(_np(q), _np(k_cache), _np(v_cache), slots.numpy(), lengths.numpy(),
-                                        1.0 / math.sqrt(q.shape[-1])))
+        raise ValueError(
+            "dtype=fp64 decode needs a float64 KV cache (the engine's is fp32): "
+            "use fp64 on the trainer side, as the reference"
+        )
+    return torch.from_numpy(
+        nb64.attend(_np(q), _np(k_cache), _np(v_cache), slots.numpy(), lengths.numpy(), 1.0 / math.sqrt(q.shape[-1]))
+    )
 
 
 def log_softmax(x):

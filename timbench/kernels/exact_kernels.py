@@ -22,10 +22,10 @@ import math
 import numpy as np
 import torch
 
+from ..spec.mma import MmaAccum
 from . import exact64, native
 from . import numba_grad as ng
 from . import numba_ops as nb
-from ..spec.mma import MmaAccum
 from .mma_accum import blocked_matmul
 from .split_kv import attend_split
 
@@ -131,6 +131,7 @@ class ExactKernels:
             dx = _back(native.matmul_fma(g, _np32(w)), xd).reshape(xs) if needs[0] else None
             dw = _back(native.matmul_tn(g, x2), wd) if needs[1] else None
             return dx, dw
+
         return _exact(fwd, bwd, x, w)
 
     def rmsnorm(self, x, w, eps):
@@ -147,6 +148,7 @@ class ExactKernels:
         def bwd(saved, grad, needs):
             dx, dw = ng.rmsnorm_bwd(*saved, _np32(grad.reshape(-1, d)), needs[0], needs[1])
             return (_back(dx, xd).reshape(xs) if needs[0] else None), (_back(dw, wd) if needs[1] else None)
+
         return _exact(fwd, bwd, x, w)
 
     def silu_mul(self, gate, up):
@@ -163,6 +165,7 @@ class ExactKernels:
         def bwd(saved, grad, needs):
             dg, du = ng.silu_mul_bwd(*saved, _np32(grad.reshape(-1, n)))
             return _back(dg, gd).reshape(gs), _back(du, ud).reshape(gs)
+
         return _exact(fwd, bwd, gate, up)
 
     def causal_attention(self, q, k, v):
@@ -183,6 +186,7 @@ class ExactKernels:
             q2, k2, v2, probs = saved
             dq, dk, dv = native.attend_causal_bwd(q2, k2, v2, _np32(grad), probs, scale)
             return _back(dq, q.dtype), _back(dk, k.dtype), _back(dv, v.dtype)
+
         return _exact(fwd, bwd, q, k, v)
 
     def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
@@ -203,6 +207,7 @@ class ExactKernels:
 
         def bwd(out, grad, needs):
             return (torch.from_numpy(ng.log_softmax_bwd(out, _np32(grad.reshape(-1, v)))).reshape(xs),)
+
         return _exact(fwd, bwd, x.float())
 
     def router_topk(self, logits, k, normalize, experts=None):
@@ -212,6 +217,7 @@ class ExactKernels:
 
         def bwd(p, grad, needs):
             return (torch.from_numpy(ng.softmax_bwd(p, _np32(grad))),)
+
         probs = exact64.router_probs(logits) if logits.dtype == exact64.F64 else _exact(fwd, bwd, logits.float())
         # Stable sort: ties go to the lower expert id, decided by values alone.
         if experts is None:

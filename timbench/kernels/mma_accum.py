@@ -21,13 +21,15 @@ def blocked_matmul(x: np.ndarray, wt: np.ndarray, accum: MmaAccum) -> np.ndarray
     if b is None:
         return native.matmul(x, wt)
     if b > k or k % b:
-        raise ValueError(f"mma_accum={accum}: the block width {b} must divide the matmul's K={k} (and not exceed "
-                         f"it); valid widths here: {', '.join(str(d) for d in range(1, k + 1) if k % d == 0)}")
+        raise ValueError(
+            f"mma_accum={accum}: the block width {b} must divide the matmul's K={k} (and not exceed "
+            f"it); valid widths here: {', '.join(str(d) for d in range(1, k + 1) if k % d == 0)}"
+        )
     if b == k and accum.mantissa is None:
         return native.matmul(x, wt)  # one block is one chain
     acc = None
     for s in range(0, k, b):
-        part = native.matmul(np.ascontiguousarray(x[:, s:s + b]), np.ascontiguousarray(wt[s:s + b]))
+        part = native.matmul(np.ascontiguousarray(x[:, s : s + b]), np.ascontiguousarray(wt[s : s + b]))
         acc = part if acc is None else acc + part  # ascending block order, one fp32 rounding per addition
         if accum.mantissa is not None:
             acc = _chop(acc, accum.mantissa)

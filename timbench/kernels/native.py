@@ -39,6 +39,7 @@ import numpy as np
 from . import numba_grad as ng
 from . import numba_ops as nb
 
+
 def no_hugepage_arrays() -> None:
     """Stop numpy from asking for transparent huge pages (madvise MADV_HUGEPAGE) on arrays of 4 MiB and more.
 
@@ -68,7 +69,8 @@ _PACK_ROWS = 2048
 
 def cache_dir() -> Path:
     root = os.environ.get("TIMBENCH_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "timbench")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "timbench"
+    )
     return Path(root) / "native"
 
 
@@ -85,8 +87,9 @@ def build(sources: tuple[Path, ...] = SOURCES) -> Path:
     os.close(fd)
     names = ", ".join(src.name for src in sources)
     try:
-        proc = subprocess.run(["gcc", *CFLAGS, *map(str, sources), "-o", tmp], capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            ["gcc", *CFLAGS, *map(str, sources), "-o", tmp], capture_output=True, text=True, timeout=300
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"gcc failed on {names}: {proc.stderr.strip().splitlines()[-1:]}")
         os.replace(tmp, out)
@@ -129,8 +132,10 @@ def pick_isa(want: str, host: int) -> int:
     if want not in ISAS:
         raise ValueError(f"TIMBENCH_NATIVE_ISA={want!r}; valid: auto, {', '.join(reversed(ISAS))}")
     if ISAS.index(want) > host:
-        raise ValueError(f"TIMBENCH_NATIVE_ISA={want!r}: this CPU lacks {ISA_NEEDS[want]}; it runs "
-                         f"{', '.join(reversed(ISAS[:host + 1]))}")
+        raise ValueError(
+            f"TIMBENCH_NATIVE_ISA={want!r}: this CPU lacks {ISA_NEEDS[want]}; it runs "
+            f"{', '.join(reversed(ISAS[: host + 1]))}"
+        )
     return ISAS.index(want)
 
 
@@ -147,8 +152,12 @@ def library() -> _Lib | None:
             try:
                 _lib = _Lib(build())
             except (RuntimeError, OSError) as e:
-                warnings.warn(f"timbench: native matmuls unavailable ({e}); using the numba kernels "
-                              "(the same bits, about half the speed)", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"timbench: native matmuls unavailable ({e}); using the numba kernels "
+                    "(the same bits, about half the speed)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 _lib = False
     return _lib or None
 
@@ -173,8 +182,23 @@ def _run(lib: _Lib, x, xr, xk, w, lw, m, kdim, n, fused: bool) -> np.ndarray:
     nr = lib.nr[lib.isa]  # the tile's columns: the packing scratch comes in panels of nr
     panels = -(-n // nr) if pack else (1 if n % nr else 0)
     pan = np.empty(max(panels * nr * kdim, 1), dtype=np.float32)
-    lib.mm(x.ctypes.data, xr, xk, w.ctypes.data, lw, out.ctypes.data, n, m, kdim, n, int(fused), lib.isa,
-           pan.ctypes.data, int(pack), numba.get_num_threads())
+    lib.mm(
+        x.ctypes.data,
+        xr,
+        xk,
+        w.ctypes.data,
+        lw,
+        out.ctypes.data,
+        n,
+        m,
+        kdim,
+        n,
+        int(fused),
+        lib.isa,
+        pan.ctypes.data,
+        int(pack),
+        numba.get_num_threads(),
+    )
     return out
 
 
@@ -225,8 +249,22 @@ def attend_causal(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, kee
         return out.reshape(b, t, h, d), (probs.reshape(b, t, h, t) if keep else None)
     out = np.empty((b, t, h, d), dtype=np.float32)
     probs = np.empty((b, t, h, t) if keep else (1,), dtype=np.float32)
-    lib.attn(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data, probs.ctypes.data, b, t, h, k.shape[2],
-             d, float(scale), int(keep), lib.isa, numba.get_num_threads())
+    lib.attn(
+        q.ctypes.data,
+        k.ctypes.data,
+        v.ctypes.data,
+        out.ctypes.data,
+        probs.ctypes.data,
+        b,
+        t,
+        h,
+        k.shape[2],
+        d,
+        float(scale),
+        int(keep),
+        lib.isa,
+        numba.get_num_threads(),
+    )
     return out, (probs if keep else None)
 
 
@@ -242,9 +280,25 @@ def attend_causal_bwd(q, k, v, dout, probs, scale: float):
     dk = np.empty((b, t, kv, d), dtype=np.float32)
     dv = np.empty((b, t, kv, d), dtype=np.float32)
     scratch = np.empty((b, t, h, t), dtype=np.float32)
-    lib.attn_bwd(q.ctypes.data, k.ctypes.data, v.ctypes.data, dout.ctypes.data, probs.ctypes.data,
-                 scratch.ctypes.data, dq.ctypes.data, dk.ctypes.data, dv.ctypes.data, b, t, h, kv, d, float(scale),
-                 lib.isa, numba.get_num_threads())
+    lib.attn_bwd(
+        q.ctypes.data,
+        k.ctypes.data,
+        v.ctypes.data,
+        dout.ctypes.data,
+        probs.ctypes.data,
+        scratch.ctypes.data,
+        dq.ctypes.data,
+        dk.ctypes.data,
+        dv.ctypes.data,
+        b,
+        t,
+        h,
+        kv,
+        d,
+        float(scale),
+        lib.isa,
+        numba.get_num_threads(),
+    )
     return dq, dk, dv
 
 

@@ -40,6 +40,7 @@ def fma32(typingctx, a, b, c):
         f32 = llvm_ir.FloatType()
         fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
         return builder.call(fn, args)
+
     return sig, codegen
 
 
@@ -195,8 +196,8 @@ def rmsnorm_bwd(x, w, r, dy, need_dx, need_dw):
             if j1 - j0 == _CHUNK:  # speed only: fixed-width row slices, which LLVM vectorises (2.4x)
                 for i in range(m):
                     ri = r[i]
-                    xi = x[i, j0:j0 + _CHUNK]
-                    di = dy[i, j0:j0 + _CHUNK]
+                    xi = x[i, j0 : j0 + _CHUNK]
+                    di = dy[i, j0 : j0 + _CHUNK]
                     for jj in range(_CHUNK):
                         acc[jj] += np.float64(di[jj]) * np.float64(xi[jj] * ri)
             else:

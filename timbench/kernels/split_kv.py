@@ -87,17 +87,17 @@ def split_decode_attention_torch(q, k_cache, v_cache, slots, lengths, splits: in
     k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     scores = torch.einsum("bhd,bthd->bht", q.float(), k.float()) / math.sqrt(d)
     t = torch.arange(t_max, device=lengths.device)
-    cs = (lengths + splits - 1) // splits                       # per-row chunk size
-    chunk = t[None, :] // cs[:, None]                            # [B, T] chunk id of each key
+    cs = (lengths + splits - 1) // splits  # per-row chunk size
+    chunk = t[None, :] // cs[:, None]  # [B, T] chunk id of each key
     valid = t[None, :] < lengths[:, None]
     parts, lses = [], []
     for c in range(splits):
-        m = (valid & (chunk == c))[:, None, :]                   # [B, 1, T]
+        m = (valid & (chunk == c))[:, None, :]  # [B, 1, T]
         s = scores.masked_fill(~m, float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)                         # [B, H]; -inf for an empty chunk
+        lse = torch.logsumexp(s, dim=-1)  # [B, H]; -inf for an empty chunk
         p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
         parts.append(torch.einsum("bht,bthd->bhd", p, v.float()))
         lses.append(lse)
-    lse = torch.stack(lses)                                      # [S, B, H]
+    lse = torch.stack(lses)  # [S, B, H]
     w = torch.softmax(lse, dim=0).nan_to_num(0.0)
     return (w[..., None] * torch.stack(parts)).sum(0).to(q.dtype)

@@ -51,5 +51,5 @@ def row_parallel_linear(kernels, x: torch.Tensor, w: torch.Tensor, tp: int, orde
     if k % tp:
         raise ValueError(f"tp={tp} does not divide the row-parallel input width {k}")
     s = k // tp
-    parts = [kernels.linear(x[..., r * s:(r + 1) * s], w[:, r * s:(r + 1) * s]) for r in range(tp)]
+    parts = [kernels.linear(x[..., r * s : (r + 1) * s], w[:, r * s : (r + 1) * s]) for r in range(tp)]
     return all_reduce(parts, order)

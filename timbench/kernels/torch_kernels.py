@@ -43,14 +43,16 @@ class TorchKernels:
 
     def causal_attention(self, q, k, v):
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            is_causal=True, enable_gqa=q.shape[2] != k.shape[2])
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=q.shape[2] != k.shape[2]
+        )
         return out.transpose(1, 2)
 
     def decode_attention(self, q, k_cache, v_cache, slots, lengths, splits=1):
         if q.dtype == torch.float64 and k_cache.dtype != torch.float64:  # would silently read fp32-rounded keys
-            raise ValueError("dtype=fp64 decode needs a float64 KV cache (the engine's is fp32): "
-                             "use fp64 on the trainer side, as the reference")
+            raise ValueError(
+                "dtype=fp64 decode needs a float64 KV cache (the engine's is fp32): "
+                "use fp64 on the trainer side, as the reference"
+            )
         if splits > 1:
             return split_decode_attention_torch(q, k_cache, v_cache, slots, lengths, splits)
         t_max = int(lengths.max())
@@ -58,8 +60,8 @@ class TorchKernels:
         v = v_cache[slots, :t_max].to(q.dtype).transpose(1, 2)
         mask = torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]
         out = F.scaled_dot_product_attention(
-            q[:, :, None, :], k, v, attn_mask=mask[:, None, None, :],
-            enable_gqa=q.shape[1] != k.shape[1])
+            q[:, :, None, :], k, v, attn_mask=mask[:, None, None, :], enable_gqa=q.shape[1] != k.shape[1]
+        )
         return out[:, :, 0, :]
 
     def log_softmax(self, x):

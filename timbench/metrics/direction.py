@@ -56,8 +56,10 @@ def quadrant_metrics(delta: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor)
     w = (a.abs() * d.abs())[keep]
     a, d = a[keep], d[keep]
     parts = {
-        "pos_adv_pos_delta": (a > 0) & (d > 0), "pos_adv_neg_delta": (a > 0) & (d < 0),
-        "neg_adv_pos_delta": (a < 0) & (d > 0), "neg_adv_neg_delta": (a < 0) & (d < 0),
+        "pos_adv_pos_delta": (a > 0) & (d > 0),
+        "pos_adv_neg_delta": (a > 0) & (d < 0),
+        "neg_adv_pos_delta": (a < 0) & (d > 0),
+        "neg_adv_neg_delta": (a < 0) & (d < 0),
     }
     mass = {q: float(fsum(w[m])) if bool(m.any()) else 0.0 for q, m in parts.items()}
     total = sum(mass[q] for q in QUADRANTS)  # four numbers in a fixed order
@@ -67,8 +69,13 @@ def quadrant_metrics(delta: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor)
     return out
 
 
-def tail_segment_concentration(delta: torch.Tensor, mask: torch.Tensor, segment: int = SEGMENT,
-                               quantile: float = TAIL_QUANTILE, worst: float = WORST_SEGMENTS) -> float:
+def tail_segment_concentration(
+    delta: torch.Tensor,
+    mask: torch.Tensor,
+    segment: int = SEGMENT,
+    quantile: float = TAIL_QUANTILE,
+    worst: float = WORST_SEGMENTS,
+) -> float:
     """Share of the |delta| tail inside the worst `worst` fraction of `segment`-token response segments."""
     if not (isinstance(segment, int) and segment >= 1):
         raise ValueError(f"segment must be an integer >= 1, got {segment!r}")
@@ -92,9 +99,11 @@ def tail_segment_concentration(delta: torch.Tensor, mask: torch.Tensor, segment:
     return int(top.sum()) / int(counts.sum())
 
 
-def direction_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor) -> dict[str, float]:
+def direction_metrics(
+    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
     """Every `tim/` direction metric of one step's batch (old_logprobs = pi_old, rollout_logprobs = mu)."""
     delta = old_logprobs.detach().double() - rollout_logprobs.detach().double()
     return quadrant_metrics(delta, advantages, mask) | {
-        "tim/tail_seg_concentration": tail_segment_concentration(delta, mask)}
+        "tim/tail_seg_concentration": tail_segment_concentration(delta, mask)
+    }

@@ -48,8 +48,9 @@ def topk_key(k: int) -> str:
     return f"tim/top{k}_consistency"
 
 
-def distribution_metrics(trainer_lp_all: torch.Tensor, engine_lp_all: torch.Tensor,
-                         mask: torch.Tensor | None = None, k: int = TOP_K) -> dict[str, float]:
+def distribution_metrics(
+    trainer_lp_all: torch.Tensor, engine_lp_all: torch.Tensor, mask: torch.Tensor | None = None, k: int = TOP_K
+) -> dict[str, float]:
     """Compare the trainer's (p) and the engine's (q) log-distributions [..., V] at the positions in `mask` [...].
 
     Both are log-probabilities over the same vocabulary (any float dtype; -inf is a zero probability).
@@ -78,17 +79,22 @@ def distribution_metrics(trainer_lp_all: torch.Tensor, engine_lp_all: torch.Tens
 def _rows(trainer_lp_all, engine_lp_all, mask, k):
     """The compared positions as float64 [M, V] each, and their shape; one-line errors for bad shapes or K."""
     if trainer_lp_all.shape != engine_lp_all.shape or trainer_lp_all.dim() < 1:
-        raise ValueError(f"distribution_metrics: trainer and engine distributions must have one shape [..., V], "
-                         f"got {tuple(trainer_lp_all.shape)} and {tuple(engine_lp_all.shape)}")
+        raise ValueError(
+            f"distribution_metrics: trainer and engine distributions must have one shape [..., V], "
+            f"got {tuple(trainer_lp_all.shape)} and {tuple(engine_lp_all.shape)}"
+        )
     vocab = trainer_lp_all.shape[-1]
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= vocab:
-        raise ValueError(f"distribution_metrics: k (the top-K set size) must be an integer in [1, V={vocab}], "
-                         f"got {k!r}")
+        raise ValueError(
+            f"distribution_metrics: k (the top-K set size) must be an integer in [1, V={vocab}], got {k!r}"
+        )
     lead = trainer_lp_all.shape[:-1]
     mask = torch.ones(lead, dtype=torch.bool) if mask is None else mask
     if mask.shape != lead:
-        raise ValueError(f"distribution_metrics: mask must have the distributions' leading shape {tuple(lead)}, "
-                         f"got {tuple(mask.shape)}")
+        raise ValueError(
+            f"distribution_metrics: mask must have the distributions' leading shape {tuple(lead)}, "
+            f"got {tuple(mask.shape)}"
+        )
     mask = mask.bool()
     p = trainer_lp_all.detach()[mask].double()
     q = engine_lp_all.detach()[mask].double()

@@ -21,9 +21,12 @@ def _aggregates(rows: list[dict], evals: list[dict]) -> dict:
     """{summary key: a thunk computing it from the logs}; the eval keys only with evals, the rest only with rows."""
     out = {"steps_done": lambda: len(rows)}
     if evals:
-        out.update(initial_accuracy_t1=lambda: evals[0][ACCURACY_T1], final_accuracy_t1=lambda: evals[-1][ACCURACY_T1],
-                   final_accuracy_greedy=lambda: evals[-1][ACCURACY_GREEDY],
-                   peak_accuracy_t1=lambda: max(e[ACCURACY_T1] for e in evals))
+        out.update(
+            initial_accuracy_t1=lambda: evals[0][ACCURACY_T1],
+            final_accuracy_t1=lambda: evals[-1][ACCURACY_T1],
+            final_accuracy_greedy=lambda: evals[-1][ACCURACY_GREEDY],
+            peak_accuracy_t1=lambda: max(e[ACCURACY_T1] for e in evals),
+        )
     if rows:
         for k in MEAN_KEYS:
             out[f"mean/{k}"] = lambda k=k: sum(r[k] for r in rows) / len(rows)
@@ -61,6 +64,8 @@ def differences(d: str | Path) -> list[str]:
         except (KeyError, TypeError, AttributeError, ZeroDivisionError):
             value = "nothing (the logs lack it)"
         if not _same(summary[k], value):
-            bad.append(f"{d / 'summary.json'}: {k} is {summary[k]!r} but the logs give {value!r} (summary.json "
-                       "does not match metrics.jsonl/eval.jsonl)")
+            bad.append(
+                f"{d / 'summary.json'}: {k} is {summary[k]!r} but the logs give {value!r} (summary.json "
+                "does not match metrics.jsonl/eval.jsonl)"
+            )
     return bad[:3] + ([f"{d / 'summary.json'}: +{len(bad) - 3} more keys differ from the logs"] if len(bad) > 3 else [])

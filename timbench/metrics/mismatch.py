@@ -28,8 +28,12 @@ ABS_DELTA_BINS: tuple[tuple[float, float], ...] = (
 )
 
 
-def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor | None = None,
-                     taus: tuple[float, ...] = (1.5, 2.0, 5.0)) -> dict[str, float]:
+def mismatch_metrics(
+    old_logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    taus: tuple[float, ...] = (1.5, 2.0, 5.0),
+) -> dict[str, float]:
     """All per-token and per-sequence mismatch statistics for a [B, T] (or flat) batch.
 
     old_logprobs: the trainer's logprobs of the sampled tokens (pi_old); rollout_logprobs: the engine's (mu).
@@ -56,7 +60,7 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
         "rollout_corr/kl": float(masked_mean(k1(delta), mask)),
         # Unclamped, as verl logs it: the +-20 clamp guards weights, not a divergence estimate.
         K3_KL: float(masked_mean(k3(delta), mask)),
-        "rollout_corr/chi2_token": float(masked_mean(rho ** 2, mask) - 1) if n_tok else 0.0,
+        "rollout_corr/chi2_token": float(masked_mean(rho**2, mask) - 1) if n_tok else 0.0,
         "rollout_corr/chi2_seq": float(fmean(fexp(log_rho_seq[seq_rows] * 2)) - 1) if seq_rows.any() else 0.0,
         "rollout_corr/log_ppl_diff": float(fmean(log_ppl_diff)) if len(log_ppl_diff) else 0.0,
         "rollout_corr/log_ppl_abs_diff": float(fmean(log_ppl_diff.abs())) if len(log_ppl_diff) else 0.0,
@@ -75,8 +79,9 @@ def mismatch_metrics(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
     return out
 
 
-def abs_delta_histogram(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
-                        mask: torch.Tensor | None = None) -> list[int]:
+def abs_delta_histogram(
+    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor | None = None
+) -> list[int]:
     """Counts of |log pi - log mu| over unmasked tokens in the fixed bins of `ABS_DELTA_BINS`.
 
     Returns len(ABS_DELTA_BINS) == 12 integers summing to the number of unmasked tokens. Computed
@@ -86,12 +91,15 @@ def abs_delta_histogram(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tens
     delta = old_logprobs.detach().double() - rollout_logprobs.detach().double()
     if mask is not None:
         if mask.shape != delta.shape:
-            raise ValueError(f"abs_delta_histogram: mask shape {tuple(mask.shape)} != logprob shape "
-                             f"{tuple(delta.shape)}")
+            raise ValueError(
+                f"abs_delta_histogram: mask shape {tuple(mask.shape)} != logprob shape {tuple(delta.shape)}"
+            )
         delta = delta[mask.bool()]
     abs_delta = delta.abs().flatten()
     if torch.isnan(abs_delta).any():
-        raise ValueError("abs_delta_histogram: NaN in old_logprobs - rollout_logprobs (a NaN logprob, or -inf on both sides)")
+        raise ValueError(
+            "abs_delta_histogram: NaN in old_logprobs - rollout_logprobs (a NaN logprob, or -inf on both sides)"
+        )
     counts = [int((abs_delta == 0).sum())]
     nonzero = abs_delta[abs_delta != 0]
     edges = torch.tensor(ABS_DELTA_EDGES, dtype=torch.float64)

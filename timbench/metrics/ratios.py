@@ -106,5 +106,20 @@ def per_token(seq_values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return seq_values[:, None].expand_as(like)
 
 
-__all__ = ["LOG_RATIO_BOUND", "delta", "k1", "k2", "k3", "log_ratio", "log_rho", "masked_mean", "masked_sum", "per_token",
-           "select", "seq_log_ratio", "seq_max", "seq_mean", "seq_sum"]
+__all__ = [
+    "LOG_RATIO_BOUND",
+    "delta",
+    "k1",
+    "k2",
+    "k3",
+    "log_ratio",
+    "log_rho",
+    "masked_mean",
+    "masked_sum",
+    "per_token",
+    "select",
+    "seq_log_ratio",
+    "seq_max",
+    "seq_mean",
+    "seq_sum",
+]

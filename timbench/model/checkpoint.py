@@ -15,9 +15,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..tokenizer import CharTokenizer
 from ..util.atomic import atomic_path
 from ..util.readfile import read_json
-from ..tokenizer import CharTokenizer
 from .config import PRESETS, ModelConfig, preset
 from .qwen3 import Qwen3ForCausalLM
 
@@ -36,7 +36,9 @@ def save_checkpoint(model: Qwen3ForCausalLM, directory: str | os.PathLike, card:
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     _atomic(d / "model.safetensors", lambda p: save_file(state, p, metadata={"format": "pt"}))
-    _atomic(d / "config.json", lambda p: Path(p).write_text(json.dumps(cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n"))
+    _atomic(
+        d / "config.json", lambda p: Path(p).write_text(json.dumps(cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+    )
     gen = {"bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id}
     _atomic(d / "generation_config.json", lambda p: Path(p).write_text(json.dumps(gen, indent=2) + "\n"))
     CharTokenizer().save(d)
@@ -65,8 +67,10 @@ def load_checkpoint(directory: str | os.PathLike) -> Qwen3ForCausalLM:
     try:
         state = load_file(str(weights))
     except SafetensorError as e:  # truncated or overwritten: the header no longer describes the file
-        raise ValueError(f"{weights}: not a readable safetensors file ({e}); the file is truncated or corrupt, "
-                         "copy or write the checkpoint again") from None
+        raise ValueError(
+            f"{weights}: not a readable safetensors file ({e}); the file is truncated or corrupt, "
+            "copy or write the checkpoint again"
+        ) from None
     model = Qwen3ForCausalLM(cfg)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
@@ -96,12 +100,14 @@ def load_model(name_or_path: str, seed: int = 0) -> Qwen3ForCausalLM:
     if Path(name_or_path).exists():
         return load_checkpoint(name_or_path)
     from ..warmstart.shipped import available_checkpoints, shipped_checkpoint
+
     if name_or_path in available_checkpoints():
         return load_checkpoint(shipped_checkpoint(name_or_path))
     try:
         return Qwen3ForCausalLM(preset(name_or_path), seed=seed)
     except ValueError:
-        raise ValueError(f"model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}), a shipped "
-                         f"checkpoint ({', '.join(available_checkpoints())}) nor an existing checkpoint "
-                         "directory") from None
-
+        raise ValueError(
+            f"model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}), a shipped "
+            f"checkpoint ({', '.join(available_checkpoints())}) nor an existing checkpoint "
+            "directory"
+        ) from None

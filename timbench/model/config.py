@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.coerce import field_kind
 from ..tokenizer import CharTokenizer
+from ..util.coerce import field_kind
 
 _TOK = CharTokenizer()
 
@@ -58,17 +58,21 @@ class ModelConfig:
         # A hand-edited config.json could carry "hidden_size": "x"; say which key, not a torch TypeError later.
         for f in dataclasses.fields(self):
             v, kind = getattr(self, f.name), field_kind(f)
-            ok = {"int": lambda: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-                  "float": lambda: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
-                  "bool": lambda: isinstance(v, bool)}.get(kind, lambda: True)()
+            ok = {
+                "int": lambda: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                "float": lambda: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+                "bool": lambda: isinstance(v, bool),
+            }.get(kind, lambda: True)()
             if not ok:
                 valid = {"int": "an integer >= 0", "float": "a finite number > 0", "bool": "true or false"}[kind]
                 raise ValueError(f"{f.name}={v!r} is not valid; expected {valid}")
         if self.model_type not in ("qwen3", "qwen3_moe"):
             raise ValueError(f"model_type {self.model_type!r} is not supported; valid: qwen3, qwen3_moe")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"num_key_value_heads={self.num_key_value_heads} must divide "
-                             f"num_attention_heads={self.num_attention_heads}")
+            raise ValueError(
+                f"num_key_value_heads={self.num_key_value_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
         if self.is_moe and not (0 < self.num_experts_per_tok <= self.num_experts and self.moe_intermediate_size > 0):
             raise ValueError("qwen3_moe needs 0 < num_experts_per_tok <= num_experts and moe_intermediate_size > 0")
 
@@ -84,13 +88,19 @@ class ModelConfig:
                 d.pop(k)
         d.update(
             architectures=["Qwen3MoeForCausalLM" if self.is_moe else "Qwen3ForCausalLM"],
-            hidden_act="silu", attention_bias=False, attention_dropout=0.0, use_cache=True,
-            torch_dtype="float32", initializer_range=0.02, use_sliding_window=False, sliding_window=None,
-            max_window_layers=self.num_hidden_layers, rope_scaling=None,
+            hidden_act="silu",
+            attention_bias=False,
+            attention_dropout=0.0,
+            use_cache=True,
+            torch_dtype="float32",
+            initializer_range=0.02,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=self.num_hidden_layers,
+            rope_scaling=None,
         )
         if self.is_moe:
-            d.update(decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False,
-                     router_aux_loss_coef=0.001)
+            d.update(decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False, router_aux_loss_coef=0.001)
         return d
 
     @classmethod
@@ -119,8 +129,11 @@ class ModelConfig:
     def num_parameters(self) -> int:
         d, hd = self.hidden_size, self.head_dim
         attn = d * hd * (2 * self.num_attention_heads + 2 * self.num_key_value_heads) + 2 * hd
-        mlp = (self.num_experts * 3 * d * self.moe_intermediate_size + self.num_experts * d
-               if self.is_moe else 3 * d * self.intermediate_size)
+        mlp = (
+            self.num_experts * 3 * d * self.moe_intermediate_size + self.num_experts * d
+            if self.is_moe
+            else 3 * d * self.intermediate_size
+        )
         emb = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
         return emb + d + self.num_hidden_layers * (attn + mlp + 2 * d)
 
@@ -141,8 +154,9 @@ PRESETS: dict[str, ModelConfig] = {
     # multiples of the 16/32-element NVFP4/MX blocks; the 128-element int4 groups tile 384 but leave a
     # 64-element last group along 192 (padded by replication, quant/rules.py; vLLM's Marlin would want
     # K % 128 == 0, so int4 on this preset is an approximation; the 4-bit verdicts here use nvfp4).
-    "small-dense": ModelConfig(hidden_size=192, intermediate_size=384, num_hidden_layers=6,
-                               num_attention_heads=6, num_key_value_heads=2),
+    "small-dense": ModelConfig(
+        hidden_size=192, intermediate_size=384, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2
+    ),
 }
 
 

@@ -43,16 +43,16 @@ def calibration_set(task, n: int = CALIBRATION_N, seed: int = CALIBRATION_SEED, 
     ones the policy takes on the task's own text.
     """
     from ..warmstart.run import sft_batch
+
     if n < 1:
         raise ValueError(f"calibration set size must be >= 1, got {n}")
     seqs = sft_batch(task.train_batch(seed, 0, n))
-    return [seqs[i:i + batch] for i in range(0, len(seqs), batch)]
+    return [seqs[i : i + batch] for i in range(0, len(seqs), batch)]
 
 
 def _check_moe(cfg: ModelConfig) -> None:
     if not cfg.is_moe:
-        raise ValueError(f"expert pruning needs a qwen3_moe model; this one is {cfg.model_type!r} (dense, "
-                         "no experts)")
+        raise ValueError(f"expert pruning needs a qwen3_moe model; this one is {cfg.model_type!r} (dense, no experts)")
 
 
 def expert_frequencies(model: Qwen3ForCausalLM, batches, compute: Compute | None = None) -> torch.Tensor:
@@ -63,6 +63,7 @@ def expert_frequencies(model: Qwen3ForCausalLM, batches, compute: Compute | None
     """
     from ..spec.keys import parse_spec
     from ..trainer.forward import pack
+
     cfg = model.config
     _check_moe(cfg)
     c = compute or Compute.from_spec(parse_spec(CALIBRATION_SPEC, "calibration spec", side="trainer"))
@@ -73,8 +74,7 @@ def expert_frequencies(model: Qwen3ForCausalLM, batches, compute: Compute | None
             _, routing = model(ids, c)  # [B, T, layers, k]
             valid = torch.arange(ids.shape[1])[None, :] < (p_len + r_len)[:, None]
             for layer in range(cfg.num_hidden_layers):
-                counts[layer] += torch.bincount(routing[..., layer, :][valid].reshape(-1),
-                                                minlength=cfg.num_experts)
+                counts[layer] += torch.bincount(routing[..., layer, :][valid].reshape(-1), minlength=cfg.num_experts)
     return counts
 
 
@@ -91,8 +91,7 @@ def check_keep(cfg: ModelConfig, keep) -> int:
     """`keep` as an int if 1 <= keep <= num_experts of an MoE config, else a one-line ValueError."""
     _check_moe(cfg)
     if isinstance(keep, bool) or not isinstance(keep, int) or not 1 <= keep <= cfg.num_experts:
-        raise ValueError(f"keep={keep!r} is not valid; expected an integer from 1 to num_experts="
-                         f"{cfg.num_experts}")
+        raise ValueError(f"keep={keep!r} is not valid; expected an integer from 1 to num_experts={cfg.num_experts}")
     return keep
 
 
@@ -104,8 +103,10 @@ def prune_experts(model: Qwen3ForCausalLM, keep: int, frequencies: torch.Tensor)
     cfg = model.config
     keep = check_keep(cfg, keep)
     if tuple(frequencies.shape) != (cfg.num_hidden_layers, cfg.num_experts):
-        raise ValueError(f"frequencies have shape {tuple(frequencies.shape)}; this model needs "
-                         f"({cfg.num_hidden_layers}, {cfg.num_experts}) (layers, experts)")
+        raise ValueError(
+            f"frequencies have shape {tuple(frequencies.shape)}; this model needs "
+            f"({cfg.num_hidden_layers}, {cfg.num_experts}) (layers, experts)"
+        )
     kept = kept_experts(frequencies, keep)
     new_cfg = dataclasses.replace(cfg, num_experts=keep, num_experts_per_tok=min(cfg.num_experts_per_tok, keep))
     pruned = Qwen3ForCausalLM(new_cfg)

@@ -10,8 +10,8 @@ bf16 weights see the same bits.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -22,8 +22,8 @@ from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
 from ..quant import QuantCache
 from ..quant.aligned import RolloutCodes
-from . import quantized as Q
 from ..spec.keys import ZERO_MISMATCH, Spec
+from . import quantized as Q
 from .config import ModelConfig
 
 
@@ -210,8 +210,7 @@ class Qwen3ForCausalLM(nn.Module):
             replay = replay.reshape(-1, replay.shape[-1])
         weights, experts = kn.router_topk(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
         weights = weights.to(c.dtype)
-        per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype,
-                               device=flat.device)
+        per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype, device=flat.device)
         for e in torch.unique(experts).tolist():
             tok, rank = torch.nonzero(experts == e, as_tuple=True)
             y = self._mlp(flat[tok], moe.experts[e], c)
@@ -270,9 +269,14 @@ class Qwen3ForCausalLM(nn.Module):
         return c.kernels.linear(h.to(ld), self.lm_head_weight.to(c.dtype).to(ld))  # via dtype: see _moe
 
     # --- entry points -----------------------------------------------------------------------
-    def forward(self, ids: torch.Tensor, c: Compute, replay: torch.Tensor | None = None,
-                on_kv: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
-                hiddens: list | None = None):
+    def forward(
+        self,
+        ids: torch.Tensor,
+        c: Compute,
+        replay: torch.Tensor | None = None,
+        on_kv: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+        hiddens: list | None = None,
+    ):
         """Full causal forward (the trainer's, and the engine's prefill) over right-padded rows ids[B, T].
 
         Returns (logits[B,T,V], routing). `on_kv(layer, k, v)` lets the engine copy prefill keys/values
@@ -280,8 +284,9 @@ class Qwen3ForCausalLM(nn.Module):
         live. `hiddens` (a list) receives each layer's residual stream and the final-normed state.
         """
         if ids.shape[1] > self.config.max_position_embeddings:
-            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_position_embeddings="
-                             f"{self.config.max_position_embeddings}")
+            raise ValueError(
+                f"sequence length {ids.shape[1]} exceeds max_position_embeddings={self.config.max_position_embeddings}"
+            )
         pos = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
 
         def attend(i, q, k, v):
@@ -292,8 +297,16 @@ class Qwen3ForCausalLM(nn.Module):
         h, routing = self._blocks(ids, pos, attend, c, replay, hiddens)
         return self.logits(h, c), routing
 
-    def decode(self, ids: torch.Tensor, pos: torch.Tensor, c: Compute, k_cache: list, v_cache: list,
-               slots: torch.Tensor, hiddens: list | None = None):
+    def decode(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        c: Compute,
+        k_cache: list,
+        v_cache: list,
+        slots: torch.Tensor,
+        hiddens: list | None = None,
+    ):
         """One token per sequence: ids[B] at positions pos[B], attending to its cache slot.
 
         Writes the token's keys/values into k_cache[layer][slots, pos] (any float dtype: values are

@@ -6,14 +6,36 @@ schemes: the registries WEIGHT_QUANT, ACT_QUANT, KV_CACHE and quantize_weight/ac
 ste:     fake_quant (straight-through gradient) and QuantCache.
 """
 
-from timbench.quant.formats import (FORMATS, FloatFormat, QuantError, e8m0_floor, round_to_format,
-                                    round_to_int)
-from timbench.quant.schemes import (ACT_QUANT, KV_ALIASES, KV_CACHE, WEIGHT_QUANT, Scheme,
-                                    format_table, quantize_act, quantize_kv, quantize_weight)
+from timbench.quant.formats import FORMATS, FloatFormat, QuantError, e8m0_floor, round_to_format, round_to_int
+from timbench.quant.schemes import (
+    ACT_QUANT,
+    KV_ALIASES,
+    KV_CACHE,
+    WEIGHT_QUANT,
+    Scheme,
+    format_table,
+    quantize_act,
+    quantize_kv,
+    quantize_weight,
+)
 from timbench.quant.ste import QuantCache, fake_quant
 
 __all__ = [
-    "FORMATS", "FloatFormat", "QuantError", "e8m0_floor", "round_to_format", "round_to_int",
-    "ACT_QUANT", "KV_ALIASES", "KV_CACHE", "WEIGHT_QUANT", "Scheme", "format_table",
-    "quantize_act", "quantize_kv", "quantize_weight", "QuantCache", "fake_quant",
+    "FORMATS",
+    "FloatFormat",
+    "QuantError",
+    "e8m0_floor",
+    "round_to_format",
+    "round_to_int",
+    "ACT_QUANT",
+    "KV_ALIASES",
+    "KV_CACHE",
+    "WEIGHT_QUANT",
+    "Scheme",
+    "format_table",
+    "quantize_act",
+    "quantize_kv",
+    "quantize_weight",
+    "QuantCache",
+    "fake_quant",
 ]

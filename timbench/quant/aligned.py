@@ -22,8 +22,8 @@ they are exact and the same bits on every CPU. `int4_awq` (a zero point per grou
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import torch
 
@@ -62,6 +62,7 @@ def _int_groups(block: int, div: float, qmin: int, qmax: int):
         x3, k = R.blocks_along_k(x2, block)
         scale = R.int_scale(R.amax(x3, -1), div)
         return Split(x3 / scale, scale, (qmin, qmax), lambda y3: R.unblock(y3, k))
+
     return split
 
 
@@ -92,8 +93,9 @@ SPLITS: dict[str, Callable[[Tensor], Split]] = {
 def check_scheme(name: str) -> None:
     """QuantError unless `name` is a weight scheme with a split (one line naming the supported ones)."""
     if name not in SPLITS:
-        raise QuantError(f"rounding-aligned quantization does not support weight_quant={name}; "
-                         f"supported: {', '.join(SPLITS)}")
+        raise QuantError(
+            f"rounding-aligned quantization does not support weight_quant={name}; supported: {', '.join(SPLITS)}"
+        )
 
 
 def _split(w: Tensor, name: str) -> Split:
@@ -141,8 +143,10 @@ def quantize_aligned(w: Tensor, name: str, rollout: Tensor, outside: str = "clam
         raise QuantError(f"rounding-aligned: outside={outside!r} is invalid; valid: {', '.join(OUTSIDE)}")
     s = _split(w, name)
     if tuple(rollout.shape) != tuple(s.y.shape):
-        raise QuantError(f"rounding-aligned {name}: rollout codewords have shape {tuple(rollout.shape)}, "
-                         f"the weight's blocked layout is {tuple(s.y.shape)}")
+        raise QuantError(
+            f"rounding-aligned {name}: rollout codewords have shape {tuple(rollout.shape)}, "
+            f"the weight's blocked layout is {tuple(s.y.shape)}"
+        )
     lo, hi = _down_up(s.y, s.grid)
     c = torch.minimum(torch.maximum(rollout, lo), hi)
     if outside == "nearest":
@@ -158,13 +162,22 @@ class RolloutCodes:
     weight cast to the compute dtype as the engine stores it, and kept for the step.
     """
 
-    def __init__(self, model: torch.nn.Module, rollout_weights: Mapping[str, Tensor], scheme: str,
-                 dtype: torch.dtype, outside: str = "clamp"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        rollout_weights: Mapping[str, Tensor],
+        scheme: str,
+        dtype: torch.dtype,
+        outside: str = "clamp",
+    ):
         check_scheme(scheme)
         self.scheme, self.dtype, self.outside = scheme, dtype, outside
         # Copies: the trainer's own weights (the rollout's, synchronous) change in the update passes.
-        self._source = {id(p): (p, rollout_weights[n].detach().clone()) for n, p in model.named_parameters()
-                        if p.dim() == 2 and n in rollout_weights}
+        self._source = {
+            id(p): (p, rollout_weights[n].detach().clone())
+            for n, p in model.named_parameters()
+            if p.dim() == 2 and n in rollout_weights
+        }
         self._codes: dict[int, Tensor] = {}
 
     def get(self, param: Tensor) -> Tensor | None:

@@ -56,21 +56,54 @@ class FloatFormat:
 
 FORMATS: dict[str, FloatFormat] = {
     "e4m3": FloatFormat(
-        "e4m3", 4, 3, 7, 448.0, 2.0**-6, 2.0**-9, -6, 8,
+        "e4m3",
+        4,
+        3,
+        7,
+        448.0,
+        2.0**-6,
+        2.0**-9,
+        -6,
+        8,
         "OCP FP8 E4M3FN (torch.float8_e4m3fn): no inf, one NaN code (S.1111.111), so the top "
-        "binade reaches 1.75*2^8 = 448; subnormals down to 2^-9."),
+        "binade reaches 1.75*2^8 = 448; subnormals down to 2^-9.",
+    ),
     "e5m2": FloatFormat(
-        "e5m2", 5, 2, 15, 57344.0, 2.0**-14, 2.0**-16, -14, 15,
-        "OCP FP8 E5M2 (torch.float8_e5m2): IEEE-like with inf/NaN, max 1.75*2^15 = 57344; "
-        "subnormals down to 2^-16."),
+        "e5m2",
+        5,
+        2,
+        15,
+        57344.0,
+        2.0**-14,
+        2.0**-16,
+        -14,
+        15,
+        "OCP FP8 E5M2 (torch.float8_e5m2): IEEE-like with inf/NaN, max 1.75*2^15 = 57344; subnormals down to 2^-16.",
+    ),
     "e2m1": FloatFormat(
-        "e2m1", 2, 1, 1, 6.0, 1.0, 0.5, 0, 2,
-        "OCP FP4 E2M1 (the MXFP4/NVFP4 element): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their "
-        "negatives; no inf/NaN."),
+        "e2m1",
+        2,
+        1,
+        1,
+        6.0,
+        1.0,
+        0.5,
+        0,
+        2,
+        "OCP FP4 E2M1 (the MXFP4/NVFP4 element): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no inf/NaN.",
+    ),
     "e8m0": FloatFormat(
-        "e8m0", 8, 0, 127, 2.0**127, 2.0**-127, 0.0, -127, 127,
-        "OCP E8M0 (the MX shared scale): unsigned powers of two 2^-127..2^127, code 0xFF is NaN, "
-        "no zero, no sign."),
+        "e8m0",
+        8,
+        0,
+        127,
+        2.0**127,
+        2.0**-127,
+        0.0,
+        -127,
+        127,
+        "OCP E8M0 (the MX shared scale): unsigned powers of two 2^-127..2^127, code 0xFF is NaN, no zero, no sign.",
+    ),
 }
 
 
@@ -79,8 +112,7 @@ def check_finite(x: Tensor, what: str) -> None:
     # amax propagates NaN and inf, and costs a tenth of isfinite(x).all() (measured)
     if x.numel() and not bool(torch.isfinite(x.abs().amax())):
         n = int((~torch.isfinite(x)).sum())
-        raise QuantError(f"quantize {what}: {n} non-finite values in input; "
-                         f"weights/activations must be finite")
+        raise QuantError(f"quantize {what}: {n} non-finite values in input; weights/activations must be finite")
 
 
 def get_format(fmt: str) -> FloatFormat:
@@ -128,8 +160,7 @@ def round_to_format(x: Tensor, fmt: str) -> Tensor:
 def _positive(x: Tensor, what: str) -> None:
     n = int((x <= 0).sum())
     if n:
-        raise QuantError(f"quantize {what}: {n} values <= 0 in input; E8M0 encodes positive "
-                         f"powers of two only")
+        raise QuantError(f"quantize {what}: {n} values <= 0 in input; E8M0 encodes positive powers of two only")
 
 
 def _round_e8m0(x: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ The owner should call `clear()` at every weight sync anyway (next to `invalidate
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -53,8 +53,9 @@ class QuantCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, param: Tensor, scheme: str, fn: Callable[[Tensor], Tensor],
-            dtype: torch.dtype | None = None) -> Tensor:
+    def get(
+        self, param: Tensor, scheme: str, fn: Callable[[Tensor], Tensor], dtype: torch.dtype | None = None
+    ) -> Tensor:
         """fn(param) as `dtype` (default param's), recomputed only when param changed."""
         dtype = param.dtype if dtype is None else dtype
         key = (id(param), scheme, dtype)
@@ -75,6 +76,7 @@ class QuantCache:
     def weight(self, param: Tensor, name: str, dtype: torch.dtype | None = None) -> Tensor:
         """quantize_weight(param, name) as `dtype`, cached (the engine's per-sync weights)."""
         from timbench.quant.schemes import quantize_weight
+
         return self.get(param, name, lambda w: quantize_weight(w, name), dtype)
 
     def clear(self) -> None:

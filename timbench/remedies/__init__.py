@@ -13,13 +13,34 @@ from ..util.lazy import lazy_exports
 
 _EXPORTS = {
     # The plug-in API's formula helpers: timbench.metrics.ratios' quantities and fixed-order masked reductions.
-    "..metrics.ratios": ["k1", "k2", "k3", "masked_mean", "masked_sum", "per_token", "seq_log_ratio", "seq_max",
-                 "seq_mean", "seq_sum"],
+    "..metrics.ratios": [
+        "k1",
+        "k2",
+        "k3",
+        "masked_mean",
+        "masked_sum",
+        "per_token",
+        "seq_log_ratio",
+        "seq_max",
+        "seq_mean",
+        "seq_sum",
+    ],
     # CPU-independent pointwise exp and fixed-order reductions (the determinism contract's kernels).
     "..kernels.pointwise": ["fexp"],
     "..kernels.reduce": ["fmean", "fstd", "fsum"],
-    ".base": ["METRIC_NAMES", "NoParams", "Remedy", "RemedyBatch", "RemedyResult", "RemedyShapeError",
-              "check_bool_mask", "check_result", "finish", "log_rho", "param"],
+    ".base": [
+        "METRIC_NAMES",
+        "NoParams",
+        "Remedy",
+        "RemedyBatch",
+        "RemedyResult",
+        "RemedyShapeError",
+        "check_bool_mask",
+        "check_result",
+        "finish",
+        "log_rho",
+        "param",
+    ],
     ".registry": ["ENTRY_POINT_GROUP", "REMEDIES", "describe", "list_remedies", "load_remedy", "resolve"],
     ".replay": ["per_sequence", "replay_tensor"],
 }

@@ -1,9 +1,9 @@
 """The remedy plug-in API: the batch a remedy sees, what it returns, the base class, the shared metrics.
 
 A remedy turns one step's correction ratios rho_t = pi_old / mu (trainer's recomputed logprob over
-the engine's; the quantities and their names are timbench.metrics.ratios') into per-token loss weights and a keep-mask, as a
-pure function of the batch. It may also act earlier through declarative hooks: `replay` (MoE routing replay) and spec
-overrides for the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never
+the engine's; the quantities and their names are timbench.metrics.ratios') into per-token loss weights and a keep-mask,
+as a pure function of the batch. It may also act earlier through declarative hooks: `replay` (MoE routing replay) and
+spec overrides for the engine / trainer (e.g. fp16 on both sides). The loop reads the hooks; the remedy never
 touches the loop.
 
 Metric names follow verl's `rollout_corr/*` (verl/trainer/ppo/rollout_corr_helper.py); every
@@ -26,13 +26,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..metrics import ratios
-from ..util.coerce import coerce, field_kind
 from ..kernels.reduce import fmean
+from ..metrics import ratios
 from ..metrics.schema import METRIC_NAMES  # noqa: F401  (re-exported: remedies import it from here)
+from ..util.coerce import coerce, field_kind
 
 REPLAY_MODES = (None, "engine", "old")
-
 
 
 @dataclass(frozen=True)
@@ -113,12 +112,14 @@ class Remedy:
         super().__init_subclass__(**kwargs)
         call = cls.__dict__.get("__call__")
         if call is not None:
+
             @functools.wraps(call)
             def named(self, batch):
                 try:
                     return call(self, batch)
                 except RemedyShapeError as e:
                     raise RemedyShapeError(f"remedy {self.name or type(self).__name__}: {e}") from None
+
             cls.__call__ = named
 
     def __call__(self, batch: RemedyBatch) -> RemedyResult:
@@ -173,12 +174,16 @@ def describe_params(params_cls: type) -> dict[str, dict]:
 
 # ---------------------------------------------------------------- formula helpers (pure)
 
+
 def log_rho(batch: RemedyBatch) -> torch.Tensor:
-    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask (timbench.metrics.ratios.log_rho)."""
+    """[N, T] float64 log rho_t = clamp(log pi_old - log mu, +-20), 0 outside the mask.
+
+    The definition is timbench.metrics.ratios.log_rho."""
     return ratios.log_rho(batch.old_logprobs, batch.rollout_logprobs, batch.mask)
 
 
 # ---------------------------------------------------------------- the shared result + metrics
+
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
     return float(num.sum()) / float(den.sum()) if bool(den.any()) else 0.0
@@ -194,8 +199,13 @@ def _check_shape(what: str, t: torch.Tensor | None, shape: tuple) -> None:
         raise RemedyShapeError(f"{what} has shape {got}, expected the batch's [N, T] = {shape}")
 
 
-def finish(batch: RemedyBatch, weights: torch.Tensor | None = None, keep: torch.Tensor | None = None,
-           truncated: torch.Tensor | None = None, extra: dict[str, float] | None = None) -> RemedyResult:
+def finish(
+    batch: RemedyBatch,
+    weights: torch.Tensor | None = None,
+    keep: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    extra: dict[str, float] | None = None,
+) -> RemedyResult:
     """Build a RemedyResult and the metrics every remedy logs.
 
     `keep` [N, T] bool (tokens kept), `truncated` [N, T] bool (weight capped) and `weights` [N, T];
@@ -250,8 +260,10 @@ def check_result(result: RemedyResult, batch: RemedyBatch, name: str) -> RemedyR
         if not bool(torch.isfinite(kept).all()):
             raise ValueError(f"{where}: weights are NaN or infinite on kept tokens")
         if kept.numel() and float(kept.min()) < 0:
-            raise ValueError(f"{where}: weights must be >= 0 on kept tokens (a negative weight flips that "
-                             f"token's policy gradient), got min {float(kept.min()):g}")
+            raise ValueError(
+                f"{where}: weights must be >= 0 on kept tokens (a negative weight flips that "
+                f"token's policy gradient), got min {float(kept.min()):g}"
+            )
     for k, v in result.metrics.items():
         if not isinstance(k, str) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
             raise ValueError(f"{where}: metric {k!r}={v!r} is not a finite number")

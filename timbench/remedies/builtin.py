@@ -86,8 +86,11 @@ class TISSeqRSParams:
     C: float = param(2.0, "cap on the token IS weight")
     threshold: float = param(0.001, "reject a sequence whose divergence exceeds this")
     divergence: str = param("k3", "sequence divergence: k3 = mean_t (rho - 1 - log rho) or k1 = |mean_t log rho|")
-    ratio: str = param("rho", "ratio the rejection reads: rho = pi_old / mu (the correction ratio, the paper's "
-                              "choice) or ppo = pi_theta / pi_old in each update pass (the paper's ablation)")
+    ratio: str = param(
+        "rho",
+        "ratio the rejection reads: rho = pi_old / mu (the correction ratio, the paper's "
+        "choice) or ppo = pi_theta / pi_old in each update pass (the paper's ablation)",
+    )
 
     def __post_init__(self):
         _positive(C=self.C, threshold=self.threshold)
@@ -126,8 +129,10 @@ class TISToken(Remedy):
 
 class TISSeq(Remedy):
     name = "tis_seq"
-    doc = ("Sequence-level truncated importance sampling (Yao et al. 2025): w_i = min(prod_t rho_t, C) on every "
-           "token of sequence i, C = 2.")
+    doc = (
+        "Sequence-level truncated importance sampling (Yao et al. 2025): w_i = min(prod_t rho_t, C) on every "
+        "token of sequence i, C = 2."
+    )
     Params = CapParams
 
     def __call__(self, batch):
@@ -137,8 +142,10 @@ class TISSeq(Remedy):
 
 class MISToken(Remedy):
     name = "mis_token"
-    doc = ("Token-level masked importance sampling (Liu, Li et al. 2025, 'When Speed Kills Stability'): w_t = rho_t, "
-           "and token t is masked when rho_t > C (C = 2) or, if C_min is set, rho_t < C_min (off by default).")
+    doc = (
+        "Token-level masked importance sampling (Liu, Li et al. 2025, 'When Speed Kills Stability'): w_t = rho_t, "
+        "and token t is masked when rho_t > C (C = 2) or, if C_min is set, rho_t < C_min (off by default)."
+    )
     Params = MaskedISParams
 
     def __call__(self, batch):
@@ -147,9 +154,11 @@ class MISToken(Remedy):
 
 class MISSeq(Remedy):
     name = "mis_seq"
-    doc = ("Sequence-level masked importance sampling (Liu, Li et al. 2025; TRL's default 'sequence_mask'): "
-           "w_i = prod_t rho_t, and the whole sequence is masked when w_i > C (C = 2) or, if C_min is set, "
-           "w_i < C_min (off by default).")
+    doc = (
+        "Sequence-level masked importance sampling (Liu, Li et al. 2025; TRL's default 'sequence_mask'): "
+        "w_i = prod_t rho_t, and the whole sequence is masked when w_i > C (C = 2) or, if C_min is set, "
+        "w_i < C_min (off by default)."
+    )
     Params = MaskedISParams
 
     def __call__(self, batch):
@@ -171,8 +180,10 @@ def _weight_in_band(batch: RemedyBatch, low: float | None, high: float) -> Remed
 
 class IcePop(Remedy):
     name = "icepop"
-    doc = ("IcePop (Ring-1T report): per-token M(rho_t) = rho_t if rho_t in [alpha, beta] else 0, "
-           "alpha = 0.5, beta = 5; i.e. weight rho_t and mask the tokens outside the band (about 1-2 per mille).")
+    doc = (
+        "IcePop (Ring-1T report): per-token M(rho_t) = rho_t if rho_t in [alpha, beta] else 0, "
+        "alpha = 0.5, beta = 5; i.e. weight rho_t and mask the tokens outside the band (about 1-2 per mille)."
+    )
     Params = BandParams
 
     def __call__(self, batch):
@@ -181,8 +192,10 @@ class IcePop(Remedy):
 
 class GeoRS(Remedy):
     name = "geo_rs"
-    doc = ("Geometric-mean rejection (verl's geometric rollout_rs preset; Liu, Li et al. 2025): reject sequence i "
-           "when exp(mean_t log rho_t) is outside [0.999, 1.001], i.e. |mean_t delta_t| > ~1e-3.")
+    doc = (
+        "Geometric-mean rejection (verl's geometric rollout_rs preset; Liu, Li et al. 2025): reject sequence i "
+        "when exp(mean_t log rho_t) is outside [0.999, 1.001], i.e. |mean_t delta_t| > ~1e-3."
+    )
     Params = GeoParams
 
     def __call__(self, batch):
@@ -201,8 +214,10 @@ class K3RS(Remedy):
 
 class TRMMax(Remedy):
     name = "trm_max"
-    doc = ("Trust Region Masking, max form (arXiv 2512.23075): reject sequence i when max_t k2_t > 0.05, "
-           "k2_t = 0.5 (log rho_t)^2 (the sampled-token surrogate of the per-token divergence).")
+    doc = (
+        "Trust Region Masking, max form (arXiv 2512.23075): reject sequence i when max_t k2_t > 0.05, "
+        "k2_t = 0.5 (log rho_t)^2 (the sampled-token surrogate of the per-token divergence)."
+    )
     Params = TRMMaxParams
 
     def __call__(self, batch):
@@ -212,19 +227,23 @@ class TRMMax(Remedy):
 class TRMAvg(K3RS):
     # The same rule as k3_rs (mean_t k3 above a threshold); TRM's mean form differs only in its default.
     name = "trm_avg"
-    doc = ("Trust Region Masking, mean form (arXiv 2512.23075): reject sequence i when mean_t k3_t > 0.001, "
-           "k3_t = rho_t - 1 - log rho_t.")
+    doc = (
+        "Trust Region Masking, mean form (arXiv 2512.23075): reject sequence i when mean_t k3_t > 0.001, "
+        "k3_t = rho_t - 1 - log rho_t."
+    )
     Params = TRMAvgParams
 
 
 class TISTokenSeqRS(Remedy):
     name = "tis_token+seq_rs"
-    doc = ("The seed paper's best remedy (arXiv 2605.14220): token TIS w_t = min(rho_t, C), C = 2, plus rejection "
-           "of sequence i when its divergence on the correction ratio exceeds 0.001. The paper rejects on a "
-           "sequence divergence of rho (not of the PPO ratio) and finds K1 and K3 equally good; the default is "
-           "K3 = mean_t (rho_t - 1 - log rho_t), divergence=k1 uses |mean_t log rho_t|. ratio=ppo moves the "
-           "rejection onto the PPO ratio pi_theta / pi_old, re-evaluated in every update pass (the paper's ablation; "
-           "token TIS still reads rho).")
+    doc = (
+        "The seed paper's best remedy (arXiv 2605.14220): token TIS w_t = min(rho_t, C), C = 2, plus rejection "
+        "of sequence i when its divergence on the correction ratio exceeds 0.001. The paper rejects on a "
+        "sequence divergence of rho (not of the PPO ratio) and finds K1 and K3 equally good; the default is "
+        "K3 = mean_t (rho_t - 1 - log rho_t), divergence=k1 uses |mean_t log rho_t|. ratio=ppo moves the "
+        "rejection onto the PPO ratio pi_theta / pi_old, re-evaluated in every update pass (the paper's ablation; "
+        "token TIS still reads rho)."
+    )
     Params = TISSeqRSParams
 
     def _accept(self, log_r: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -245,9 +264,11 @@ class TISTokenSeqRS(Remedy):
 
 class RoutingReplayR2(Remedy):
     name = "routing_replay_r2"
-    doc = ("Routing replay R2 (arXiv 2512.01374): the update passes reuse the binary top-k expert choice the "
-           "trainer made in its own old-logprob recompute pass; gate weights still come from the live router, so "
-           "it gets gradients. No-op on dense models.")
+    doc = (
+        "Routing replay R2 (arXiv 2512.01374): the update passes reuse the binary top-k expert choice the "
+        "trainer made in its own old-logprob recompute pass; gate weights still come from the live router, so "
+        "it gets gradients. No-op on dense models."
+    )
     replay = "old"
 
     def __call__(self, batch):
@@ -256,9 +277,11 @@ class RoutingReplayR2(Remedy):
 
 class RoutingReplayR3(Remedy):
     name = "routing_replay_r3"
-    doc = ("Rollout routing replay R3 (arXiv 2510.11370; 2512.01374): the trainer uses the engine's top-k expert "
-           "choice in the recompute pass and in the update passes; gate weights still come from the trainer's "
-           "router. No-op on dense models.")
+    doc = (
+        "Rollout routing replay R3 (arXiv 2510.11370; 2512.01374): the trainer uses the engine's top-k expert "
+        "choice in the recompute pass and in the update passes; gate weights still come from the trainer's "
+        "router. No-op on dense models."
+    )
     replay = "engine"
 
     def __call__(self, batch):
@@ -267,8 +290,10 @@ class RoutingReplayR3(Remedy):
 
 class FP16(Remedy):
     name = "fp16"
-    doc = ("FP16 precision (arXiv 2510.26788): run engine and trainer in fp16 (10 mantissa bits vs bf16's 7); "
-           "reported ~24x lower train-inference KL. Both sides' dtype is overridden; the twin stays fp32.")
+    doc = (
+        "FP16 precision (arXiv 2510.26788): run engine and trainer in fp16 (10 mantissa bits vs bf16's 7); "
+        "reported ~24x lower train-inference KL. Both sides' dtype is overridden; the twin stays fp32."
+    )
     engine_override = {"dtype": "fp16"}
     trainer_override = {"dtype": "fp16"}
 
@@ -278,17 +303,33 @@ class FP16(Remedy):
 
 class UnifiedPrecision(Remedy):
     name = "unified_precision"
-    doc = ("Unified precision (FP8-RL, arXiv 2601.18150, 'end-to-end FP8'; the 4-bit analogue for mxfp4/nvfp4/int4): "
-           "the trainer runs the engine's own quantized forward (its dtype, logits_dtype, weight_quant and act_quant), "
-           "with straight-through gradients to the full-precision master weights, so the recompute matches the "
-           "rollout bitwise again under exact kernels. The KV cache format is engine-only and stays a mismatch. "
-           "The twin stays fp32.")
+    doc = (
+        "Unified precision (FP8-RL, arXiv 2601.18150, 'end-to-end FP8'; the 4-bit analogue for mxfp4/nvfp4/int4): "
+        "the trainer runs the engine's own quantized forward (its dtype, logits_dtype, weight_quant and act_quant), "
+        "with straight-through gradients to the full-precision master weights, so the recompute matches the "
+        "rollout bitwise again under exact kernels. The KV cache format is engine-only and stays a mismatch. "
+        "The twin stays fp32."
+    )
     trainer_follows_engine = ("dtype", "logits_dtype", "weight_quant", "act_quant")
 
     def __call__(self, batch):
         return finish(batch)
 
 
-BUILTINS: tuple[type[Remedy], ...] = (NoRemedy, TISToken, TISSeq, MISToken, MISSeq, IcePop, GeoRS, K3RS, TRMMax,
-                                      TRMAvg, TISTokenSeqRS, RoutingReplayR2, RoutingReplayR3, FP16,
-                                      UnifiedPrecision)
+BUILTINS: tuple[type[Remedy], ...] = (
+    NoRemedy,
+    TISToken,
+    TISSeq,
+    MISToken,
+    MISSeq,
+    IcePop,
+    GeoRS,
+    K3RS,
+    TRMMax,
+    TRMAvg,
+    TISTokenSeqRS,
+    RoutingReplayR2,
+    RoutingReplayR3,
+    FP16,
+    UnifiedPrecision,
+)

@@ -14,6 +14,7 @@ def _hooks(h: dict) -> str:
 
 def _cmd_list(args) -> int:
     from .registry import list_remedies
+
     rows = list_remedies()
     if args.json:
         print(json.dumps(rows, sort_keys=True))
@@ -26,8 +27,11 @@ def _cmd_list(args) -> int:
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("remedies", help="mismatch remedies (TIS, MIS, IcePop, rejection, routing replay, fp16; "
-                                               "verl presets and TRL modes by their names)")
+    r = sub.add_parser(
+        "remedies",
+        help="mismatch remedies (TIS, MIS, IcePop, rejection, routing replay, fp16; "
+        "verl presets and TRL modes by their names)",
+    )
     rsub = r.add_subparsers(dest="remedies_command", required=True)
     ls = rsub.add_parser("list", help="list remedies with their parameters (defaults) and hooks")
     ls.add_argument("--json", action="store_true", help="print one JSON list")

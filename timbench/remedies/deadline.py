@@ -74,12 +74,17 @@ def deadline(seconds: float, what: str):
     """Raise PluginTimeout in the body after `seconds` of wall clock (0: no limit; no-op off the main thread or
     when another interval timer is already running, which this must not replace); end the process GRACE_S
     later if the body still runs, and raise PluginTimeout after a body that returned past its limit."""
-    if not seconds or threading.current_thread() is not threading.main_thread() \
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+    if (
+        not seconds
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    ):
         yield
         return
-    message = (f"{what} did not return within {seconds:g} s (the plug-in call limit: "
-               f"timbench train --plugin-timeout SECONDS sets it, 0 = none)")
+    message = (
+        f"{what} did not return within {seconds:g} s (the plug-in call limit: "
+        f"timbench train --plugin-timeout SECONDS sets it, 0 = none)"
+    )
     expired, returned = threading.Event(), threading.Event()
 
     def expire(signum, frame):
@@ -117,5 +122,8 @@ def call_hook(remedy, hook: str, *args, limit_s: float = PLUGIN_CALL_TIMEOUT_S):
         raise
     except BaseException as e:  # SystemExit(0) too: a plug-in cannot end a run as a success
         msg = " ".join(str(e).split())
-        raise PluginError(f"{what} raised {type(e).__name__}" + (f": {msg}" if msg else "")
-                          + " (the plug-in's error, not the command's)") from e
+        raise PluginError(
+            f"{what} raised {type(e).__name__}"
+            + (f": {msg}" if msg else "")
+            + " (the plug-in's error, not the command's)"
+        ) from e

@@ -87,10 +87,12 @@ def triage_weights(delta: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, p
 
 class TriageGate(Remedy):
     name = "triage_gate"
-    doc = ("TRIAGE-style direction-aware gate (arXiv 2610.07043): 64-token segments; on A < 0 responses the "
-           "delta < 0 tokens are scaled by their segment's gate clamp(1 - f/0.5, 0, 1) * exp(-max(0, -mean delta)"
-           " / 0.1) (f: share of |delta| > log 2) with the response's update mass renormalised; A > 0 tokens get "
-           "the pseudo-Huber weight 1/sqrt(1 + (delta / log 2)^2). Constants: timbench/remedies/direction.py.")
+    doc = (
+        "TRIAGE-style direction-aware gate (arXiv 2610.07043): 64-token segments; on A < 0 responses the "
+        "delta < 0 tokens are scaled by their segment's gate clamp(1 - f/0.5, 0, 1) * exp(-max(0, -mean delta)"
+        " / 0.1) (f: share of |delta| > log 2) with the response's update mass renormalised; A > 0 tokens get "
+        "the pseudo-Huber weight 1/sqrt(1 + (delta / log 2)^2). Constants: timbench/remedies/direction.py."
+    )
     Params = TriageParams
 
     def __call__(self, batch: RemedyBatch):

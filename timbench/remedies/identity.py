@@ -43,6 +43,7 @@ def remedy_identity(spec: str) -> str:
     if parts is None:
         return spec
     from .registry import resolve  # imports the file (and torch): only for plug-in files
+
     cls = resolve(spec)
     return f"{cls.name or cls.__name__}@{content_hash(parts[0])}"
 

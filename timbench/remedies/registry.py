@@ -29,8 +29,9 @@ from .verl import VERL_REMEDIES, Verl
 
 ENTRY_POINT_GROUP = "timbench.remedies"
 
-REMEDIES: dict[str, type[Remedy]] = {cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES, *ROUNDING_REMEDIES,
-                                                                *SUPPORT_REMEDIES)}
+REMEDIES: dict[str, type[Remedy]] = {
+    cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES, *ROUNDING_REMEDIES, *SUPPORT_REMEDIES)
+}
 """Built-in remedies by name."""
 
 VOCABULARY: dict[str, type[Remedy]] = {"verl": Verl, **VERL_REMEDIES, **TRL_REMEDIES}
@@ -44,9 +45,11 @@ def _entry_points() -> dict:
 
 
 def _valid_specs() -> str:
-    return (f"registered: {', '.join(REMEDIES)}; verl, verl:<preset>, trl:<mode> (timbench remedies list); "
-            f"or an entry point in group {ENTRY_POINT_GROUP}, "
-            "pkg.module:ClassName or path/to/file.py:ClassName")
+    return (
+        f"registered: {', '.join(REMEDIES)}; verl, verl:<preset>, trl:<mode> (timbench remedies list); "
+        f"or an entry point in group {ENTRY_POINT_GROUP}, "
+        "pkg.module:ClassName or path/to/file.py:ClassName"
+    )
 
 
 def _import_file(path: Path):
@@ -73,8 +76,9 @@ def _import_file(path: Path):
 
 def _plugin_error(what: str, e: BaseException) -> PluginError:
     msg = " ".join(str(e).split())
-    return PluginError(f"{what} raised {type(e).__name__}" + (f": {msg}" if msg else "")
-                       + " (the plug-in's error, not the command's)")
+    return PluginError(
+        f"{what} raised {type(e).__name__}" + (f": {msg}" if msg else "") + " (the plug-in's error, not the command's)"
+    )
 
 
 def _import_module(name: str):
@@ -85,8 +89,9 @@ def _import_module(name: str):
 
 
 def _remedy_classes(module) -> list[str]:
-    return sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, Remedy)
-                  and v is not Remedy)
+    return sorted(
+        k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, Remedy) and v is not Remedy
+    )
 
 
 def _class_from(spec: str):
@@ -96,8 +101,10 @@ def _class_from(spec: str):
     module = _import_file(Path(target)) if is_file_spec(spec) else _import_module(target)
     if not hasattr(module, cls_name):
         found = _remedy_classes(module)
-        raise ValueError(f"remedy {spec!r}: {target} has no class {cls_name!r}; remedies defined there: "
-                         f"{', '.join(found) or '(none)'}")
+        raise ValueError(
+            f"remedy {spec!r}: {target} has no class {cls_name!r}; remedies defined there: "
+            f"{', '.join(found) or '(none)'}"
+        )
     return getattr(module, cls_name)
 
 
@@ -121,8 +128,10 @@ def resolve(spec: str) -> type[Remedy]:
     else:
         if spec.endswith(".py"):  # a plug-in file named without its class: say which classes it defines
             found = _remedy_classes(_import_file(Path(spec)))
-            raise ValueError(f"remedy {spec!r}: a file plug-in is named FILE.py:CLASS; remedies defined there: "
-                             f"{', '.join(f'{spec}:{c}' for c in found) or '(none)'}")
+            raise ValueError(
+                f"remedy {spec!r}: a file plug-in is named FILE.py:CLASS; remedies defined there: "
+                f"{', '.join(f'{spec}:{c}' for c in found) or '(none)'}"
+            )
         eps = _entry_points()
         if spec not in eps:
             close = difflib.get_close_matches(spec, [*REMEDIES, *VOCABULARY, *eps], n=3)
@@ -138,8 +147,9 @@ def resolve(spec: str) -> type[Remedy]:
 
 def _check_class(obj, spec: str) -> None:
     if not (isinstance(obj, type) and issubclass(obj, Remedy)) or obj is Remedy:
-        raise ValueError(f"remedy {spec!r}: {getattr(obj, '__name__', obj)!r} is not a subclass of "
-                         "timbench.remedies.Remedy")
+        raise ValueError(
+            f"remedy {spec!r}: {getattr(obj, '__name__', obj)!r} is not a subclass of timbench.remedies.Remedy"
+        )
     if obj.__call__ is Remedy.__call__:
         raise ValueError(f"remedy {spec!r}: {obj.__name__} does not implement __call__(batch) -> RemedyResult")
     if obj.replay not in REPLAY_MODES:
@@ -169,13 +179,20 @@ def load_remedy(spec: str, args: dict | None = None) -> Remedy:
 
 def describe(cls: type[Remedy]) -> dict:
     """Name, doc, parameters with defaults and hooks of a remedy class (for `timbench remedies list`)."""
-    return {"name": cls.name, "doc": " ".join(cls.doc.split()),
-            "params": {k: v["default"] for k, v in describe_params(cls.Params).items()},
-            "param_docs": {k: v["doc"] for k, v in describe_params(cls.Params).items()},
-            "hooks": {"replay": cls.replay, "engine_override": dict(cls.engine_override),
-                      "trainer_override": dict(cls.trainer_override),
-                      "trainer_follows_engine": list(cls.trainer_follows_engine), "mode": _implied_mode(cls),
-                      **{k: True for k in ("sampling_replay", "rollout_rounding") if getattr(cls, k)}}}
+    return {
+        "name": cls.name,
+        "doc": " ".join(cls.doc.split()),
+        "params": {k: v["default"] for k, v in describe_params(cls.Params).items()},
+        "param_docs": {k: v["doc"] for k, v in describe_params(cls.Params).items()},
+        "hooks": {
+            "replay": cls.replay,
+            "engine_override": dict(cls.engine_override),
+            "trainer_override": dict(cls.trainer_override),
+            "trainer_follows_engine": list(cls.trainer_follows_engine),
+            "mode": _implied_mode(cls),
+            **{k: True for k in ("sampling_replay", "rollout_rounding") if getattr(cls, k)},
+        },
+    }
 
 
 def _implied_mode(cls: type[Remedy]) -> str | None:
@@ -187,7 +204,9 @@ def _implied_mode(cls: type[Remedy]) -> str | None:
 def list_remedies() -> list[dict]:
     """Every registered remedy, the verl / TRL vocabulary, then every installed entry-point remedy, described."""
     rows = [describe(cls) for cls in REMEDIES.values()]
-    rows += [describe(cls) | {"source": "verl" if name.startswith("verl") else "trl"} for name, cls in VOCABULARY.items()]
+    rows += [
+        describe(cls) | {"source": "verl" if name.startswith("verl") else "trl"} for name, cls in VOCABULARY.items()
+    ]
     for name in sorted(_entry_points()):
         if name not in REMEDIES:
             rows.append(describe(resolve(name)) | {"name": name, "source": "entry point"})

@@ -10,7 +10,7 @@ every real one, so under causal attention neither reaches a scored logprob.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -40,7 +40,8 @@ def replay_tensor(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], routes: S
     for i, ((p, r), route) in enumerate(zip(seqs, routes)):
         n = len(p) + len(r) - 1
         if route.shape[0] < n or tuple(route.shape[1:]) != (layers, k):
-            raise ValueError(f"routing replay: sequence {i} has routing {tuple(route.shape)}, "
-                             f"needs [{n}, {layers}, {k}]")
+            raise ValueError(
+                f"routing replay: sequence {i} has routing {tuple(route.shape)}, needs [{n}, {layers}, {k}]"
+            )
         out[i, :n] = route[:n]
     return out.reshape(len(seqs) * width, layers, k)

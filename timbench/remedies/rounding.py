@@ -28,10 +28,13 @@ from .builtin import UnifiedPrecision
 
 @dataclass(frozen=True)
 class RoundingParams:
-    outside: str = param("clamp", "a rollout codeword that is no longer a grid neighbour of the trainer's value "
-                                  "(the weight moved past a grid point): clamp = the neighbour nearest to it, "
-                                  "nearest = the trainer's own round-to-nearest (TRACE's description leaves "
-                                  "this case open)")
+    outside: str = param(
+        "clamp",
+        "a rollout codeword that is no longer a grid neighbour of the trainer's value "
+        "(the weight moved past a grid point): clamp = the neighbour nearest to it, "
+        "nearest = the trainer's own round-to-nearest (TRACE's description leaves "
+        "this case open)",
+    )
 
     def __post_init__(self):
         if self.outside not in OUTSIDE:
@@ -40,12 +43,14 @@ class RoundingParams:
 
 class RoundingAligned(UnifiedPrecision):
     name = "rounding_aligned"
-    doc = ("Rounding-aligned unified precision (TRACE, arXiv 2610.07767): the trainer runs the engine's quantized "
-           "forward as unified_precision does, but each quantized weight takes, of its two grid neighbours, the "
-           "codeword the rollout's weights used instead of the nearest (straight-through gradient, codeword fixed "
-           "by the rollout). Identical to unified_precision where the trainer's weights are the rollout's (the "
-           "synchronous recompute; one mini-batch and one epoch); differs in later update passes and under "
-           "staleness. Activations and the KV cache still round to nearest. timbench/remedies/rounding.py.")
+    doc = (
+        "Rounding-aligned unified precision (TRACE, arXiv 2610.07767): the trainer runs the engine's quantized "
+        "forward as unified_precision does, but each quantized weight takes, of its two grid neighbours, the "
+        "codeword the rollout's weights used instead of the nearest (straight-through gradient, codeword fixed "
+        "by the rollout). Identical to unified_precision where the trainer's weights are the rollout's (the "
+        "synchronous recompute; one mini-batch and one epoch); differs in later update passes and under "
+        "staleness. Activations and the KV cache still round to nearest. timbench/remedies/rounding.py."
+    )
     Params = RoundingParams
     rollout_rounding = True
 

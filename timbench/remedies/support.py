@@ -23,17 +23,21 @@ from .base import Remedy, finish
 
 class SamplingReplay(Remedy):
     name = "sampling_replay"
-    doc = ("Sampling replay (DeepSeek-V3.2's Keep Sampling Mask, arXiv 2512.02556; vLLM PR #49577): the trainer "
-           "renormalises its logprobs (pi_old and pi_theta) over the tokens the engine's top-k / top-p kept at "
-           "each sampled position, so pi and mu are compared on the same support. No parameters: the support is "
-           "the engine's (engine keys top_k, top_p); without truncation it is the identity. Needs engine=timbench.")
+    doc = (
+        "Sampling replay (DeepSeek-V3.2's Keep Sampling Mask, arXiv 2512.02556; vLLM PR #49577): the trainer "
+        "renormalises its logprobs (pi_old and pi_theta) over the tokens the engine's top-k / top-p kept at "
+        "each sampled position, so pi and mu are compared on the same support. No parameters: the support is "
+        "the engine's (engine keys top_k, top_p); without truncation it is the identity. Needs engine=timbench."
+    )
     sampling_replay = True
 
     def check_engine(self, engine):
         if engine.engine != "timbench" and (engine.top_k > 0 or engine.top_p < 1):
-            raise ValueError(f"remedy {self.name} needs the engine's sampling support (the top-k/top-p kept set "
-                             f"of every sampled token); engine={engine.engine} returns only the sampled tokens' "
-                             "logprobs; use engine=timbench")
+            raise ValueError(
+                f"remedy {self.name} needs the engine's sampling support (the top-k/top-p kept set "
+                f"of every sampled token); engine={engine.engine} returns only the sampled tokens' "
+                "logprobs; use engine=timbench"
+            )
 
     def __call__(self, batch):
         return finish(batch)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..metrics import ratios
 from ..kernels.pointwise import fexp
+from ..metrics import ratios
 from .base import Remedy, finish, param
 
 TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -63,15 +63,27 @@ class TRLImportanceSampling(Remedy):
 
 def _doc(mode: str) -> str:
     level, _, how = mode.partition("_")
-    what = ("w = clamp(r, clip_min, C)" if how == "truncate" else "w = r, zeroed where r > C (or < clip_min)")
-    r = "r_i = exp(sum_t (log pi_old - log mu)) per sequence" if level == "sequence" else "r_t = exp(log pi_old - log mu)"
+    what = "w = clamp(r, clip_min, C)" if how == "truncate" else "w = r, zeroed where r > C (or < clip_min)"
+    r = (
+        "r_i = exp(sum_t (log pi_old - log mu)) per sequence"
+        if level == "sequence"
+        else "r_t = exp(log pi_old - log mu)"
+    )
     return f"TRL GRPO vllm_importance_sampling_mode={mode}: {r} (unclamped), {what}; C = 3.0."
 
 
 TRL_REMEDIES: dict[str, type[Remedy]] = {
-    f"trl:{mode}": type(f"TRL_{mode}", (TRLImportanceSampling,),
-                        {"name": f"trl:{mode}", "doc": _doc(mode), "level": mode.partition("_")[0],
-                         "masking": mode.endswith("_mask"), "__module__": __name__})
+    f"trl:{mode}": type(
+        f"TRL_{mode}",
+        (TRLImportanceSampling,),
+        {
+            "name": f"trl:{mode}",
+            "doc": _doc(mode),
+            "level": mode.partition("_")[0],
+            "masking": mode.endswith("_mask"),
+            "__module__": __name__,
+        },
+    )
     for mode in TRL_MODES
 }
 """`trl:<vllm_importance_sampling_mode>` -> its remedy class."""

@@ -36,17 +36,20 @@ from dataclasses import dataclass
 
 import torch
 
-from ..metrics import ratios
 from ..kernels.pointwise import fexp
 from ..kernels.reduce import fmean
+from ..metrics import ratios
 from .base import Remedy, RemedyBatch, finish, log_rho, param
 
 IS_LEVELS = ("token", "sequence")
 LOSS_TYPES = ("ppo_clip", "reinforce")
 _DIVERGENCE = {"k1": ratios.k1, "k2": ratios.k2, "k3": ratios.k3}
 _REDUCE = {"sum": ratios.seq_sum, "mean": ratios.seq_mean, "max": ratios.seq_max}
-RS_OPTIONS = (("token_k1", "token_k2", "token_k3") + tuple(f"seq_{r}_k{k}" for r in ("sum", "mean") for k in (1, 2, 3))
-              + ("seq_max_k2", "seq_max_k3"))
+RS_OPTIONS = (
+    ("token_k1", "token_k2", "token_k3")
+    + tuple(f"seq_{r}_k{k}" for r in ("sum", "mean") for k in (1, 2, 3))
+    + ("seq_max_k2", "seq_max_k3")
+)
 """verl's SUPPORTED_ROLLOUT_RS_OPTIONS, in verl's order."""
 
 
@@ -84,8 +87,10 @@ def parse_rs(rollout_rs: str, threshold: str | None) -> list[tuple[str, float | 
         raise ValueError(f"rollout_rs={rollout_rs!r} needs rollout_rs_threshold (one per criterion, or one shared)")
     specs = [t.strip() for t in str(threshold).split(",") if t.strip()]
     if len(specs) not in (1, len(options)):
-        raise ValueError(f"rollout_rs_threshold {threshold!r} gives {len(specs)} thresholds for {len(options)} "
-                         "criteria; give one shared or one per criterion")
+        raise ValueError(
+            f"rollout_rs_threshold {threshold!r} gives {len(specs)} thresholds for {len(options)} "
+            "criteria; give one shared or one per criterion"
+        )
     specs = specs * len(options) if len(specs) == 1 else specs
     out = []
     for opt, spec in zip(options, specs):
@@ -126,8 +131,9 @@ class VerlParams:
     rollout_rs: str | None = param(None, "comma-chained rejection criteria (token_k1, seq_mean_k3, ...) or null")
     rollout_rs_threshold: str | None = param(None, "one threshold per criterion (k1: 'lower_upper'), or one shared")
     bypass_mode: bool = param(False, "true: timbench mode bypass; false: recompute (verl's decoupled mode)")
-    loss_type: str = param("ppo_clip", "verl's bypass loss (ppo_clip | reinforce); recorded, timbench keeps "
-                                       "the config's algorithm")
+    loss_type: str = param(
+        "ppo_clip", "verl's bypass loss (ppo_clip | reinforce); recorded, timbench keeps the config's algorithm"
+    )
 
     def __post_init__(self):
         is_level = None if self.rollout_is in (None, "null", "none", "None") else self.rollout_is
@@ -145,9 +151,11 @@ class VerlParams:
 
 class Verl(Remedy):
     name = "verl"
-    doc = ("verl's rollout correction with verl's own keys (rollout_is, rollout_is_threshold, "
-           "rollout_is_batch_normalize, rollout_rs chains, rollout_rs_threshold, bypass_mode); defaults as verl's "
-           "RolloutCorrectionConfig (sequence-level TIS at 2.0). See timbench/remedies/verl.py.")
+    doc = (
+        "verl's rollout correction with verl's own keys (rollout_is, rollout_is_threshold, "
+        "rollout_is_batch_normalize, rollout_rs chains, rollout_rs_threshold, bypass_mode); defaults as verl's "
+        "RolloutCorrectionConfig (sequence-level TIS at 2.0). See timbench/remedies/verl.py."
+    )
     Params = VerlParams
 
     def __init__(self, **args):
@@ -176,8 +184,9 @@ class Verl(Remedy):
         if p.rollout_is == "token":
             log_w = lr
         else:  # the raw sum of unclamped log-ratios, clamped once (verl's log_ratio_sum_safe)
-            log_w = ratios.per_token(ratios.seq_log_ratio(ratios.delta(batch.old_logprobs, batch.rollout_logprobs,
-                                                                       mask), mask), mask)
+            log_w = ratios.per_token(
+                ratios.seq_log_ratio(ratios.delta(batch.old_logprobs, batch.rollout_logprobs, mask), mask), mask
+            )
         raw = torch.where(mask, fexp(log_w), torch.zeros((), dtype=torch.float64))
         high = raw > upper
         low = raw < (1.0 / upper if lower is None else lower)
@@ -203,41 +212,80 @@ VERL_PRESETS: dict[str, dict] = {
     "decoupled_token_is": {"rollout_is": "token", "rollout_is_threshold": "2.0"},
     "decoupled_seq_is": {"rollout_is": "sequence", "rollout_is_threshold": "2.0"},
     "decoupled_token_icepop": {"rollout_is": "token", "rollout_is_threshold": "0.5_5.0"},
-    "decoupled_seq_is_rs": {"rollout_is": "sequence", "rollout_is_threshold": "2.0", "rollout_rs": "seq_sum_k1",
-                            "rollout_rs_threshold": "0.5_2.0"},
+    "decoupled_seq_is_rs": {
+        "rollout_is": "sequence",
+        "rollout_is_threshold": "2.0",
+        "rollout_rs": "seq_sum_k1",
+        "rollout_rs_threshold": "0.5_2.0",
+    },
     "decoupled_geo_rs": {"rollout_is": None, "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.999_1.001"},
-    "decoupled_geo_rs_seq_tis": {"rollout_is": "sequence", "rollout_rs": "seq_mean_k1",
-                                 "rollout_rs_threshold": "0.999_1.001"},
-    "decoupled_geo_rs_token_tis": {"rollout_is": "token", "rollout_rs": "seq_mean_k1",
-                                   "rollout_rs_threshold": "0.999_1.001"},
+    "decoupled_geo_rs_seq_tis": {
+        "rollout_is": "sequence",
+        "rollout_rs": "seq_mean_k1",
+        "rollout_rs_threshold": "0.999_1.001",
+    },
+    "decoupled_geo_rs_token_tis": {
+        "rollout_is": "token",
+        "rollout_rs": "seq_mean_k1",
+        "rollout_rs_threshold": "0.999_1.001",
+    },
     "decoupled_k3_rs": {"rollout_is": None, "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": "0.01"},
     "decoupled_k3_rs_seq_tis": {"rollout_is": "sequence", "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": "0.01"},
     "decoupled_k3_rs_token_tis": {"rollout_is": "token", "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": "0.01"},
     "bypass_ppo_clip": {"rollout_is": None, "bypass_mode": True},
-    "bypass_ppo_clip_geo_rs": {"rollout_is": None, "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.999_1.001",
-                               "bypass_mode": True},
-    "bypass_ppo_clip_k3_rs": {"rollout_is": None, "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": "0.01",
-                              "bypass_mode": True},
+    "bypass_ppo_clip_geo_rs": {
+        "rollout_is": None,
+        "rollout_rs": "seq_mean_k1",
+        "rollout_rs_threshold": "0.999_1.001",
+        "bypass_mode": True,
+    },
+    "bypass_ppo_clip_k3_rs": {
+        "rollout_is": None,
+        "rollout_rs": "seq_mean_k3",
+        "rollout_rs_threshold": "0.01",
+        "bypass_mode": True,
+    },
     "bypass_pg_is": {"rollout_is": "sequence", "bypass_mode": True, "loss_type": "reinforce"},
-    "bypass_pg_token_icepop": {"rollout_is": "token", "rollout_is_threshold": "0.5_5.0", "bypass_mode": True,
-                               "loss_type": "reinforce"},
-    "bypass_pg_geo_rs": {"rollout_is": None, "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.999_1.001",
-                         "bypass_mode": True, "loss_type": "reinforce"},
-    "bypass_pg_geo_rs_seq_tis": {"rollout_is": "sequence", "rollout_rs": "seq_mean_k1",
-                                 "rollout_rs_threshold": "0.999_1.001", "bypass_mode": True, "loss_type": "reinforce"},
-    "bypass_pg_geo_rs_token_tis": {"rollout_is": "token", "rollout_rs": "seq_mean_k1",
-                                   "rollout_rs_threshold": "0.999_1.001", "bypass_mode": True,
-                                   "loss_type": "reinforce"},
+    "bypass_pg_token_icepop": {
+        "rollout_is": "token",
+        "rollout_is_threshold": "0.5_5.0",
+        "bypass_mode": True,
+        "loss_type": "reinforce",
+    },
+    "bypass_pg_geo_rs": {
+        "rollout_is": None,
+        "rollout_rs": "seq_mean_k1",
+        "rollout_rs_threshold": "0.999_1.001",
+        "bypass_mode": True,
+        "loss_type": "reinforce",
+    },
+    "bypass_pg_geo_rs_seq_tis": {
+        "rollout_is": "sequence",
+        "rollout_rs": "seq_mean_k1",
+        "rollout_rs_threshold": "0.999_1.001",
+        "bypass_mode": True,
+        "loss_type": "reinforce",
+    },
+    "bypass_pg_geo_rs_token_tis": {
+        "rollout_is": "token",
+        "rollout_rs": "seq_mean_k1",
+        "rollout_rs_threshold": "0.999_1.001",
+        "bypass_mode": True,
+        "loss_type": "reinforce",
+    },
     "disabled": {"rollout_is": None},
 }
 """verl's RolloutCorrectionConfig class-method presets (verl names, verl defaults); unset keys keep VerlParams'."""
 
 
 def _preset_params(name: str, values: dict) -> type:
-    fields = [(f.name, f.type, dataclasses.field(default=values.get(f.name, f.default), metadata=f.metadata))
-              for f in dataclasses.fields(VerlParams)]
-    return dataclasses.make_dataclass(f"VerlParams_{name}", fields, frozen=True,
-                                      namespace={"__post_init__": VerlParams.__post_init__})
+    fields = [
+        (f.name, f.type, dataclasses.field(default=values.get(f.name, f.default), metadata=f.metadata))
+        for f in dataclasses.fields(VerlParams)
+    ]
+    return dataclasses.make_dataclass(
+        f"VerlParams_{name}", fields, frozen=True, namespace={"__post_init__": VerlParams.__post_init__}
+    )
 
 
 def _preset_doc(values: dict) -> str:
@@ -254,8 +302,16 @@ def _preset_doc(values: dict) -> str:
 
 
 VERL_REMEDIES: dict[str, type[Remedy]] = {
-    f"verl:{name}": type(f"Verl_{name}", (Verl,), {"name": f"verl:{name}", "doc": _preset_doc(values),
-                                                   "Params": _preset_params(name, values), "__module__": __name__})
+    f"verl:{name}": type(
+        f"Verl_{name}",
+        (Verl,),
+        {
+            "name": f"verl:{name}",
+            "doc": _preset_doc(values),
+            "Params": _preset_params(name, values),
+            "__module__": __name__,
+        },
+    )
     for name, values in VERL_PRESETS.items()
 }
 """`verl:<preset>` -> a Verl subclass whose parameter defaults are the preset's."""

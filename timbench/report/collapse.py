@@ -82,8 +82,10 @@ def rule_from_dict(overrides: dict | None) -> CollapseRule:
         v = want(raw)
         ok = math.isfinite(v) and (0 < v < 1 if key == "alpha" else v >= (1 if want is int else 0))
         if not ok:
-            raise ValueError(f"collapse rule: invalid {key}={raw!r}; valid: "
-                             + ("0 < alpha < 1" if key == "alpha" else "a finite number >= " + ("1" if want is int else "0")))
+            raise ValueError(
+                f"collapse rule: invalid {key}={raw!r}; valid: "
+                + ("0 < alpha < 1" if key == "alpha" else "a finite number >= " + ("1" if want is int else "0"))
+            )
         values[key] = v
     return CollapseRule(**values)
 
@@ -93,7 +95,7 @@ def moving_average(xs: list[float], width: int) -> list[float]:
 
     Each mean is an fsum of its own window (not a running sum), so a flat stretch is exactly flat.
     """
-    return [math.fsum(xs[max(0, i - width + 1): i + 1]) / min(i + 1, width) for i in range(len(xs))]
+    return [math.fsum(xs[max(0, i - width + 1) : i + 1]) / min(i + 1, width) for i in range(len(xs))]
 
 
 def reward_drop_index(smoothed: list[float], rule: CollapseRule, start: int = 0) -> int | None:
@@ -104,7 +106,7 @@ def reward_drop_index(smoothed: list[float], rule: CollapseRule, start: int = 0)
         if i < start or peak < rule.min_peak:
             continue
         level = (1 - rule.alpha) * peak
-        after = smoothed[i + 1: i + 1 + rule.window]
+        after = smoothed[i + 1 : i + 1 + rule.window]
         long_enough = len(after) == rule.window or len(after) + 1 >= math.ceil(rule.window / 2)
         if s < level and long_enough and all(u <= level for u in after):
             return i
@@ -128,8 +130,10 @@ def _column(rows: list[dict], key: str, required: bool) -> list[float]:
     for r in rows:
         if key not in r or r[key] is None:
             if required:
-                raise ValueError(f"metrics row for step {r.get('step')} has no {key!r}; "
-                                 f"every metrics.jsonl row needs {REWARD!r} and 'step'")
+                raise ValueError(
+                    f"metrics row for step {r.get('step')} has no {key!r}; "
+                    f"every metrics.jsonl row needs {REWARD!r} and 'step'"
+                )
             out.append(math.nan)
             continue
         try:
@@ -153,8 +157,9 @@ def _steps(rows: list[dict]) -> list[int]:
 
 def _non_finite_steps(rows: list[dict]) -> list[int]:
     """Steps whose logged loss or grad norm is NaN/inf (json reads NaN/Infinity as floats)."""
-    return [r["step"] for r in rows if any(r.get(k) is not None and not math.isfinite(float(r[k]))
-                                           for k in (GRAD, LOSS))]
+    return [
+        r["step"] for r in rows if any(r.get(k) is not None and not math.isfinite(float(r[k])) for k in (GRAD, LOSS))
+    ]
 
 
 def _non_finite_failure(summary: dict | None) -> bool:
@@ -171,8 +176,12 @@ def accuracy_drop_step(eval_rows: list[dict], rule: CollapseRule) -> int | None:
     for i, (step, acc) in enumerate(pts):
         peak = max(peak, acc)
         level = (1 - rule.alpha) * peak
-        if (peak >= rule.min_peak and acc < level and pts[-1][0] - step >= rule.window
-                and all(a <= level for _, a in pts[i + 1:])):
+        if (
+            peak >= rule.min_peak
+            and acc < level
+            and pts[-1][0] - step >= rule.window
+            and all(a <= level for _, a in pts[i + 1 :])
+        ):
             return step
     return None
 
@@ -182,8 +191,12 @@ def _acc(eval_rows: list[dict]) -> tuple[float | None, float | None]:
     return (max(accs), accs[-1]) if accs else (None, None)
 
 
-def detect_collapse(metrics_rows: list[dict], eval_rows: list[dict] | None = None, summary: dict | None = None,
-                    rule: CollapseRule = CollapseRule()) -> dict:
+def detect_collapse(
+    metrics_rows: list[dict],
+    eval_rows: list[dict] | None = None,
+    summary: dict | None = None,
+    rule: CollapseRule = CollapseRule(),
+) -> dict:
     """Apply the collapse rule (module docstring) to one run's logged rows.
 
     Returns collapsed, collapse_step, collapse_reason (reward_drop | accuracy_drop | non_finite | None), grad_spike_step

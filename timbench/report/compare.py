@@ -58,6 +58,7 @@ def _reg(key: str, check: str, metric: str | None, base, cand, limit=None) -> di
 
 def compare_align(base_rows: list[dict], cand_rows: list[dict], tol: Tolerances) -> tuple[int, list[dict]]:
     """(entries compared, regressions) for two `timbench align --table` outputs."""
+
     def index(rows, where):
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"{where}: expected a JSON list of alignment rows (timbench align --table output)")
@@ -67,6 +68,7 @@ def compare_align(base_rows: list[dict], cand_rows: list[dict], tol: Tolerances)
                 raise ValueError(f"{where}: alignment row without model_name/condition: {str(r)[:80]}")
             out[f"{r['model_name']} / {r['condition']}"] = r
         return out
+
     base, cand = index(base_rows, "baseline"), index(cand_rows, "candidate")
     regs = []
     for key, b in base.items():
@@ -92,8 +94,13 @@ def _iv(iv: Interval) -> list | None:
 
 def _group_reg(gid: str, check: str, metric: str, b: Interval, c: Interval, limit=None, diff: Interval | None = None):
     reg = _reg(gid, check, metric, b.mean, c.mean, limit)
-    reg.update({"baseline_interval": _iv(b), "candidate_interval": _iv(c),
-                "difference_interval": None if diff is None else _iv(diff)})
+    reg.update(
+        {
+            "baseline_interval": _iv(b),
+            "candidate_interval": _iv(c),
+            "difference_interval": None if diff is None else _iv(diff),
+        }
+    )
     return reg
 
 
@@ -123,8 +130,12 @@ def _group_checks(b: SeedGroup, c: SeedGroup, tol: Tolerances) -> list[dict]:
     # accuracy
     ba, ca = b.final_accuracy, c.final_accuracy
     if by_seeds:  # the raw t intervals: the shown ones are clipped to [0, 1], which would narrow the test
-        ba, ca = (mean_interval([r["final_accuracy_t1"] for r in g.rows
-                                 if is_finished(r) and r["final_accuracy_t1"] is not None]) for g in (b, c))
+        ba, ca = (
+            mean_interval(
+                [r["final_accuracy_t1"] for r in g.rows if is_finished(r) and r["final_accuracy_t1"] is not None]
+            )
+            for g in (b, c)
+        )
     if ba.mean is not None:
         if by_seeds:
             d = difference_interval(ba, ca)
@@ -136,8 +147,7 @@ def _group_checks(b: SeedGroup, c: SeedGroup, tol: Tolerances) -> list[dict]:
     if by_seeds:
         d = proportion_difference(b.collapses, b.seeds, c.collapses, c.seeds)
         if d.lo > 0:
-            regs.append(_group_reg(gid, "collapse_appeared", "collapse_rate", b.collapse_rate, c.collapse_rate,
-                                   0.0, d))
+            regs.append(_group_reg(gid, "collapse_appeared", "collapse_rate", b.collapse_rate, c.collapse_rate, 0.0, d))
     elif c.collapses > b.collapses:
         regs.append(_group_reg(gid, "collapse_appeared", "collapse_rate", b.collapse_rate, c.collapse_rate))
     # mismatch (exact zeros are the cells' exact checks)
@@ -150,8 +160,9 @@ def _group_checks(b: SeedGroup, c: SeedGroup, tol: Tolerances) -> list[dict]:
             d = difference_interval(bm, cm)
             grew = d.lo is None or d.lo > 0
         if grew:
-            regs.append(_group_reg(gid, "mismatch_grew", col, bm, cm, limit,
-                                   difference_interval(bm, cm) if by_seeds else None))
+            regs.append(
+                _group_reg(gid, "mismatch_grew", col, bm, cm, limit, difference_interval(bm, cm) if by_seeds else None)
+            )
     return regs
 
 
@@ -174,8 +185,11 @@ BYTE_FILES = ("metrics.jsonl", "eval.jsonl")
 def bitwise_deterministic(config: dict) -> bool:
     """True when a cell's run gives the same bytes on any x86-64 CPU: exact kernels on both sides, own engine."""
     engine, trainer = config.get("engine") or {}, config.get("trainer") or {}
-    return (engine.get("kernels", "exact") == "exact" and trainer.get("kernels", "exact") == "exact"
-            and engine.get("engine", "timbench") == "timbench")
+    return (
+        engine.get("kernels", "exact") == "exact"
+        and trainer.get("kernels", "exact") == "exact"
+        and engine.get("engine", "timbench") == "timbench"
+    )
 
 
 def byte_identity(base: Path, cand: Path, cells: list[dict]) -> dict:
@@ -200,8 +214,9 @@ def _kind(path: Path) -> str:
     raise FileNotFoundError(f"{path}: no such grid directory or alignment JSON file")
 
 
-def compare(baseline: str | Path, candidate: str | Path, tol: Tolerances = Tolerances(),
-            require_bytes: bool = False) -> dict:
+def compare(
+    baseline: str | Path, candidate: str | Path, tol: Tolerances = Tolerances(), require_bytes: bool = False
+) -> dict:
     """The verdict: {verdict: pass|fail, kind, baseline, candidate, tolerances, compared, regressions[, bytes]}.
 
     `require_bytes`: a deterministic grid cell whose logged files changed is a regression (bytes_changed).
@@ -210,8 +225,10 @@ def compare(baseline: str | Path, candidate: str | Path, tol: Tolerances = Toler
     kind = _kind(b)
     if _kind(c) != kind:
         what = {"grid": "grid result dir", "align": "align table JSON file"}
-        raise ValueError(f"cannot compare {what[kind]} {b} with {what[_kind(c)]} {c}; give two grid "
-                         "result dirs or two align table JSON files")
+        raise ValueError(
+            f"cannot compare {what[kind]} {b} with {what[_kind(c)]} {c}; give two grid "
+            "result dirs or two align table JSON files"
+        )
     if kind == "grid":
         why = experiment_difference(load_cells(b), load_cells(c))
         if why:
@@ -222,8 +239,15 @@ def compare(baseline: str | Path, candidate: str | Path, tol: Tolerances = Toler
             regs += [_reg(cid, "bytes_changed", "/".join(BYTE_FILES), None, None) for cid in same["changed"]]
     else:
         n, regs = compare_align(read_json(b), read_json(c), tol)
-    v = {"verdict": "fail" if regs else "pass", "kind": kind, "baseline": str(b), "candidate": str(c),
-         "tolerances": dataclasses.asdict(tol), "compared": n, "regressions": regs}
+    v = {
+        "verdict": "fail" if regs else "pass",
+        "kind": kind,
+        "baseline": str(b),
+        "candidate": str(c),
+        "tolerances": dataclasses.asdict(tol),
+        "compared": n,
+        "regressions": regs,
+    }
     return v | {"bytes": same} if kind == "grid" else v
 
 
@@ -249,9 +273,12 @@ def format_verdict(v: dict) -> str:
         lines.append(f"REGRESSION {r['check']}: {r['id']}{nums}{lim}")
     if "bytes" in v:
         by = v["bytes"]
-        lines.append(f"bytes: {by['identical']}/{by['identical'] + len(by['changed'])} bitwise-deterministic cells "
-                     f"byte-identical ({', '.join(BYTE_FILES)}); {by['skipped']} not checked (torch kernels, vLLM "
-                     "or unfinished)")
-    lines.append(f"compare ({v['kind']}): {v['compared']} entries, {len(v['regressions'])} regressions: "
-                 f"{v['verdict'].upper()}")
+        lines.append(
+            f"bytes: {by['identical']}/{by['identical'] + len(by['changed'])} bitwise-deterministic cells "
+            f"byte-identical ({', '.join(BYTE_FILES)}); {by['skipped']} not checked (torch kernels, vLLM "
+            "or unfinished)"
+        )
+    lines.append(
+        f"compare ({v['kind']}): {v['compared']} entries, {len(v['regressions'])} regressions: {v['verdict'].upper()}"
+    )
     return "\n".join(lines)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 
-ENDPOINTS = {"final": "final eval accuracy T=1",
-             "last3": "mean eval accuracy T=1 over the last 3 evaluations",
-             "last-half": "mean eval accuracy T=1 over the last half of the run (step >= steps/2)",
-             "auc": "area under the eval accuracy T=1 curve / run length"}
+ENDPOINTS = {
+    "final": "final eval accuracy T=1",
+    "last3": "mean eval accuracy T=1 over the last 3 evaluations",
+    "last-half": "mean eval accuracy T=1 over the last half of the run (step >= steps/2)",
+    "auc": "area under the eval accuracy T=1 curve / run length",
+}
 """Endpoint name -> what it is, in words."""
 DEFAULT = "last-half"
 
@@ -59,13 +61,17 @@ def label(name: str, declared: str | None) -> str:
     """How a page names the endpoint it reads: pre-registered (declared by the grid), the default (the grid
     declares none), or exploratory (asked for on the command line, not what the grid declared)."""
     pre = declared or DEFAULT
-    how = ("pre-registered" if declared else "default; the grid declares none") if name == pre else \
-        f"EXPLORATORY: the grid's endpoint is {pre}"
+    how = (
+        ("pre-registered" if declared else "default; the grid declares none")
+        if name == pre
+        else f"EXPLORATORY: the grid's endpoint is {pre}"
+    )
     return f"endpoint {name} ({ENDPOINTS[name]}; {how})"
 
 
-def with_endpoint(rows: list[dict], evals_by_id: dict[str, list[dict]], steps_by_id: dict[str, int | None],
-                  name: str) -> list[dict]:
+def with_endpoint(
+    rows: list[dict], evals_by_id: dict[str, list[dict]], steps_by_id: dict[str, int | None], name: str
+) -> list[dict]:
     """Copies of the summary rows with the endpoint's columns: `endpoint_t1` (the endpoint of the run's eval
     curve), `gain_t1` (own gain: endpoint - the step-0 evaluation) and `endpoint_rel` (over the same seed's
     reference cell's endpoint, as `relative_accuracy_t1` is over its final accuracy)."""
@@ -73,8 +79,9 @@ def with_endpoint(rows: list[dict], evals_by_id: dict[str, list[dict]], steps_by
     for r in rows:
         evals = evals_by_id.get(r["id"]) or []
         e = endpoint_value(evals, steps_by_id.get(r["id"]), name)
-        first = next((float(x["accuracy_t1"]) for x in evals if x.get("accuracy_t1") is not None
-                      and int(x["step"]) == 0), None)
+        first = next(
+            (float(x["accuracy_t1"]) for x in evals if x.get("accuracy_t1") is not None and int(x["step"]) == 0), None
+        )
         out.append({**r, "endpoint_t1": e, "gain_t1": None if e is None or first is None else e - first})
     by_id = {r["id"]: r for r in out}
     for r in out:

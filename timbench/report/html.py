@@ -49,22 +49,34 @@ def table_html(t) -> str:
     body = []
     for row in t.rows:
         failed = any(str(v).startswith("failed") for v in row)
-        cls = ' class="failed"' if failed else (' class="collapsed"' if any(str(v).startswith("collapsed")
-                                                                            for v in row) else "")
-        tds = "".join(f'<td class="num">{escape(str(v))}</td>' if _is_num(str(v)) else
-                      f'<td class="failed">{escape(str(v))}</td>' if str(v).startswith("failed") else
-                      f"<td>{escape(str(v))}</td>" for v in row)
+        cls = (
+            ' class="failed"'
+            if failed
+            else (' class="collapsed"' if any(str(v).startswith("collapsed") for v in row) else "")
+        )
+        tds = "".join(
+            f'<td class="num">{escape(str(v))}</td>'
+            if _is_num(str(v))
+            else f'<td class="failed">{escape(str(v))}</td>'
+            if str(v).startswith("failed")
+            else f"<td>{escape(str(v))}</td>"
+            for v in row
+        )
         body.append(f"<tr{cls}>{tds}</tr>")
     note = f'<p class="note">{escape(t.note)}</p>' if t.note else ""
-    return (f"<h2 id=\"{anchor(t.title)}\">{escape(t.title)}</h2>\n{note}\n"
-            f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>\n"
-            "<tbody>\n" + "\n".join(body) + "\n</tbody></table></div>")
+    return (
+        f'<h2 id="{anchor(t.title)}">{escape(t.title)}</h2>\n{note}\n'
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>\n'
+        "<tbody>\n" + "\n".join(body) + "\n</tbody></table></div>"
+    )
 
 
 def figure_html(caption: str, png: bytes) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return (f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
 
 
 def page(title: str, preamble: list[str], body: list[str], links: list[tuple[str, str]] = ()) -> str:
@@ -72,25 +84,40 @@ def page(title: str, preamble: list[str], body: list[str], links: list[tuple[str
     already-rendered HTML parts."""
     pre = "\n".join(f"<p>{escape(line)}</p>" for line in preamble)
     if links:
-        pre = ("<p class=\"nav\">See also: " + ", ".join(f"<a href=\"{escape(href)}\">{escape(text)}</a>"
-                                                      for text, href in links) + "</p>\n" + pre)
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-             f"<title>{escape(title)}</title>", f"<style>{CSS}</style></head><body>", f"<h1>{escape(title)}</h1>", pre]
+        pre = (
+            '<p class="nav">See also: '
+            + ", ".join(f'<a href="{escape(href)}">{escape(text)}</a>' for text, href in links)
+            + "</p>\n"
+            + pre
+        )
+    parts = [
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        pre,
+    ]
     return "\n".join(parts + body + ["</body></html>\n"])
 
 
-def render_html(title: str, preamble: list[str], tables: list, figures: list[tuple[str, bytes]],
-                links: list[tuple[str, str]] = ()) -> str:
+def render_html(
+    title: str, preamble: list[str], tables: list, figures: list[tuple[str, bytes]], links: list[tuple[str, str]] = ()
+) -> str:
     """The leaderboard page: title, preamble lines (task versions, the regenerating command), a contents line,
     the first table (the ranking, one row per remedy), the figures, then the other tables: a grid's per-cell
     table has a row per cell (144 in results/paper), and figures after it started ~9,000 px down the page."""
     sections = [(t.title, anchor(t.title), len(t.rows)) for t in tables]
     if figures:
         sections.insert(1, ("Figures", "figures", len(figures)))
-    contents = ('<p class="nav">On this page: ' + ", ".join(
-        f'<a href="#{a}">{escape(name)}</a> ({n} {"figures" if a == "figures" else "rows"})'
-        for name, a, n in sections) + "</p>")
+    contents = (
+        '<p class="nav">On this page: '
+        + ", ".join(
+            f'<a href="#{a}">{escape(name)}</a> ({n} {"figures" if a == "figures" else "rows"})'
+            for name, a, n in sections
+        )
+        + "</p>"
+    )
     body = [contents] + [table_html(t) for t in tables[:1]]
     if figures:
         body.append('<h2 id="figures">Figures</h2>')

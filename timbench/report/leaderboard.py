@@ -29,9 +29,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..grid.layout import PENDING
 from ..util import manifest
 from ..util.atomic import atomic_write
-from ..grid.layout import PENDING
 from . import stats
 from .collapse import rule_from_dict
 from .html import render_html
@@ -153,21 +153,33 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
         mismatched = [r for r in mine if r["kind"] != "reference"]
         scored = [r for r in mismatched if is_scored(r) and (common is None or _setting(r) in common)]
         iv = score_interval(scored, by_id)
-        out.append({"remedy": remedy, "score": iv.mean, "interval": iv, "cells": len(scored),
-                    "seeds": len({r["seed"] for r in scored}),
-                    "collapses": sum(1 for r in scored if r["collapse/collapsed"]),
-                    # over the scored cells, so every column of a row describes the same cells
-                    "mean_abs_delta": stats.mean([r["mean/mismatch/mean_abs_delta"] for r in scored
-                                                  if r["mean/mismatch/mean_abs_delta"] is not None]),
-                    "mean_k3_kl": stats.mean([r["mean/rollout_corr/k3_kl"] for r in scored
-                                              if r["mean/rollout_corr/k3_kl"] is not None]),
-                    "tolerance": tim_tolerance(mine),
-                    # failed runs and remedies that trained on nothing, marked apart from their (capped) score
-                    "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r))})
+        out.append(
+            {
+                "remedy": remedy,
+                "score": iv.mean,
+                "interval": iv,
+                "cells": len(scored),
+                "seeds": len({r["seed"] for r in scored}),
+                "collapses": sum(1 for r in scored if r["collapse/collapsed"]),
+                # over the scored cells, so every column of a row describes the same cells
+                "mean_abs_delta": stats.mean(
+                    [r["mean/mismatch/mean_abs_delta"] for r in scored if r["mean/mismatch/mean_abs_delta"] is not None]
+                ),
+                "mean_k3_kl": stats.mean(
+                    [r["mean/rollout_corr/k3_kl"] for r in scored if r["mean/rollout_corr/k3_kl"] is not None]
+                ),
+                "tolerance": tim_tolerance(mine),
+                # failed runs and remedies that trained on nothing, marked apart from their (capped) score
+                "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r)),
+            }
+        )
     out.sort(key=lambda e: (e["score"] is None, e["failed"] > 0, -(e["score"] or 0.0), e["remedy"]))
     start = 0
-    for block in ([e for e in out if e["score"] is not None and not e["failed"]],
-                  [e for e in out if e["score"] is not None and e["failed"]], [e for e in out if e["score"] is None]):
+    for block in (
+        [e for e in out if e["score"] is not None and not e["failed"]],
+        [e for e in out if e["score"] is not None and e["failed"]],
+        [e for e in out if e["score"] is None],
+    ):
         ivs = [e["interval"] for e in block]
         for e, lab in zip(block, rank_labels(ivs, start)):
             e["rank"] = lab
@@ -188,6 +200,7 @@ def _scored_on(rows: list[dict]) -> str:
 
 def _task_line(rows: list[dict]) -> str:
     from ..tasks import UnknownTaskError, get_task
+
     parts = []
     for name in sorted({str(r["task"]) for r in rows}):
         try:
@@ -208,13 +221,36 @@ def fmt_interval(iv: Interval, digits: int = 3) -> str:
 
 def _ranking_table(rows: list[dict], stamp: str) -> Table:
     ranked = remedy_ranking(rows)
-    body = [[e["rank"], ", ".join(map(str, e["tied_with"])) or "-", e["remedy"], fmt_interval(e["interval"]),
-             str(e["seeds"]), f"{e['collapses']}/{e['cells']}", f"failed {e['failed']}" if e["failed"] else "0",
-             fmt(e["mean_abs_delta"]), fmt(e["mean_k3_kl"]), e["tolerance"]] for i, e in enumerate(ranked)]
+    body = [
+        [
+            e["rank"],
+            ", ".join(map(str, e["tied_with"])) or "-",
+            e["remedy"],
+            fmt_interval(e["interval"]),
+            str(e["seeds"]),
+            f"{e['collapses']}/{e['cells']}",
+            f"failed {e['failed']}" if e["failed"] else "0",
+            fmt(e["mean_abs_delta"]),
+            fmt(e["mean_k3_kl"]),
+            e["tolerance"],
+        ]
+        for i, e in enumerate(ranked)
+    ]
     return Table(
         "Remedies ranked by score",
-        ["rank", "tied with", "remedy", "score [95% CI]", "seeds", "collapses/cells",
-         "failed", "mean |delta|", "mean k3_kl", "TIM tolerance (sigma)"], body,
+        [
+            "rank",
+            "tied with",
+            "remedy",
+            "score [95% CI]",
+            "seeds",
+            "collapses/cells",
+            "failed",
+            "mean |delta|",
+            "mean k3_kl",
+            "TIM tolerance (sigma)",
+        ],
+        body,
         f"{stamp}. Score: per seed, the mean over finished mismatched cells of final accuracy / the same seed's "
         f"reference, a collapsed cell (or one whose remedy trained on nothing) capped at {SCORE_CAP}; then the "
         f"mean over seeds with a 95% Student t interval (one seed: the eval-set binomial error, propagated). "
@@ -222,7 +258,8 @@ def _ranking_table(rows: list[dict], stamp: str) -> Table:
         f"one tie group, printed e.g. 1-3 (tied); timbench/report/verdict_rules.py rank_labels). failed: the "
         f"remedy's cells that failed, trained on nothing or have not finished; such a remedy ranks after every "
         f"complete one, whatever its score. "
-        f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.")
+        f"{_scored_on(rows)[0].upper()}{_scored_on(rows)[1:]}.",
+    )
 
 
 def _seed_table(groups: list[SeedGroup], stamp: str) -> Table:
@@ -231,21 +268,48 @@ def _seed_table(groups: list[SeedGroup], stamp: str) -> Table:
     for g in groups:
         rate = g.collapse_rate
         collapse = "-" if not g.seeds else f"{g.collapses}/{g.seeds} [{fmt(rate.lo, 2)}, {fmt(rate.hi, 2)}]"
-        body.append([g.key[k] for k in varying] + [
-            g.key["condition"], fmt(g.kind), g.key["remedy"], g.key["mode"], f"{g.seeds}/{len(g.rows)}",
-            fmt_interval(g.final_accuracy), fmt_interval(g.peak_accuracy), fmt_interval(g.relative_accuracy),
-            collapse, fmt(g.median_collapse_step), fmt_interval(g.metrics.get("mean_abs_delta", Interval(None))),
-            fmt_interval(g.metrics.get("k3_kl", Interval(None))),
-            fmt_interval(g.metrics.get("cum_drift", Interval(None)))])
+        body.append(
+            [g.key[k] for k in varying]
+            + [
+                g.key["condition"],
+                fmt(g.kind),
+                g.key["remedy"],
+                g.key["mode"],
+                f"{g.seeds}/{len(g.rows)}",
+                fmt_interval(g.final_accuracy),
+                fmt_interval(g.peak_accuracy),
+                fmt_interval(g.relative_accuracy),
+                collapse,
+                fmt(g.median_collapse_step),
+                fmt_interval(g.metrics.get("mean_abs_delta", Interval(None))),
+                fmt_interval(g.metrics.get("k3_kl", Interval(None))),
+                fmt_interval(g.metrics.get("cum_drift", Interval(None))),
+            ]
+        )
     return Table(
         "Conditions over seeds (mean [95% CI])",
-        varying + ["condition", "kind", "remedy", "mode", "seeds done/cells", "final acc T=1", "peak acc T=1",
-                   "rel acc (paired by seed)", "collapse rate [Wilson]", "median collapse step (KM)",
-                   "mean |delta|", "k3_kl", "cum drift C(r)"], body,
+        varying
+        + [
+            "condition",
+            "kind",
+            "remedy",
+            "mode",
+            "seeds done/cells",
+            "final acc T=1",
+            "peak acc T=1",
+            "rel acc (paired by seed)",
+            "collapse rate [Wilson]",
+            "median collapse step (KM)",
+            "mean |delta|",
+            "k3_kl",
+            "cum drift C(r)",
+        ],
+        body,
         f"{stamp}. Intervals: Student t over seeds (n - 1 df); with one seed, accuracy gets the eval-set Wilson "
         "interval and the other columns none. Relative accuracy divides each seed by the same seed's reference "
         "cell. Median collapse step: Kaplan-Meier over seeds (non-collapsed seeds censored at their last step), "
-        "'-' while at least half the seeds survive; the curves are in figures/time_to_collapse.png.")
+        "'-' while at least half the seeds survive; the curves are in figures/time_to_collapse.png.",
+    )
 
 
 def tables(grid: Grid, rows: list[dict], command: str, groups: list[SeedGroup] | None = None) -> list[Table]:
@@ -256,16 +320,44 @@ def tables(grid: Grid, rows: list[dict], command: str, groups: list[SeedGroup] |
     for r in rows:
         c = r["collapse/collapsed"]
         collapse = "-" if c is None else (f"collapsed@{r['collapse/step']} ({r['collapse/reason']})" if c else "no")
-        cell_rows.append([fmt(r[k]) for k in varying] + [
-            r["condition"], fmt(r["kind"]), r["remedy"], r["mode"],
-            "failed: nothing trained" if trained_nothing(r) else r["status"], collapse,
-            fmt(r["final_accuracy_t1"]), fmt(r["relative_accuracy_t1"]), fmt(r["mean/mismatch/mean_abs_delta"]),
-            fmt(r["mean/rollout_corr/k3_kl"]), fmt(r["cum/drift/diff_mean"]), fmt(r["collapse/kl_lead_steps"])])
+        cell_rows.append(
+            [fmt(r[k]) for k in varying]
+            + [
+                r["condition"],
+                fmt(r["kind"]),
+                r["remedy"],
+                r["mode"],
+                "failed: nothing trained" if trained_nothing(r) else r["status"],
+                collapse,
+                fmt(r["final_accuracy_t1"]),
+                fmt(r["relative_accuracy_t1"]),
+                fmt(r["mean/mismatch/mean_abs_delta"]),
+                fmt(r["mean/rollout_corr/k3_kl"]),
+                fmt(r["cum/drift/diff_mean"]),
+                fmt(r["collapse/kl_lead_steps"]),
+            ]
+        )
     cells = Table(
-        "Every cell", varying + ["condition", "kind", "remedy", "mode", "status", "collapse", "final acc T=1",
-                                 "rel acc", "mean |delta|", "k3_kl", "cum drift C(r)", "KL lead (steps)"],
-        cell_rows, f"{stamp}. cum drift = sum over steps of drift/diff_mean; KL lead = collapse step - first "
-                   "step with k3_kl above kl_warn (negative: the KL warned late).")
+        "Every cell",
+        varying
+        + [
+            "condition",
+            "kind",
+            "remedy",
+            "mode",
+            "status",
+            "collapse",
+            "final acc T=1",
+            "rel acc",
+            "mean |delta|",
+            "k3_kl",
+            "cum drift C(r)",
+            "KL lead (steps)",
+        ],
+        cell_rows,
+        f"{stamp}. cum drift = sum over steps of drift/diff_mean; KL lead = collapse step - first "
+        "step with k3_kl above kl_warn (negative: the KL warned late).",
+    )
     return [_ranking_table(rows, stamp), _seed_table(groups, stamp), cells]
 
 
@@ -291,56 +383,97 @@ def seeds_line(rows: list[dict]) -> str:
         per_group.setdefault(group_key(r), set()).add(r["seed"])
     counts = sorted({len(v) for v in per_group.values()})
     seeds = sorted({r["seed"] for r in rows}, key=str)
-    return (f"seeds: {', '.join(map(str, seeds))} ({'/'.join(map(str, counts))} per condition x remedy x mode); "
-            "every interval is 95%")
+    return (
+        f"seeds: {', '.join(map(str, seeds))} ({'/'.join(map(str, counts))} per condition x remedy x mode); "
+        "every interval is 95%"
+    )
 
 
 def markdown(title: str, preamble: list[str], tabs: list[Table]) -> str:
     out = [f"# {title}", ""] + [line + "  " for line in preamble] + [""]
     for t in tabs:
-        out += [f"## {t.title}", "", t.note, "", "| " + " | ".join(h.replace("|", "\\|") for h in t.headers) + " |",
-                "|" + "|".join("---" for _ in t.headers) + "|"]
+        out += [
+            f"## {t.title}",
+            "",
+            t.note,
+            "",
+            "| " + " | ".join(h.replace("|", "\\|") for h in t.headers) + " |",
+            "|" + "|".join("---" for _ in t.headers) + "|",
+        ]
         out += ["| " + " | ".join(v.replace("|", "\\|") for v in row) + " |" for row in t.rows] + [""]
     return "\n".join(out)
 
 
-def figures(grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None,
-            highlight: str | None = None) -> list[tuple[str, str, object]]:
+def figures(
+    grid: Grid, rows: list[dict], groups: list[SeedGroup] | None = None, highlight: str | None = None
+) -> list[tuple[str, str, object]]:
     """(file name, caption, figure builder) for every figure of the report; `highlight`: a submitted remedy."""
     groups = seed_groups(rows) if groups is None else groups
     # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
-    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure
     from .figures.cells import delta_distribution_figure, delta_histogram_figure, dose_response_figure, has_histograms
-    from .figures.heatmap import relative_accuracy_heatmap
+    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure
     from .figures.forest import forest_figure
+    from .figures.heatmap import relative_accuracy_heatmap
+
     cells = grid.cells
-    out = [("remedy_scores.png", "remedy scores with 95% intervals (forest plot; the submitted remedy highlighted, "
-                                 "failed cells marked)", lambda: forest_figure(remedy_ranking(rows), highlight)),
-           ("reward_accuracy.png", "(a) training reward and eval accuracy per condition vs the zero-mismatch "
-                                   "reference (mean, 95% band over seeds)",
-            lambda: reward_accuracy_figure(cells)),
-           ("kl_grad_norm.png", "(b) rollout_corr/k3_kl (log, geometric band; exact zeros at the bottom) and "
-                                "actor/grad_norm (95% band over seeds)",
-            lambda: kl_grad_figure(cells)),
-           ("relative_accuracy_heatmap.png", "(c) final accuracy / reference, condition x remedy, per mode",
-            lambda: relative_accuracy_heatmap(rows)),
-           ("drift_by_adv_sign.png", "(d) C(r) drift split by advantage sign per condition (95% band over seeds)",
-            lambda: drift_figure(cells)),
-           ("abs_delta_distribution.png", "(e) per-step mean / p99 / max |delta| per condition (log)",
-            lambda: delta_distribution_figure(cells)),
-           ("dose_response.png", "(f) dose-response: relative accuracy vs realised mean |delta|",
-            lambda: dose_response_figure(rows))]
+    out = [
+        (
+            "remedy_scores.png",
+            "remedy scores with 95% intervals (forest plot; the submitted remedy highlighted, failed cells marked)",
+            lambda: forest_figure(remedy_ranking(rows), highlight),
+        ),
+        (
+            "reward_accuracy.png",
+            "(a) training reward and eval accuracy per condition vs the zero-mismatch "
+            "reference (mean, 95% band over seeds)",
+            lambda: reward_accuracy_figure(cells),
+        ),
+        (
+            "kl_grad_norm.png",
+            "(b) rollout_corr/k3_kl (log, geometric band; exact zeros at the bottom) and "
+            "actor/grad_norm (95% band over seeds)",
+            lambda: kl_grad_figure(cells),
+        ),
+        (
+            "relative_accuracy_heatmap.png",
+            "(c) final accuracy / reference, condition x remedy, per mode",
+            lambda: relative_accuracy_heatmap(rows),
+        ),
+        (
+            "drift_by_adv_sign.png",
+            "(d) C(r) drift split by advantage sign per condition (95% band over seeds)",
+            lambda: drift_figure(cells),
+        ),
+        (
+            "abs_delta_distribution.png",
+            "(e) per-step mean / p99 / max |delta| per condition (log)",
+            lambda: delta_distribution_figure(cells),
+        ),
+        (
+            "dose_response.png",
+            "(f) dose-response: relative accuracy vs realised mean |delta|",
+            lambda: dose_response_figure(rows),
+        ),
+    ]
     from .figures.survival import survival_figure
-    out.append(("time_to_collapse.png", "(g) time to collapse over seeds (Kaplan-Meier, censored at the last step)",
-                lambda: survival_figure(groups)))
+
+    out.append(
+        (
+            "time_to_collapse.png",
+            "(g) time to collapse over seeds (Kaplan-Meier, censored at the last step)",
+            lambda: survival_figure(groups),
+        )
+    )
     if has_histograms(cells):
-        out.append(("abs_delta_histogram.png", "(e') |delta| histograms over all steps",
-                    lambda: delta_histogram_figure(cells)))
+        out.append(
+            ("abs_delta_histogram.png", "(e') |delta| histograms over all steps", lambda: delta_histogram_figure(cells))
+        )
     return out
 
 
-def write_report(path: str | Path, command: str | None = None, highlight: str | None = None,
-                 out: str | Path | None = None) -> dict[str, Path]:
+def write_report(
+    path: str | Path, command: str | None = None, highlight: str | None = None, out: str | Path | None = None
+) -> dict[str, Path]:
     """Write the report files of the grid dir `path` into `out` (default: `path` itself); returns {name: path
     written}. `highlight` names a submitted remedy, drawn apart in the forest plot."""
     grid = load_results(path)
@@ -354,17 +487,22 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     rule = rule_from_dict(grid.collapse)
     groups = seed_groups(rows)
     status = {s: sum(1 for r in rows if r["status"] == s) for s in ("done", "failed", "running", PENDING)}
-    preamble = [_task_line(rows), f"regenerate: `{command}`",
-                f"grid {grid.name}: {len(rows)} cells (" + ", ".join(f"{n} {s}" for s, n in status.items()) + ")",
-                seeds_line(rows), eval_noise_line(rows),
-                f"collapse rule (timbench.report.collapse): alpha={rule.alpha}, window={rule.window}, "
-                f"smooth={rule.smooth}, grad_spike={rule.grad_spike}, min_peak={rule.min_peak}, kl_warn={rule.kl_warn}"]
+    preamble = [
+        _task_line(rows),
+        f"regenerate: `{command}`",
+        f"grid {grid.name}: {len(rows)} cells (" + ", ".join(f"{n} {s}" for s, n in status.items()) + ")",
+        seeds_line(rows),
+        eval_noise_line(rows),
+        f"collapse rule (timbench.report.collapse): alpha={rule.alpha}, window={rule.window}, "
+        f"smooth={rule.smooth}, grad_spike={rule.grad_spike}, min_peak={rule.min_peak}, kl_warn={rule.kl_warn}",
+    ]
     tabs = tables(grid, rows, command, groups)
     written = {"summary.csv": dest / "summary.csv", "seeds.csv": dest / "seeds.csv"}
     atomic_write(written["summary.csv"], summary_csv(rows))
     seed_rows = [group_csv_row(g) for g in groups]
     atomic_write(written["seeds.csv"], csv_text(seed_rows, tuple(seed_rows[0]) if seed_rows else GROUP))
     from .figures.curves import png_bytes
+
     pngs = []
     for name, caption, build in figures(grid, rows, groups, highlight):
         png = png_bytes(build())
@@ -380,6 +518,5 @@ def write_report(path: str | Path, command: str | None = None, highlight: str | 
     atomic_write(written["leaderboard.html"], render_html(title, preamble, tabs, pngs, links))
     # The grid's own cells.json stays covered (grid.layout.prepare added it) when the report goes beside it.
     cells = ["cells.json"] if dest.resolve() == grid.path.resolve() and had_cells else []
-    written["manifest.json"] = manifest.stamp(dest, [p.relative_to(dest).as_posix() for p in written.values()]
-                                              + cells)
+    written["manifest.json"] = manifest.stamp(dest, [p.relative_to(dest).as_posix() for p in written.values()] + cells)
     return written

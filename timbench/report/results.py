@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..util import manifest
 from ..grid.layout import PENDING, done_problems, read_status
 from ..grid.layout import run_dir as layout_run_dir  # `run_dir` is a local name below
+from ..util import manifest
 from ..util.readfile import read_json
 
 CELL_KEYS = ("id", "axes", "condition", "reference", "config")
@@ -98,8 +98,13 @@ def _cell(raw: object, where: str) -> CellRun:
     for k in ("remedy", "mode", "condition"):
         if k not in raw["axes"]:
             raise ValueError(f"{where}: cell {raw['id']!r} axes lack {k!r}")
-    return CellRun(id=str(raw["id"]), axes=raw["axes"], condition=raw["condition"], reference=raw["reference"],
-                   config=raw["config"])
+    return CellRun(
+        id=str(raw["id"]),
+        axes=raw["axes"],
+        condition=raw["condition"],
+        reference=raw["reference"],
+        config=raw["config"],
+    )
 
 
 def load_cell_results(cell: CellRun, out: Path) -> CellRun:
@@ -130,11 +135,13 @@ def check_intact(out: Path, run_dir: Path, cell: dict | None = None) -> None:
     if not bad:
         return
     if manifest.missing(run_dir):
-        raise ValueError(f"{bad[0]}; stamp a result made before manifests once with "
-                         f"`timbench grid verify {out} --adopt`")
+        raise ValueError(
+            f"{bad[0]}; stamp a result made before manifests once with `timbench grid verify {out} --adopt`"
+        )
     more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-    raise ValueError(f"{bad[0]}{more}; `timbench grid verify {out}` lists every problem, "
-                     "`timbench grid run` redoes the cell")
+    raise ValueError(
+        f"{bad[0]}{more}; `timbench grid verify {out}` lists every problem, `timbench grid run` redoes the cell"
+    )
 
 
 def load_results(path: str | Path) -> Grid:
@@ -153,6 +160,11 @@ def load_results(path: str | Path) -> Grid:
         raise ValueError(f"{where}: duplicate cell id {dup!r}")
     for c in cells:
         load_cell_results(c, path)
-    return Grid(name=str(meta.get("grid", path.name)), path=path,
-                reference_condition=str(meta.get("reference_condition", "baseline")),
-                collapse=meta.get("collapse") or {}, cells=cells, endpoint=meta.get("endpoint"))
+    return Grid(
+        name=str(meta.get("grid", path.name)),
+        path=path,
+        reference_condition=str(meta.get("reference_condition", "baseline")),
+        collapse=meta.get("collapse") or {},
+        cells=cells,
+        endpoint=meta.get("endpoint"),
+    )

@@ -23,8 +23,11 @@ from .stats import Interval, clip, kaplan_meier, mean_interval, median_survival,
 
 GROUP = ("task", "model", "condition", "remedy", "mode", "algorithm")
 """What a seed group shares: every axis but the seed."""
-MEAN_METRICS = {"mean_abs_delta": "mean/mismatch/mean_abs_delta", "k3_kl": "mean/rollout_corr/k3_kl",
-                "cum_drift": "cum/drift/diff_mean"}
+MEAN_METRICS = {
+    "mean_abs_delta": "mean/mismatch/mean_abs_delta",
+    "k3_kl": "mean/rollout_corr/k3_kl",
+    "cum_drift": "cum/drift/diff_mean",
+}
 """Group field -> the summary column averaged over seeds."""
 
 
@@ -40,8 +43,11 @@ def trained_nothing(row: dict) -> bool:
 def is_finished(row: dict) -> bool:
     """Done, or failed with a collapse (a non-finite loss is an outcome, not a broken run) or because the
     remedy trained on nothing (also an outcome of the remedy)."""
-    return row["status"] == "done" or (row["status"] == "failed" and bool(row["collapse/collapsed"])) \
+    return (
+        row["status"] == "done"
+        or (row["status"] == "failed" and bool(row["collapse/collapsed"]))
         or trained_nothing(row)
+    )
 
 
 def group_key(row: dict) -> tuple:
@@ -93,8 +99,11 @@ def _eval_n(rows: list[dict]) -> int | None:
 
 
 def _relative(rows: list[dict], ref_by_id: dict[str, dict], eval_n: int | None) -> Interval:
-    pairs = [(r["final_accuracy_t1"], ref_by_id[r["reference"]]["final_accuracy_t1"]) for r in rows
-             if r["reference"] in ref_by_id and r["final_accuracy_t1"] is not None]
+    pairs = [
+        (r["final_accuracy_t1"], ref_by_id[r["reference"]]["final_accuracy_t1"])
+        for r in rows
+        if r["reference"] in ref_by_id and r["final_accuracy_t1"] is not None
+    ]
     pairs = [(a, b) for a, b in pairs if b]  # a reference at accuracy 0 has no ratio
     if len(pairs) == 1 and eval_n:
         a, b = pairs[0]
@@ -118,12 +127,16 @@ def seed_groups(rows: list[dict]) -> list[SeedGroup]:
         eval_n = _eval_n(members)
         g = SeedGroup(dict(zip(GROUP, key)), members[0]["kind"], members, eval_n, seeds=len(done))
         if done:
-            g.final_accuracy = accuracy_interval([r["final_accuracy_t1"] for r in done
-                                                  if r["final_accuracy_t1"] is not None], eval_n)
-            g.peak_accuracy = accuracy_interval([r["peak_accuracy_t1"] for r in done
-                                                 if r["peak_accuracy_t1"] is not None], eval_n)
-            for attr, col in (("greedy_accuracy", "final_accuracy_greedy"),
-                              ("quantized_greedy_accuracy", "final_quantized_accuracy_greedy")):
+            g.final_accuracy = accuracy_interval(
+                [r["final_accuracy_t1"] for r in done if r["final_accuracy_t1"] is not None], eval_n
+            )
+            g.peak_accuracy = accuracy_interval(
+                [r["peak_accuracy_t1"] for r in done if r["peak_accuracy_t1"] is not None], eval_n
+            )
+            for attr, col in (
+                ("greedy_accuracy", "final_accuracy_greedy"),
+                ("quantized_greedy_accuracy", "final_quantized_accuracy_greedy"),
+            ):
                 vals = [r[col] for r in done if r.get(col) is not None]
                 if vals:
                     setattr(g, attr, accuracy_interval(vals, eval_n))
@@ -131,8 +144,10 @@ def seed_groups(rows: list[dict]) -> list[SeedGroup]:
                 g.relative_accuracy = Interval(1.0, 1.0, 1.0, len(done)) if g.final_accuracy.mean else Interval(None)
             else:
                 g.relative_accuracy = _relative(done, ref_by_id, eval_n)
-            g.metrics = {name: mean_interval([r[col] for r in done if r.get(col) is not None])
-                         for name, col in MEAN_METRICS.items()}
+            g.metrics = {
+                name: mean_interval([r[col] for r in done if r.get(col) is not None])
+                for name, col in MEAN_METRICS.items()
+            }
             events = [bool(r["collapse/collapsed"]) for r in done]
             times = [int(r["collapse/step"]) if e else int(r["steps_done"]) for r, e in zip(done, events)]
             g.collapses = sum(events)
@@ -147,10 +162,15 @@ def seed_groups(rows: list[dict]) -> list[SeedGroup]:
 def group_csv_row(g: SeedGroup) -> dict:
     """A flat row for seeds.csv: the group key, seed counts, every mean with its interval bounds."""
     row = {**g.key, "kind": g.kind, "seeds": g.seeds, "cells": len(g.rows), "eval_n": g.eval_n}
-    parts = {"final_accuracy_t1": g.final_accuracy, "peak_accuracy_t1": g.peak_accuracy,
-             "relative_accuracy_t1": g.relative_accuracy, "final_accuracy_greedy": g.greedy_accuracy,
-             "quantized_accuracy_greedy": g.quantized_greedy_accuracy, "collapse_rate": g.collapse_rate,
-             **g.metrics}
+    parts = {
+        "final_accuracy_t1": g.final_accuracy,
+        "peak_accuracy_t1": g.peak_accuracy,
+        "relative_accuracy_t1": g.relative_accuracy,
+        "final_accuracy_greedy": g.greedy_accuracy,
+        "quantized_accuracy_greedy": g.quantized_greedy_accuracy,
+        "collapse_rate": g.collapse_rate,
+        **g.metrics,
+    }
     for name, iv in parts.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = iv.mean, iv.lo, iv.hi
     row["collapses"] = g.collapses

@@ -18,14 +18,22 @@ import io
 import math
 from pathlib import Path
 
-from ..util.atomic import atomic_write
+from ..metrics.schema import (
+    ACCURACY_GREEDY,
+    K3_KL,
+    MAX_ABS_DELTA,
+    MEAN_ABS_DELTA,
+    PROBS_DIFF_MAX,
+    QUANTIZED_ACCURACY_GREEDY,
+    REMEDY_EXTRA_PREFIX,
+    is_known,
+)
 from ..metrics.schema import METRIC_NAMES as REMEDY_METRIC_NAMES
 from ..spec.keys import parse_spec
+from ..util.atomic import atomic_write
 from .collapse import CollapseRule, detect_collapse, rule_from_dict
 from .results import CellRun, Grid, column, load_results
 from .stats import mean
-from ..metrics.schema import ACCURACY_GREEDY, K3_KL, MAX_ABS_DELTA, MEAN_ABS_DELTA, PROBS_DIFF_MAX, QUANTIZED_ACCURACY_GREEDY
-from ..metrics.schema import REMEDY_EXTRA_PREFIX, is_known
 
 FINAL_WINDOW = 10  # steps averaged for the `final/...` drift values
 DRIFT_KEYS = ("drift/diff_mean", "drift/diff_abs_mean", "drift/diff_pos_adv_mean", "drift/diff_neg_adv_mean")
@@ -33,17 +41,47 @@ MEAN_KEYS = (MEAN_ABS_DELTA, K3_KL, PROBS_DIFF_MAX)
 MAX_KEYS = (PROBS_DIFF_MAX, MAX_ABS_DELTA)  # exactness: 0.0 at every step
 REMEDY_KEYS = tuple(sorted(REMEDY_METRIC_NAMES.values()))
 """What every remedy logs (verl's rollout_corr/rollout_is_* and rollout_rs_* names), averaged over steps."""
-COLLAPSE_KEYS = {"collapsed": "collapse/collapsed", "collapse_step": "collapse/step",
-                 "collapse_reason": "collapse/reason", "grad_spike_step": "collapse/grad_spike_step",
-                 "peak_reward": "collapse/peak_reward", "final_reward": "collapse/final_reward",
-                 "kl_warning_step": "collapse/kl_warning_step", "kl_lead_steps": "collapse/kl_lead_steps"}
-ID_COLUMNS = ("id", "task", "model", "condition", "kind", "remedy", "mode", "algorithm", "seed", "reference",
-              "status", "error", "steps_done", "noise_sigma", "eval_n")
-COLUMNS = (ID_COLUMNS + ("final_accuracy_t1", "peak_accuracy_t1", "relative_accuracy_t1", "final_accuracy_greedy",
-                         "final_quantized_accuracy_greedy")
-           + tuple(COLLAPSE_KEYS.values())
-           + tuple(f"{p}/{k}" for k in DRIFT_KEYS for p in ("cum", "final"))
-           + tuple(f"mean/{k}" for k in MEAN_KEYS + REMEDY_KEYS) + tuple(f"max/{k}" for k in MAX_KEYS))
+COLLAPSE_KEYS = {
+    "collapsed": "collapse/collapsed",
+    "collapse_step": "collapse/step",
+    "collapse_reason": "collapse/reason",
+    "grad_spike_step": "collapse/grad_spike_step",
+    "peak_reward": "collapse/peak_reward",
+    "final_reward": "collapse/final_reward",
+    "kl_warning_step": "collapse/kl_warning_step",
+    "kl_lead_steps": "collapse/kl_lead_steps",
+}
+ID_COLUMNS = (
+    "id",
+    "task",
+    "model",
+    "condition",
+    "kind",
+    "remedy",
+    "mode",
+    "algorithm",
+    "seed",
+    "reference",
+    "status",
+    "error",
+    "steps_done",
+    "noise_sigma",
+    "eval_n",
+)
+COLUMNS = (
+    ID_COLUMNS
+    + (
+        "final_accuracy_t1",
+        "peak_accuracy_t1",
+        "relative_accuracy_t1",
+        "final_accuracy_greedy",
+        "final_quantized_accuracy_greedy",
+    )
+    + tuple(COLLAPSE_KEYS.values())
+    + tuple(f"{p}/{k}" for k in DRIFT_KEYS for p in ("cum", "final"))
+    + tuple(f"mean/{k}" for k in MEAN_KEYS + REMEDY_KEYS)
+    + tuple(f"max/{k}" for k in MAX_KEYS)
+)
 
 
 def noise_sigma(condition: dict) -> float | None:
@@ -52,8 +90,9 @@ def noise_sigma(condition: dict) -> float | None:
     The engine spec goes through `timbench.spec.keys.parse_spec`, the one parser of specs, so a bad
     noise value is the same one-line SpecError a run would raise.
     """
-    engine = parse_spec(condition.get("engine") or None, f"condition {condition.get('name')!r}: engine spec",
-                        side="engine")
+    engine = parse_spec(
+        condition.get("engine") or None, f"condition {condition.get('name')!r}: engine spec", side="engine"
+    )
     return None if engine.noise.kind == "none" else engine.noise.sigma
 
 
@@ -70,11 +109,23 @@ def extra_columns(rows: list[dict]) -> list[str]:
 def summarize_cell(cell: CellRun, rule: CollapseRule) -> dict:
     """The summary row of one cell, without its relative accuracy (that needs the reference row)."""
     ax = cell.axes
-    row = {"id": cell.id, "task": ax.get("task"), "model": ax.get("model"), "condition": ax["condition"],
-           "kind": cell.condition.get("kind"), "remedy": ax["remedy"], "mode": ax["mode"],
-           "algorithm": ax.get("algorithm"), "seed": ax.get("seed"), "reference": cell.reference,
-           "status": cell.status, "error": cell.error, "steps_done": len(cell.metrics),
-           "noise_sigma": noise_sigma(cell.condition), "eval_n": cell.config.get("eval_n")}
+    row = {
+        "id": cell.id,
+        "task": ax.get("task"),
+        "model": ax.get("model"),
+        "condition": ax["condition"],
+        "kind": cell.condition.get("kind"),
+        "remedy": ax["remedy"],
+        "mode": ax["mode"],
+        "algorithm": ax.get("algorithm"),
+        "seed": ax.get("seed"),
+        "reference": cell.reference,
+        "status": cell.status,
+        "error": cell.error,
+        "steps_done": len(cell.metrics),
+        "noise_sigma": noise_sigma(cell.condition),
+        "eval_n": cell.config.get("eval_n"),
+    }
     row.update({c: None for c in COLUMNS if c not in row})
     m = cell.metrics
     if not m and not cell.summary:  # nothing ran yet (a failure at step 0 still has a summary)

@@ -101,8 +101,9 @@ class Test:
                 return DIFFERS
             if detected:
                 return TRANSFERS
-            if self.p is None or (self.mde is not None and self.learning_range is not None
-                                  and self.mde > self.learning_range):
+            if self.p is None or (
+                self.mde is not None and self.learning_range is not None and self.mde > self.learning_range
+            ):
                 return NOT_TESTED
             return INCONCLUSIVE
         if self.kind == "no-difference":
@@ -121,21 +122,27 @@ class Test:
     def text(self) -> str:
         """The test's numbers in one line: estimate, interval, p (adjusted), power, margin, why not tested."""
         from .leaderboard import fmt, fmt_interval
+
         parts = [f"{self.label}: {fmt_interval(self.interval)}"]
         if self.blocked:
             return parts[0] + f", not tested: {self.blocked}"
         if self.kind in ("no-difference", "interaction") and self.margin:
-            parts.append(f"TOST margin +-{fmt(self.margin)} p {_p(self.p)} (Holm {_p(self.p_adj)}), difference p "
-                         f"{_p(self.p_diff)}")
+            parts.append(
+                f"TOST margin +-{fmt(self.margin)} p {_p(self.p)} (Holm {_p(self.p_adj)}), difference p "
+                f"{_p(self.p_diff)}"
+            )
         elif self.kind in ("interaction", "rate-interaction"):
-            parts.append(f"difference p {_p(self.p_diff)}" + ("" if self.margin or self.kind == "rate-interaction"
-                                                               else ", no equivalence margin"))
+            parts.append(
+                f"difference p {_p(self.p_diff)}"
+                + ("" if self.margin or self.kind == "rate-interaction" else ", no equivalence margin")
+            )
         else:
             parts.append(f"p {_p(self.p)} (Holm {_p(self.p_adj)})")
         if self.mde is not None:
-            parts.append(f"smallest detectable {fmt(self.mde)} at {POWER:.0%} power, n {self.interval.n}"
-                         + (f" vs learning range {fmt(self.learning_range)}" if self.learning_range is not None
-                            else ""))
+            parts.append(
+                f"smallest detectable {fmt(self.mde)} at {POWER:.0%} power, n {self.interval.n}"
+                + (f" vs learning range {fmt(self.learning_range)}" if self.learning_range is not None else "")
+            )
         return ", ".join(parts) + (f", {self.note}" if self.note else "")
 
 
@@ -143,8 +150,9 @@ def _p(p: float | None) -> str:
     return "-" if p is None else f"{p:.2g}" if p >= 0.001 else "<0.001"
 
 
-def paired_effect(label: str, diffs: list[float], learning_range: float | None, floor: bool = False,
-                  baseline_learns: bool = True) -> Test:
+def paired_effect(
+    label: str, diffs: list[float], learning_range: float | None, floor: bool = False, baseline_learns: bool = True
+) -> Test:
     """A claimed paired difference (claimed direction > 0, one value per seed)."""
     diffs = [float(x) for x in diffs if x is not None]
     iv = mean_interval(diffs)
@@ -153,24 +161,47 @@ def paired_effect(label: str, diffs: list[float], learning_range: float | None, 
     return t
 
 
-def paired_no_difference(label: str, diffs: list[float], margin: float | None, learning_range: float | None,
-                         floor: bool = False, baseline_learns: bool = True) -> Test:
+def paired_no_difference(
+    label: str,
+    diffs: list[float],
+    margin: float | None,
+    learning_range: float | None,
+    floor: bool = False,
+    baseline_learns: bool = True,
+) -> Test:
     """A claimed absence of a paired difference: equivalence (TOST) within +-margin."""
     diffs = [float(x) for x in diffs if x is not None]
     iv = mean_interval(diffs)
-    t = Test("no-difference", label, iv.mean, iv, tost(diffs, margin) if margin else None, mde=detectable(iv),
-             learning_range=learning_range, margin=margin, p_diff=t_test(diffs))
-    t.blocked = _blocked(len(diffs), floor, baseline_learns, learning_range) or \
-        (None if margin else "no equivalence margin (the baseline's learning range is unknown)")
+    t = Test(
+        "no-difference",
+        label,
+        iv.mean,
+        iv,
+        tost(diffs, margin) if margin else None,
+        mde=detectable(iv),
+        learning_range=learning_range,
+        margin=margin,
+        p_diff=t_test(diffs),
+    )
+    t.blocked = _blocked(len(diffs), floor, baseline_learns, learning_range) or (
+        None if margin else "no equivalence margin (the baseline's learning range is unknown)"
+    )
     return t
 
 
 def rate_vs_control(label: str, k: int, n: int, k0: int, n0: int) -> Test:
     """Rate k/n claimed above its control's k0/n0 (Fisher's exact test; Newcombe interval of the difference)."""
     from .stats import proportion_difference
+
     iv = proportion_difference(k0, n0, k, n) if n and n0 else Interval(None)
-    t = Test("rate", label, iv.mean, iv, fisher_exact(k, n, k0, n0) if n and n0 else None,
-             note=f"{k}/{n} {_wilson(k, n)} vs control {k0}/{n0} {_wilson(k0, n0)}, Fisher exact")
+    t = Test(
+        "rate",
+        label,
+        iv.mean,
+        iv,
+        fisher_exact(k, n, k0, n0) if n and n0 else None,
+        note=f"{k}/{n} {_wilson(k, n)} vs control {k0}/{n0} {_wilson(k0, n0)}, Fisher exact",
+    )
     if not n or not n0:
         t.blocked = "no seeds on one side"
     elif (k == 0 and k0 == 0) or (k == n and k0 == n0):
@@ -183,16 +214,23 @@ def rate_vs_threshold(label: str, k: int, n: int, share: float) -> Test:
     capped at 1); detected below the share, the claim is reversed."""
     p = None
     if n:
-        pmf = [math.comb(n, i) * share ** i * (1 - share) ** (n - i) for i in range(n + 1)]
-        p = min(1.0, 2 * min(math.fsum(pmf[k:]), math.fsum(pmf[:k + 1])))
-    t = Test("threshold", label, (k / n - share) if n else None, wilson(k, n), p,
-             note=f"{k}/{n} vs {share:.2g}, exact binomial")
+        pmf = [math.comb(n, i) * share**i * (1 - share) ** (n - i) for i in range(n + 1)]
+        p = min(1.0, 2 * min(math.fsum(pmf[k:]), math.fsum(pmf[: k + 1])))
+    t = Test(
+        "threshold",
+        label,
+        (k / n - share) if n else None,
+        wilson(k, n),
+        p,
+        note=f"{k}/{n} vs {share:.2g}, exact binomial",
+    )
     t.blocked = None if n else "no seeds"
     return t
 
 
 def _wilson(k: int, n: int) -> str:
     from .leaderboard import fmt_interval
+
     return fmt_interval(wilson(k, n)) if n else "-"
 
 
@@ -245,8 +283,9 @@ def warning_vs_false_alarms(label: str, early: int, collapsed: int, alarms: int,
     return t
 
 
-def size_interaction(label: str, ref: dict, other: dict, margin: float | None, learning_range: float | None,
-                     floor: bool = False) -> Test:
+def size_interaction(
+    label: str, ref: dict, other: dict, margin: float | None, learning_range: float | None, floor: bool = False
+) -> Test:
     """Does a paired difference (A - B per seed, dicts seed -> value) transfer from the reference model to a proxy?
     The interaction, other[s] - ref[s] over the seeds both have, with its t interval: equivalence within +-margin
     (TOST), or a detected difference. Not tested when nothing happened at any size (neither model's own A - B nor

@@ -3,8 +3,8 @@
 Pure functions of tensors. Rewards are one scalar per sequence, `rewards[N]` with N = B * G and each
 prompt's G samples contiguous. Advantages come back per sequence, [N]; the losses broadcast them over
 tokens (a [N, T] advantage works as well). Logprob tensors (`logprobs` pi_theta, `old_logprobs` pi_old,
-`ref_logprobs` pi_ref; names and the +-20 log-ratio clamp from timbench.metrics.ratios) are [N, T] with a response `mask` that a
-remedy may have zeroed further; remedy `weights` (e.g. truncated IS weights) multiply the per-token
+`ref_logprobs` pi_ref; names and the +-20 log-ratio clamp from timbench.metrics.ratios) are [N, T] with a response
+`mask` that a remedy may have zeroed further; remedy `weights` (e.g. truncated IS weights) multiply the per-token
 loss and are detached. Formulas and defaults follow verl `verl/trainer/ppo/core_algos.py`
 (compute_grpo_outcome_advantage, compute_policy_loss_vanilla, compute_policy_loss_gspo, agg_loss,
 kl_penalty); departures are named in the docstrings. Every sum and mean that reaches a loss, an advantage or a
@@ -14,13 +14,12 @@ metric is fixed-order (timbench.kernels.reduce), so gradients and logged values 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from ..kernels.pointwise import fexp
-from ..kernels.pointwise import fsqrt
+from ..kernels.pointwise import fexp, fsqrt
 from ..kernels.reduce import fmean, fstd, fsum
 from ..metrics.ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
 
@@ -31,10 +30,12 @@ Metrics = dict[str, float]
 
 # ---------------------------------------------------------------- advantages (rewards[N] -> adv[N])
 
+
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     if rewards.dim() != 1 or group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}; "
-                         f"got shape {tuple(rewards.shape)}")
+        raise ValueError(
+            f"rewards must be 1-D with a length divisible by group_size={group_size}; got shape {tuple(rewards.shape)}"
+        )
     r = rewards.detach()
     return (r if r.is_floating_point() else r.to(torch.get_default_dtype())).reshape(-1, group_size)
 
@@ -76,8 +77,9 @@ def reinforce_advantage(rewards: torch.Tensor, group_size: int = 1) -> torch.Ten
     return r - fmean(r)
 
 
-def reinforce_pp_advantage(rewards: torch.Tensor, group_size: int = 1,
-                           lengths: torch.Tensor | None = None) -> torch.Tensor:
+def reinforce_pp_advantage(
+    rewards: torch.Tensor, group_size: int = 1, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
     """REINFORCE++ (arXiv 2501.03262) on outcome rewards: batch whitening A_i = (r_i - m) / sqrt(v + 1e-8).
 
     verl's compute_reinforce_plus_plus_outcome_advantage (gamma = 1) broadcasts r_i to every token and
@@ -103,6 +105,7 @@ def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tenso
 
 # ---------------------------------------------------------------- loss aggregation
 
+
 def _over_seqs(seq_vals: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     # Sequences the mask empties entirely (rejected by a remedy, dropped by dynamic sampling) leave the
     # sequence mean just as masked tokens leave token-mean: zeroing a mask row == removing that row.
@@ -117,8 +120,9 @@ AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tens
 }
 
 
-def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean",
-             norm_const: float | None = None) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean", norm_const: float | None = None
+) -> torch.Tensor:
     """Aggregate a per-token loss [N, T] to a scalar (verl agg_loss names).
 
     token-mean:              sum_{i,t} m L / sum_{i,t} m                 (DAPO / verl default)
@@ -138,6 +142,7 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean"
 
 # ---------------------------------------------------------------- policy losses
 
+
 def _per_token(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     adv = adv.detach().to(like.dtype)
     return adv[:, None] if adv.dim() == 1 else adv
@@ -146,8 +151,10 @@ def _per_token(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def check_clip_ratio_c(clip_ratio_c: float | None) -> None:
     """None (dual-clip off) or a finite number > 1 (verl asserts clip_ratio_c > 1.0); else a one-line ValueError."""
     if clip_ratio_c is not None and not 1 < clip_ratio_c < math.inf:
-        raise ValueError(f"clip_ratio_c: {clip_ratio_c!r} is out of range; valid: None (dual-clip off) or a finite "
-                         "number > 1 (verl's default 3.0)")
+        raise ValueError(
+            f"clip_ratio_c: {clip_ratio_c!r} is out of range; valid: None (dual-clip off) or a finite "
+            "number > 1 (verl's default 3.0)"
+        )
 
 
 def _dual_clip(loss_mat, adv, clip_ratio_c):
@@ -178,8 +185,8 @@ def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, lo
             "actor/pg_loss": float(loss),
             "actor/pg_clipfrac": float(masked_mean(clipped, m)),
             "actor/pg_clipfrac_high": float(masked_mean(clipped * (adv > 0), m)),  # r > 1 + eps_high, A > 0
-            "actor/pg_clipfrac_low": float(masked_mean(clipped * (adv < 0), m)),   # r < 1 - eps_low, A < 0
-            "actor/ppo_kl": float(masked_mean(k1(log_r), m)),                    # mean(old_logprobs - logprobs)
+            "actor/pg_clipfrac_low": float(masked_mean(clipped * (adv < 0), m)),  # r < 1 - eps_low, A < 0
+            "actor/ppo_kl": float(masked_mean(k1(log_r), m)),  # mean(old_logprobs - logprobs)
             "actor/ratio_mean": float(fmean(r)) if r.numel() else 1.0,
             "actor/ratio_max": float(r.max()) if r.numel() else 1.0,
             "actor/ratio_min": float(r.min()) if r.numel() else 1.0,
@@ -189,10 +196,18 @@ def _surrogate(ratio, adv, mask, eps_low, eps_high, agg, weights, norm_const, lo
     return loss, metrics
 
 
-def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-                  eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token-mean",
-                  weights: torch.Tensor | None = None, norm_const: float | None = None,
-                  clip_ratio_c: float | None = None) -> tuple[torch.Tensor, Metrics]:
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    agg: str = "token-mean",
+    weights: torch.Tensor | None = None,
+    norm_const: float | None = None,
+    clip_ratio_c: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
     """PPO clipped surrogate (verl compute_policy_loss_vanilla; its dual-clip only when clip_ratio_c is set).
 
     r_t = exp(log_ratio(logprobs, old_logprobs)) (clamped at +-20);
@@ -207,14 +222,31 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch
     """
     check_clip_ratio_c(clip_ratio_c)
     log_r = select(log_ratio(logprobs, old_logprobs), mask.bool())  # padding (even NaN) never reaches a gradient
-    return _surrogate(fexp(log_r), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
-                      norm_const, log_r.detach(), clip_ratio_c)
+    return _surrogate(
+        fexp(log_r),
+        _per_token(adv, logprobs),
+        mask,
+        eps_low,
+        eps_high,
+        agg,
+        weights,
+        norm_const,
+        log_r.detach(),
+        clip_ratio_c,
+    )
 
 
-def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-              eps_low: float = 3e-4, eps_high: float = 4e-4, agg: str = "seq-mean-token-mean",
-              weights: torch.Tensor | None = None,
-              norm_const: float | None = None) -> tuple[torch.Tensor, Metrics]:
+def gspo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+    agg: str = "seq-mean-token-mean",
+    weights: torch.Tensor | None = None,
+    norm_const: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
     """GSPO (arXiv 2507.18071), token-level form as verl compute_policy_loss_gspo.
 
     s_i = exp(mean_t (logprobs - old_logprobs)) over the sequence's unmasked tokens;
@@ -227,11 +259,21 @@ def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Ten
     logprobs, old_logprobs = select(logprobs, m), select(old_logprobs, m)  # padding (even NaN) never reaches a gradient
     log_s = seq_mean(logprobs - old_logprobs, m)  # unclamped inside the sequence mean, as verl
     log_sit = (logprobs - logprobs.detach() + log_s.detach()[:, None]).clamp(max=_GSPO_CLAMP)
-    return _surrogate(fexp(log_sit), _per_token(adv, logprobs), mask, eps_low, eps_high, agg, weights,
-                      norm_const, log_ratio(logprobs.detach(), old_logprobs.detach()))
+    return _surrogate(
+        fexp(log_sit),
+        _per_token(adv, logprobs),
+        mask,
+        eps_low,
+        eps_high,
+        agg,
+        weights,
+        norm_const,
+        log_ratio(logprobs.detach(), old_logprobs.detach()),
+    )
 
 
 # ---------------------------------------------------------------- KL to a reference policy (off by default)
+
 
 def _k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return k3(log_ratio(ref_logprobs, logprobs)).clamp(-10, 10)  # verl bounds low_var_kl at +-10
@@ -263,6 +305,7 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "
 
 # ---------------------------------------------------------------- registry
 
+
 @dataclass(frozen=True)
 class Algorithm:
     """One RL algorithm: advantage(rewards, group_size) -> adv[N]; loss(logprobs, old_logprobs, adv, mask,
@@ -287,24 +330,56 @@ class Algorithm:
         return {"eps_low": self.eps_low, "eps_high": self.eps_high, "agg": self.agg}
 
 
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
-    Algorithm("grpo", grpo_advantage, ppo_clip_loss,
-              doc="GRPO (arXiv 2402.03300): group-normalised advantage, PPO clip 0.2; token-mean as verl's "
-                  "default (the paper's seq-mean-token-mean is one agg= away)"),
-    Algorithm("dapo", grpo_advantage, ppo_clip_loss, eps_high=0.28, dynamic_sampling=True,
-              doc="DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling"),
-    Algorithm("drgrpo", drgrpo_advantage, ppo_clip_loss, agg="seq-mean-token-sum-norm",
-              doc="Dr.GRPO (arXiv 2503.20783): no std in the advantage, constant length normaliser"),
-    Algorithm("rloo", rloo_advantage, ppo_clip_loss,
-              doc="RLOO (arXiv 2402.14740): leave-one-out group baseline"),
-    Algorithm("reinforce", reinforce_advantage, ppo_clip_loss,
-              doc="REINFORCE with a batch-mean baseline; with one update per batch r = 1 and the "
-                  "clipped loss's gradient is -A grad logp"),
-    Algorithm("reinforce_pp", reinforce_pp_advantage, ppo_clip_loss,
-              doc="REINFORCE++ (arXiv 2501.03262): batch-whitened outcome reward, PPO clip 0.2"),
-    Algorithm("gspo", grpo_advantage, gspo_loss, eps_low=3e-4, eps_high=4e-4, agg="seq-mean-token-mean",
-              doc="GSPO (arXiv 2507.18071): sequence-level geometric-mean ratio, clip 3e-4/4e-4"),
-]}
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in [
+        Algorithm(
+            "grpo",
+            grpo_advantage,
+            ppo_clip_loss,
+            doc="GRPO (arXiv 2402.03300): group-normalised advantage, PPO clip 0.2; token-mean as verl's "
+            "default (the paper's seq-mean-token-mean is one agg= away)",
+        ),
+        Algorithm(
+            "dapo",
+            grpo_advantage,
+            ppo_clip_loss,
+            eps_high=0.28,
+            dynamic_sampling=True,
+            doc="DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling",
+        ),
+        Algorithm(
+            "drgrpo",
+            drgrpo_advantage,
+            ppo_clip_loss,
+            agg="seq-mean-token-sum-norm",
+            doc="Dr.GRPO (arXiv 2503.20783): no std in the advantage, constant length normaliser",
+        ),
+        Algorithm("rloo", rloo_advantage, ppo_clip_loss, doc="RLOO (arXiv 2402.14740): leave-one-out group baseline"),
+        Algorithm(
+            "reinforce",
+            reinforce_advantage,
+            ppo_clip_loss,
+            doc="REINFORCE with a batch-mean baseline; with one update per batch r = 1 and the "
+            "clipped loss's gradient is -A grad logp",
+        ),
+        Algorithm(
+            "reinforce_pp",
+            reinforce_pp_advantage,
+            ppo_clip_loss,
+            doc="REINFORCE++ (arXiv 2501.03262): batch-whitened outcome reward, PPO clip 0.2",
+        ),
+        Algorithm(
+            "gspo",
+            grpo_advantage,
+            gspo_loss,
+            eps_low=3e-4,
+            eps_high=4e-4,
+            agg="seq-mean-token-mean",
+            doc="GSPO (arXiv 2507.18071): sequence-level geometric-mean ratio, clip 3e-4/4e-4",
+        ),
+    ]
+}
 
 
 def get_algorithm(name: str) -> Algorithm:

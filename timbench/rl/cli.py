@@ -12,11 +12,13 @@ def _cmd_train(args) -> int:
     from ..util.atomic import check_output_dir
     from .config import load_config
     from .loop import NonFiniteError, run
+
     check_output_dir(args.out)
     overrides = list(args.set or []) + ([f"remedy={args.remedy}"] if args.remedy else [])
     if not 0 <= args.plugin_timeout < float("inf"):  # also refuses NaN
-        raise ValueError(f"--plugin-timeout must be >= 0 seconds and finite (0 = no limit), "
-                         f"got {args.plugin_timeout:g}")
+        raise ValueError(
+            f"--plugin-timeout must be >= 0 seconds and finite (0 = no limit), got {args.plugin_timeout:g}"
+        )
     _refuse_a_results_plugin(args, overrides)
     try:
         cfg = load_config(args.config, overrides)  # imports a plug-in: its own error is a failed run below
@@ -32,6 +34,7 @@ def _cmd_train(args) -> int:
 
         from ..util.atomic import atomic_write
         from .rundir import one_line
+
         where = Path(args.out) / "error.txt"
         atomic_write(where, traceback.format_exc())
         print(f"timbench train: run failed: {one_line(e)} (traceback in {where})", file=sys.stderr)
@@ -50,8 +53,9 @@ def _refuse_a_results_plugin(args, overrides: list[str]) -> None:
     caller's own choice."""
     from pathlib import Path
 
-    from ..util.readfile import read_yaml
     from ..remedies.identity import is_file_spec
+    from ..util.readfile import read_yaml
+
     if args.config is None or args.allow_plugins or any(o.startswith("remedy=") for o in overrides):
         return
     here = Path(args.config).resolve().parent
@@ -60,8 +64,10 @@ def _refuse_a_results_plugin(args, overrides: list[str]) -> None:
     doc = read_yaml(Path(args.config), "config file")
     remedy = doc.get("remedy") if isinstance(doc, dict) else None
     if isinstance(remedy, str) and is_file_spec(remedy):
-        raise ValueError(f"{args.config} comes from a run directory and names plug-in file {remedy}: a plug-in is "
-                         "code run with your rights; read it, then rerun with --allow-plugins to run it")
+        raise ValueError(
+            f"{args.config} comes from a run directory and names plug-in file {remedy}: a plug-in is "
+            "code run with your rights; read it, then rerun with --allow-plugins to run it"
+        )
 
 
 def add_parser(sub) -> None:
@@ -69,13 +75,24 @@ def add_parser(sub) -> None:
     t.add_argument("config", nargs="?", help="run config YAML (e.g. bench/runs/baseline.yaml); default: all defaults")
     t.add_argument("--out", required=True, help="run directory (resumed if it holds a checkpoint)")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. engine.kernels=torch")
-    t.add_argument("--remedy", metavar="SPEC",
-                   help="mismatch remedy: a name from `timbench remedies list`, FILE.py:CLASS or pkg.module:CLASS")
+    t.add_argument(
+        "--remedy",
+        metavar="SPEC",
+        help="mismatch remedy: a name from `timbench remedies list`, FILE.py:CLASS or pkg.module:CLASS",
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
-    t.add_argument("--plugin-timeout", type=float, default=PLUGIN_CALL_TIMEOUT_S, metavar="SECONDS",
-                   help="a plug-in remedy's hook call running longer fails the run "
-                        f"(default {PLUGIN_CALL_TIMEOUT_S:g}; 0 = no limit)")
-    t.add_argument("--allow-plugins", action="store_true",
-                   help="run the plug-in remedy file (path.py:Class) named by a config.yaml taken from a run "
-                        "directory: a plug-in is code run with your rights")
+    t.add_argument(
+        "--plugin-timeout",
+        type=float,
+        default=PLUGIN_CALL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a plug-in remedy's hook call running longer fails the run "
+        f"(default {PLUGIN_CALL_TIMEOUT_S:g}; 0 = no limit)",
+    )
+    t.add_argument(
+        "--allow-plugins",
+        action="store_true",
+        help="run the plug-in remedy file (path.py:Class) named by a config.yaml taken from a run "
+        "directory: a plug-in is code run with your rights",
+    )
     t.set_defaults(func=_cmd_train)

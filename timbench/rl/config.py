@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from ..util.coerce import coerce, field_kind
 from ..replica import check_replica
 from ..spec.keys import Spec, parse_spec
+from ..util.coerce import coerce, field_kind
 from ..util.readfile import read_yaml
 
 MODES = ("recompute", "bypass")
@@ -115,10 +115,17 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         """Plain YAML-ready values: what config.yaml holds (specs in their short dict form)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if not (f.name in _WRITTEN_OFF_DEFAULT and getattr(self, f.name) == f.default)}
-        d.update(engine=self.engine.to_dict(), trainer=self.trainer.to_dict(), betas=list(self.betas),
-                 remedy_args=dict(self.remedy_args))
+        d = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if not (f.name in _WRITTEN_OFF_DEFAULT and getattr(self, f.name) == f.default)
+        }
+        d.update(
+            engine=self.engine.to_dict(),
+            trainer=self.trainer.to_dict(),
+            betas=list(self.betas),
+            remedy_args=dict(self.remedy_args),
+        )
         return d
 
 
@@ -162,21 +169,35 @@ def _check_ranges(cfg: RunConfig) -> None:
             raise ValueError(f"config key {name!r}: {getattr(cfg, name)!r} is out of range; valid: {valid}")
     check_seed(cfg.seed, "config key 'seed'")
     if cfg.eval_n > MAX_EVAL_N:
-        raise ValueError(f"config key 'eval_n': {cfg.eval_n} is out of range; valid: 1..{MAX_EVAL_N} "
-                         "(and at most the task's eval set size)")
-    for name in ("steps", "prompts_per_step", "group_size", "mini_batches", "epochs", "eval_every",
-                 "eval_n", "checkpoint_every", "threads"):
+        raise ValueError(
+            f"config key 'eval_n': {cfg.eval_n} is out of range; valid: 1..{MAX_EVAL_N} "
+            "(and at most the task's eval set size)"
+        )
+    for name in (
+        "steps",
+        "prompts_per_step",
+        "group_size",
+        "mini_batches",
+        "epochs",
+        "eval_every",
+        "eval_n",
+        "checkpoint_every",
+        "threads",
+    ):
         minimum = 0 if name == "steps" else 1
         if getattr(cfg, name) < minimum:
             raise ValueError(f"{name} must be >= {minimum}, got {getattr(cfg, name)}")
     if (cfg.prompts_per_step * cfg.group_size) % cfg.mini_batches:
-        raise ValueError(f"prompts_per_step*group_size={cfg.prompts_per_step * cfg.group_size} "
-                         f"is not divisible by mini_batches={cfg.mini_batches}")
+        raise ValueError(
+            f"prompts_per_step*group_size={cfg.prompts_per_step * cfg.group_size} "
+            f"is not divisible by mini_batches={cfg.mini_batches}"
+        )
 
 
 def _betas(value) -> tuple[float, float]:
-    bad = ValueError(f"config key 'betas': {value!r} is invalid; valid: a list of two numbers in [0, 1), "
-                     "e.g. [0.9, 0.99]")
+    bad = ValueError(
+        f"config key 'betas': {value!r} is invalid; valid: a list of two numbers in [0, 1), e.g. [0.9, 0.99]"
+    )
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise bad
     try:
@@ -228,16 +249,21 @@ def load(cfg: RunConfig | Loaded) -> Loaded:
     from ..remedies import load_remedy
     from ..tasks import get_task
     from .algorithms import ALGORITHMS, get_algorithm
+
     task = get_task(cfg.task)
     algorithm = get_algorithm(cfg.algorithm)
     if cfg.clip_ratio_c is not None and not algorithm.dual_clip:
         valid = ", ".join(n for n, a in ALGORITHMS.items() if a.dual_clip)
-        raise ValueError(f"config key 'clip_ratio_c': algorithm {cfg.algorithm} has no dual-clip (verl's "
-                         f"{cfg.algorithm} loss has none); valid with: {valid}")
+        raise ValueError(
+            f"config key 'clip_ratio_c': algorithm {cfg.algorithm} has no dual-clip (verl's "
+            f"{cfg.algorithm} loss has none); valid with: {valid}"
+        )
     remedy = load_remedy(cfg.remedy, cfg.remedy_args)
     if remedy.mode is not None and remedy.mode != cfg.mode:  # e.g. a verl bypass_mode preset (remedies/verl.py)
-        raise ValueError(f"remedy {cfg.remedy!r} implies mode={remedy.mode} (verl bypass_mode="
-                         f"{remedy.mode == 'bypass'}), but the config says mode={cfg.mode}; set mode: {remedy.mode}")
+        raise ValueError(
+            f"remedy {cfg.remedy!r} implies mode={remedy.mode} (verl bypass_mode="
+            f"{remedy.mode == 'bypass'}), but the config says mode={cfg.mode}; set mode: {remedy.mode}"
+        )
     # The coerced remedy overrides are kept so config.yaml (and the resume check) sees one canonical form.
     cfg = dataclasses.replace(cfg, remedy_args=remedy.args)
     engine = cfg.engine.override(remedy.engine_override, f"remedy {cfg.remedy!r} engine_override", "engine")
@@ -255,8 +281,10 @@ def _eval_problems(task, n: int) -> list:
         problems = []
     if len(problems) < n:
         have = f"{len(problems)} problems" if problems else "fewer problems"
-        raise ValueError(f"config key 'eval_n': {n} is more than task {task.name}'s eval set holds ({have}); "
-                         "valid: 1 up to that size")
+        raise ValueError(
+            f"config key 'eval_n': {n} is more than task {task.name}'s eval set holds ({have}); "
+            "valid: 1 up to that size"
+        )
     return problems
 
 
@@ -288,8 +316,9 @@ def _coerce(raw: str, key: str = "KEY"):
         return yaml.safe_load(raw)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or type(e).__name__
-        raise ValueError(f"--set {key}={raw!r}: not a YAML value ({problem}); quote it or give e.g. 3, 1e-3, "
-                         "true, [0.9, 0.99]") from None
+        raise ValueError(
+            f"--set {key}={raw!r}: not a YAML value ({problem}); quote it or give e.g. 3, 1e-3, true, [0.9, 0.99]"
+        ) from None
 
 
 def apply_overrides(d: dict, overrides: list[str]) -> dict:
@@ -312,8 +341,7 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
                 base = dict(base)
                 base[sub] = _coerce(raw, key)
             else:
-                base = (dict(base) if isinstance(base, dict)
-                        else parse_spec(base, f"{top} spec", side=top).to_dict())
+                base = dict(base) if isinstance(base, dict) else parse_spec(base, f"{top} spec", side=top).to_dict()
                 base[sub] = raw
             d[top] = base
         else:

@@ -15,8 +15,13 @@ from ..kernels.pointwise import fexp
 from ..metrics.ratios import log_ratio, masked_mean
 
 
-def objective_drift(logprobs: torch.Tensor, old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
-                    adv: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, float]:
+def objective_drift(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> dict[str, float]:
     """Token statistics of C(r_train) - C(r_rollout), C(r) = -(r - 1) * A.
 
     logprobs (pi_theta), old_logprobs (the trainer's pi_old), rollout_logprobs (the engine's mu): [N, T];

@@ -16,21 +16,21 @@ import torch
 from ..engine import make_engine
 from ..evaluate import evaluate, evaluate_both
 from ..kernels.reduce import fsum
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 from ..model import Qwen3ForCausalLM, load_checkpoint
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
-from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
-from ..warmstart.shipped import resolve_checkpoint
 from ..spec.keys import ZERO_MISMATCH, quantized_reference
-from ..util.threads import set_threads
 from ..trainer import NonFiniteError
+from ..util.threads import set_threads
+from ..warmstart.shipped import resolve_checkpoint
 from .config import Loaded, RunConfig, load
 from .rollout import Experience
 from .rundir import RunDir, one_line, summarize, write_status
 from .step import make_lane, train_step
 
-
 __all__ = ["NonFiniteError", "run", "summarize"]
+
 
 def _token_diff(a: Experience, b: Experience) -> float:
     """Fraction of sampled token positions where two lanes' responses differ (length differences count)."""
@@ -56,18 +56,21 @@ class _Session:
         n = cfg.prompts_per_step * cfg.group_size
         # The remedy's spec overrides (e.g. fp16) apply to the main lane only: the twin is the zero-mismatch
         # reference by definition, and its other hooks are no-ops there (rho == 1, routings agree).
-        self.lanes = [make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl,
-                                plugin_timeout)]
+        self.lanes = [
+            make_lane("main", base, cfg, run.main_engine, run.main_trainer, n, run.remedy_impl, plugin_timeout)
+        ]
         self.lanes[0].replica = REPLICAS[cfg.replica]  # main lane only: the twin lane is the zero-mismatch reference
         if cfg.twin:
-            self.lanes.append(make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl,
-                                        plugin_timeout))
+            self.lanes.append(
+                make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl, plugin_timeout)
+            )
         self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n))
         # A quantized rollout engine also gets its policy measured on its own (greedy, fp32 exact otherwise):
         # "quantization hurt the policy" vs "mismatch hurt training".
         quant = quantized_reference(run.main_engine)
-        self.quant_engine = None if quant is None else make_engine(base.config, quant,
-                                                                   max_num_seqs=min(256, cfg.eval_n))
+        self.quant_engine = (
+            None if quant is None else make_engine(base.config, quant, max_num_seqs=min(256, cfg.eval_n))
+        )
         self.start, self.extra = 0, {"first_divergence_step": None}
         if state is not None:
             for lane, s in zip(self.lanes, state["lanes"]):
@@ -83,14 +86,21 @@ class _Session:
         row = {"step": step}
         for lane in self.lanes:
             self.eval_engine.load_weights(lane.model)
-            r = evaluate_both(lane.model, self.run.task_impl, self.run.eval_problems, seed=self.run.seed,
-                              engine=self.eval_engine)
+            r = evaluate_both(
+                lane.model, self.run.task_impl, self.run.eval_problems, seed=self.run.seed, engine=self.eval_engine
+            )
             prefix = "" if lane.name == "main" else TWIN
             row.update({prefix + ACCURACY_T1: r[ACCURACY_T1], prefix + ACCURACY_GREEDY: r[ACCURACY_GREEDY]})
             if lane.name == "main" and self.quant_engine is not None:
                 self.quant_engine.load_weights(lane.model)
-                q = evaluate(lane.model, self.run.task_impl, self.run.eval_problems, temperature=0.0,
-                             seed=self.run.seed, engine=self.quant_engine)
+                q = evaluate(
+                    lane.model,
+                    self.run.task_impl,
+                    self.run.eval_problems,
+                    temperature=0.0,
+                    seed=self.run.seed,
+                    engine=self.quant_engine,
+                )
                 row[QUANTIZED_ACCURACY_GREEDY] = q["accuracy"]
         self.logs["eval"].write(row)
 
@@ -111,10 +121,20 @@ class _Session:
         return metrics
 
     def save(self, done: int) -> None:
-        self.rd.save_state({"step": done, "extra": self.extra,
-                            "lanes": [{"model": l.model.state_dict(), "opt": l.opt.state_dict(),
-                                       **({} if l.history is None else {"history": l.history.state()})}
-                                      for l in self.lanes]})
+        self.rd.save_state(
+            {
+                "step": done,
+                "extra": self.extra,
+                "lanes": [
+                    {
+                        "model": l.model.state_dict(),
+                        "opt": l.opt.state_dict(),
+                        **({} if l.history is None else {"history": l.history.state()}),
+                    }
+                    for l in self.lanes
+                ],
+            }
+        )
 
     def close(self) -> None:
         for log in self.logs.values():
@@ -162,8 +182,14 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
     try:
         if session.start == 0:
             session.evaluate(0)
-        bar = tqdm(range(session.start, loaded.steps), initial=session.start, total=loaded.steps,
-                   disable=not progress, desc="train", dynamic_ncols=True)
+        bar = tqdm(
+            range(session.start, loaded.steps),
+            initial=session.start,
+            total=loaded.steps,
+            disable=not progress,
+            desc="train",
+            dynamic_ncols=True,
+        )
         for step in bar:
             metrics = session.step(step)
             done = step + 1
@@ -199,6 +225,7 @@ def _record_kill(out, reason: str) -> None:
     from pathlib import Path
 
     from ..util.atomic import atomic_write
+
     atomic_write(Path(out) / "error.txt", f"PluginTimeout: {reason}\n")
     write_status(out, "failed", f"PluginTimeout: {reason}")
 

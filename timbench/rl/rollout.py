@@ -46,18 +46,28 @@ def pad_right(rows: list[torch.Tensor], width: int) -> tuple[torch.Tensor, torch
     return out, mask
 
 
-def collect(engine: Engine, task, problems, group_size: int, step: int, seed: int, temperature: float,
-            budget: int | None = None) -> Experience:
+def collect(
+    engine: Engine, task, problems, group_size: int, step: int, seed: int, temperature: float, budget: int | None = None
+) -> Experience:
     n = len(problems) * group_size
     limit = budget or max_new_tokens(task, engine.max_len)
     reqs = requests_for([p for p in problems for _ in range(group_size)], range(step * n, (step + 1) * n), limit)
     comps = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed, full_logprobs=True))
-    rewards = torch.tensor([task.reward(decode_response(c.token_ids), problems[i // group_size])
-                            for i, c in enumerate(comps)], dtype=torch.float32)
+    rewards = torch.tensor(
+        [task.reward(decode_response(c.token_ids), problems[i // group_size]) for i, c in enumerate(comps)],
+        dtype=torch.float32,
+    )
     lp, mask = pad_right([c.logprobs for c in comps], max(len(c.token_ids) for c in comps))
-    return Experience(list(problems), [(c.prompt_ids, c.token_ids) for c in comps], rewards, lp, mask,
-                      [c.routing for c in comps], pad_support([c.support for c in comps], lp.shape[1]),
-                      pad_dist([c.full_logprobs for c in comps], lp.shape[1]))
+    return Experience(
+        list(problems),
+        [(c.prompt_ids, c.token_ids) for c in comps],
+        rewards,
+        lp,
+        mask,
+        [c.routing for c in comps],
+        pad_support([c.support for c in comps], lp.shape[1]),
+        pad_dist([c.full_logprobs for c in comps], lp.shape[1]),
+    )
 
 
 def pad_support(rows: list[torch.Tensor | None], width: int) -> torch.Tensor | None:

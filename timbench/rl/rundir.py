@@ -22,13 +22,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from ..util.atomic import atomic_write, write_error
-from ..util import manifest
-from ..util.manifest import MANIFEST, stamp_run
-from ..remedies.identity import comparable_config
-from .config import load
 from ..metrics.log_summary import from_logs
-
+from ..remedies.identity import comparable_config
+from ..util import manifest
+from ..util.atomic import atomic_write, write_error
+from ..util.manifest import MANIFEST, stamp_run
+from .config import load
 
 STATUSES = ("running", "finished", "failed")
 
@@ -86,19 +85,24 @@ def read_checkpoint(data: bytes, where) -> object:
     numbers, strings and None only, so a crafted file cannot run code when a run resumes (a driver reads the
     checkpoints Ray workers send back the same way). Anything else is a one-line ValueError naming `where`."""
     import pickle
+
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
     except pickle.UnpicklingError as e:
         if "Weights only load failed" in str(e):  # a global outside the allow-list: what a code-running pickle needs
             name = re.search(r"GLOBAL (\S+)", str(e))
-            raise ValueError(f"{where}: refused: the checkpoint names {name.group(1) if name else 'an object'}, "
-                             "not a tensor or plain value (a pickle that would run code when loaded); it was not "
-                             "loaded; delete it to rerun the run from step 0") from None
-        raise ValueError(f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
-                         "the run from step 0") from None
+            raise ValueError(
+                f"{where}: refused: the checkpoint names {name.group(1) if name else 'an object'}, "
+                "not a tensor or plain value (a pickle that would run code when loaded); it was not "
+                "loaded; delete it to rerun the run from step 0"
+            ) from None
+        raise ValueError(
+            f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun the run from step 0"
+        ) from None
     except Exception as e:  # noqa: BLE001 - truncated or foreign bytes: torch raises EOF/unpickling/zip errors
-        raise ValueError(f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun "
-                         "the run from step 0") from None
+        raise ValueError(
+            f"{where}: unreadable checkpoint ({one_line(e)[:200]}); delete it to rerun the run from step 0"
+        ) from None
 
 
 CKPT_DIGEST = "sha256"
@@ -139,10 +143,12 @@ class RunDir:
         cfg_path = self.path / "config.yaml"
         text = yaml.safe_dump(config, sort_keys=True)
         # A plug-in file's directory is not compared: the same file moved elsewhere resumes (remedies.identity).
-        if cfg_path.is_file() and self.ckpt.is_file() \
-                and _comparable_text(yaml.safe_load(cfg_path.read_text())) != _comparable_text(config):
-            raise ValueError(f"{self.path} holds a run with a different config.yaml; use another --out "
-                             "or delete it")
+        if (
+            cfg_path.is_file()
+            and self.ckpt.is_file()
+            and _comparable_text(yaml.safe_load(cfg_path.read_text())) != _comparable_text(config)
+        ):
+            raise ValueError(f"{self.path} holds a run with a different config.yaml; use another --out or delete it")
         atomic_write(cfg_path, text)
 
     def load_state(self) -> dict | None:
@@ -150,12 +156,15 @@ class RunDir:
             return None
         state = read_checkpoint(self.ckpt.read_bytes(), self.ckpt)
         if not isinstance(state, dict) or "step" not in state or "lanes" not in state:
-            raise ValueError(f"{self.ckpt}: not a timbench run checkpoint (no step/lanes); delete it to rerun "
-                             "the run from step 0")
+            raise ValueError(
+                f"{self.ckpt}: not a timbench run checkpoint (no step/lanes); delete it to rerun the run from step 0"
+            )
         digest = state.pop(CKPT_DIGEST, None)  # absent in checkpoints saved before digests: resumed as before
         if digest is not None and digest != state_digest(state):
-            raise ValueError(f"{self.ckpt}: refused: its content no longer matches the sha256 it was saved with "
-                             "(a flipped bit or an edit); not resumed; delete it to rerun the run from step 0")
+            raise ValueError(
+                f"{self.ckpt}: refused: its content no longer matches the sha256 it was saved with "
+                "(a flipped bit or an edit); not resumed; delete it to rerun the run from step 0"
+            )
         return state
 
     def check_sealed(self) -> None:
@@ -165,8 +174,10 @@ class RunDir:
             return
         bad = manifest.problems(self.path)
         if bad:
-            raise ValueError(f"{self.path}: an ended run whose files no longer match {MANIFEST} ({bad[0]}); "
-                             "not resumed or re-sealed: restore the files, or delete the run directory to rerun it")
+            raise ValueError(
+                f"{self.path}: an ended run whose files no longer match {MANIFEST} ({bad[0]}); "
+                "not resumed or re-sealed: restore the files, or delete the run directory to rerun it"
+            )
 
     def sealed_summary(self, state: dict | None, steps: int) -> dict | None:
         """summary.json of a run that finished all `steps` and is sealed intact (check_sealed first); None when the
@@ -191,9 +202,11 @@ class RunDir:
         by steps done, and the eval at resume_step was written before its checkpoint.
         """
         eval_keep = resume_step + 1 if resume_step > 0 else 0
-        return {"metrics": JsonlLog(self.path / "metrics.jsonl", resume_step),
-                "timing": JsonlLog(self.path / "timing.jsonl", resume_step),
-                "eval": JsonlLog(self.path / "eval.jsonl", eval_keep)}
+        return {
+            "metrics": JsonlLog(self.path / "metrics.jsonl", resume_step),
+            "timing": JsonlLog(self.path / "timing.jsonl", resume_step),
+            "eval": JsonlLog(self.path / "eval.jsonl", eval_keep),
+        }
 
     def write_summary(self, summary: dict) -> None:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -229,9 +242,17 @@ def summarize(path, cfg, status: str, error, extra: dict) -> dict:
     loaded = load(cfg)
     rows = [json.loads(l) for l in (path / "metrics.jsonl").read_text().splitlines()]
     evals = [json.loads(l) for l in (path / "eval.jsonl").read_text().splitlines()]
-    s = {"status": status, "error": error, "task": loaded.task,
-         "task_version": loaded.task_impl.version, "algorithm": loaded.algorithm, "mode": loaded.mode,
-         "engine": loaded.config.engine.to_dict(), "trainer": loaded.config.trainer.to_dict(), "seed": loaded.seed,
-         **extra}
+    s = {
+        "status": status,
+        "error": error,
+        "task": loaded.task,
+        "task_version": loaded.task_impl.version,
+        "algorithm": loaded.algorithm,
+        "mode": loaded.mode,
+        "engine": loaded.config.engine.to_dict(),
+        "trainer": loaded.config.trainer.to_dict(),
+        "seed": loaded.seed,
+        **extra,
+    }
     s.update(from_logs(rows, evals))  # the part `grid verify` recomputes (timbench.metrics.log_summary)
     return s

@@ -67,8 +67,9 @@ class PolicyHistory:
         self.first = state["first"]
 
 
-def split_metrics(current: torch.Tensor, behavior: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor,
-                  lag: int) -> dict[str, float]:
+def split_metrics(
+    current: torch.Tensor, behavior: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor, lag: int
+) -> dict[str, float]:
     """The ratio's two factors per token: mismatch log(pi_behav / mu) and staleness log(pi_cur / pi_behav).
 
     current, behavior: the trainer's logprobs under its current and the behavior weights; rollout: the

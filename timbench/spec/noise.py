@@ -9,8 +9,8 @@ function giving its unit-scale noise) and its test.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -87,8 +87,9 @@ def parse_noise(v: str) -> Noise:
     return Noise(kind, sigma, df)
 
 
-def perturb_logits(logits: torch.Tensor, noise: Noise, params, req: torch.Tensor,
-                   pos: torch.Tensor, kernels: KernelSet) -> torch.Tensor:
+def perturb_logits(
+    logits: torch.Tensor, noise: Noise, params, req: torch.Tensor, pos: torch.Tensor, kernels: KernelSet
+) -> torch.Tensor:
     """fp32 logits + sigma * keyed noise (unchanged for `none` or sigma 0); `params` a SamplingParams."""
     if noise.kind == "none" or noise.sigma == 0:
         return logits

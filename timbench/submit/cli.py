@@ -1,8 +1,8 @@
 """`timbench submit REMEDY --track NAME [--out DIR]` and `timbench track run|list`.
 
-    timbench submit my_remedy.py:MyRemedy --track quick [--out DIR] [--set remedy_args.C=3] [--workers N]
-    timbench track run quick [--out results/tracks/quick] [--workers N]   # the committed remedies' results
-    timbench track list
+timbench submit my_remedy.py:MyRemedy --track quick [--out DIR] [--set remedy_args.C=3] [--workers N]
+timbench track run quick [--out results/tracks/quick] [--workers N]   # the committed remedies' results
+timbench track list
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from __future__ import annotations
 import sys
 
 
-
-
 def _remedy_args(items: list[str]) -> dict:
     from ..rl.config import apply_overrides
+
     for item in items:
         if not item.startswith("remedy_args."):
             raise ValueError(f"--set {item!r}: submit takes only remedy_args.NAME=VALUE (the track fixes the rest)")
@@ -21,21 +20,32 @@ def _remedy_args(items: list[str]) -> dict:
 
 
 def _cmd_submit(args) -> int:
-    from ..util.atomic import check_output_dir
     from ..grid.cli import default_workers
     from ..runners.driver import run_cells
+    from ..util.atomic import check_output_dir
     from .run import submit
+
     if args.out:
         check_output_dir(args.out)
-    rec = submit(args.remedy, args.track, args.out, args.committed, _remedy_args(args.set or []),
-                 workers=default_workers(args.workers), allow_results=args.allow_results,
-                 retry_failed=args.retry_failed, run_cells=run_cells)
+    rec = submit(
+        args.remedy,
+        args.track,
+        args.out,
+        args.committed,
+        _remedy_args(args.set or []),
+        workers=default_workers(args.workers),
+        allow_results=args.allow_results,
+        retry_failed=args.retry_failed,
+        run_cells=run_cells,
+    )
     print(rec["text"], end="")
     if rec["failed_cells"]:
         first = rec["failed_cells"][0]
-        print(f"submit: {len(rec['failed_cells'])} of the submitted cells failed (first: {first}: "
-              f"{rec['failed'].get(first) or 'not run'}); fix the remedy and rerun with --retry-failed",
-              file=sys.stderr)
+        print(
+            f"submit: {len(rec['failed_cells'])} of the submitted cells failed (first: {first}: "
+            f"{rec['failed'].get(first) or 'not run'}); fix the remedy and rerun with --retry-failed",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -43,15 +53,16 @@ def _cmd_submit(args) -> int:
 def _cmd_track_run(args) -> int:
     from pathlib import Path
 
-    from ..util.atomic import check_output_dir
-    from ..grid.layout import GridLock, cells_document, prepare, read_status
     from ..grid.cli import default_workers
+    from ..grid.layout import GridLock, cells_document, prepare, read_status
     from ..grid.spec import expand
     from ..report.leaderboard import write_report
-    from ..runners.driver import run_cells
     from ..report.seeds import NOTHING_TRAINED
+    from ..runners.driver import run_cells
+    from ..util.atomic import check_output_dir
     from .run import mark_nothing_trained
     from .track import load_track, write_manifest
+
     track = load_track(args.track)
     # Like every regeneration: under build/ unless told --out results/... (the committed results submit reads).
     out = Path(args.out or Path("build") / track.committed_dir().relative_to("results"))
@@ -65,8 +76,7 @@ def _cmd_track_run(args) -> int:
         # Remedy by remedy (none first: it owns the reference cells), so a run cut short leaves whole remedies.
         workers = default_workers(args.workers, grid.workers)
         for remedy in track.remedies:
-            run_cells([c for c in cells if c["axes"]["remedy"] == remedy], out, f"track {track.name} {remedy}",
-                      workers)
+            run_cells([c for c in cells if c["axes"]["remedy"] == remedy], out, f"track {track.name} {remedy}", workers)
         # The same rule as for a submission: a remedy that trained on nothing is a failed (scored) cell.
         mark_nothing_trained(out, cells)
     write_report(out, command=f"timbench track run {args.track} --out {out}")
@@ -79,43 +89,52 @@ def _cmd_track_run(args) -> int:
 def _cmd_track_list(args) -> int:
     from ..grid.spec import expand
     from .track import MANIFEST, TRACKS_DIR, load_track
+
     for p in sorted(TRACKS_DIR.glob("*.yaml")):
         t = load_track(str(p))
         n = sum(1 for c in expand(t.spec(["none", "tis_token"])) if c.axes["remedy"] == "tis_token")
         if (t.committed_dir() / MANIFEST).is_file():
             have = f"committed: {', '.join(t.remedies)}"
         else:  # defined, not run: nothing to submit against until its results are made
-            have = (f"no committed results yet (make them: timbench track run {t.name} --out {t.committed_dir()}); "
-                    f"its remedies: {', '.join(t.remedies)}")
+            have = (
+                f"no committed results yet (make them: timbench track run {t.name} --out {t.committed_dir()}); "
+                f"its remedies: {', '.join(t.remedies)}"
+            )
         print(f"{t.name:10s} v{t.version}  {n} cells per submitted remedy; {have}")
     return 0
 
 
 def add_parser(sub) -> None:
     from ..grid.cli import add_workers_arg
+
     s = sub.add_parser("submit", help="score a remedy on a track: run its cells only, write the merged leaderboard")
-    s.add_argument("remedy", help="a remedy spec: name, verl:<preset>, trl:<mode>, file.py:Class, pkg.module:Class "
-                                  "or an entry point")
+    s.add_argument(
+        "remedy",
+        help="a remedy spec: name, verl:<preset>, trl:<mode>, file.py:Class, pkg.module:Class or an entry point",
+    )
     s.add_argument("--track", required=True, help="track name (bench/tracks/NAME.yaml) or a track file")
     s.add_argument("--out", help="output directory (default build/submit/<track>/<remedy>)")
     s.add_argument("--committed", help="committed results to compare with (default results/tracks/<track>)")
     s.add_argument("--set", action="append", metavar="remedy_args.NAME=VALUE", help="a remedy parameter override")
     add_workers_arg(s)
     s.add_argument("--allow-results", action="store_true", help="allow --out under results/")
-    s.add_argument("--retry-failed", action="store_true", help="rerun the submitted cells that failed before "
-                                                               "(after fixing the plug-in) instead of keeping them")
+    s.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="rerun the submitted cells that failed before (after fixing the plug-in) instead of keeping them",
+    )
     s.set_defaults(func=_cmd_submit)
 
     t = sub.add_parser("track", help="standard cell sets remedies are scored on (bench/tracks/)")
     tsub = t.add_subparsers(dest="track_command", required=True)
     r = tsub.add_parser("run", help="run the track's committed remedies (resumable) and write its manifest")
     r.add_argument("track", help="track name or file")
-    r.add_argument("--out", help="results directory (default build/tracks/<track>; --out results/tracks/<track> "
-                                 "updates the committed results that submit compares with)")
+    r.add_argument(
+        "--out",
+        help="results directory (default build/tracks/<track>; --out results/tracks/<track> "
+        "updates the committed results that submit compares with)",
+    )
     add_workers_arg(r)
     r.set_defaults(func=_cmd_track_run)
     ls = tsub.add_parser("list", help="the tracks and their cell counts")
     ls.set_defaults(func=_cmd_track_list)
-
-
-

@@ -6,9 +6,9 @@ remedy's finished mismatched cells, overall and per (condition, mode) setting, t
 
 from __future__ import annotations
 
+from ..metrics.schema import REMEDY_EXTRA_PREFIX
 from ..report.stats import mean
 from ..report.summary import extra_columns
-from ..metrics.schema import REMEDY_EXTRA_PREFIX
 
 
 def plugin_metrics(rows: list[dict], remedy: str) -> dict:
@@ -19,10 +19,13 @@ def plugin_metrics(rows: list[dict], remedy: str) -> dict:
     for col in extra_columns(mine):
         have = [r for r in mine if r.get(col) is not None]
         settings = sorted({f"{r['condition']}/{r['mode']}" for r in have})
-        out[col[len(REMEDY_EXTRA_PREFIX):]] = {
-            "mean": mean([float(r[col]) for r in have]), "cells": len(have),
-            "by_setting": {s: mean([float(r[col]) for r in have if f"{r['condition']}/{r['mode']}" == s])
-                           for s in settings}}
+        out[col[len(REMEDY_EXTRA_PREFIX) :]] = {
+            "mean": mean([float(r[col]) for r in have]),
+            "cells": len(have),
+            "by_setting": {
+                s: mean([float(r[col]) for r in have if f"{r['condition']}/{r['mode']}" == s]) for s in settings
+            },
+        }
     return out
 
 

@@ -21,8 +21,12 @@ def seed_scores(rows: list[dict], remedy: str) -> dict:
     common = shared_settings(rows)
     per_seed: dict = {}
     for r in rows:
-        if r["remedy"] == remedy and r["kind"] != "reference" and is_scored(r) and (
-                common is None or _setting(r) in common):
+        if (
+            r["remedy"] == remedy
+            and r["kind"] != "reference"
+            and is_scored(r)
+            and (common is None or _setting(r) in common)
+        ):
             per_seed.setdefault(r["seed"], []).append(cell_score(r))
     return {s: stats.mean(v) for s, v in per_seed.items()}
 
@@ -38,15 +42,23 @@ def paired_by_setting(rows: list[dict], a: str, b: str) -> list[dict]:
     out = []
     settings = sorted({(r["condition"], r["mode"]) for r in rows if r["remedy"] == a and r["kind"] != "reference"})
     for cond, mode in settings:
+
         def scores(remedy):
-            return {r["seed"]: cell_score(r) for r in rows if (r["remedy"], r["condition"], r["mode"]) ==
-                    (remedy, cond, mode) and is_scored(r)}
+            return {
+                r["seed"]: cell_score(r)
+                for r in rows
+                if (r["remedy"], r["condition"], r["mode"]) == (remedy, cond, mode) and is_scored(r)
+            }
+
         sa, sb = scores(a), scores(b)
         if not sb:
             continue
         cmp = _compare(sa, sb, a, b)
-        cmp.update(setting=f"{cond}/{mode}", a_interval=stats.mean_interval(list(sa.values())),
-                   b_interval=stats.mean_interval(list(sb.values())))
+        cmp.update(
+            setting=f"{cond}/{mode}",
+            a_interval=stats.mean_interval(list(sa.values())),
+            b_interval=stats.mean_interval(list(sb.values())),
+        )
         out.append(cmp)
     return out
 
@@ -60,5 +72,11 @@ def _compare(sa: dict, sb: dict, a: str, b: str) -> dict:
         verdict = "better"
     elif iv.hi is not None and iv.hi < 0:
         verdict = "worse"
-    return {"a": a, "b": b, "seeds": seeds, "diffs": diffs, "interval": iv,
-            "verdict": verdict if diffs else "no shared scored seeds"}
+    return {
+        "a": a,
+        "b": b,
+        "seeds": seeds,
+        "diffs": diffs,
+        "interval": iv,
+        "verdict": verdict if diffs else "no shared scored seeds",
+    }

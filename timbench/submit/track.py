@@ -25,11 +25,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.atomic import atomic_write
 from ..eta import Eta
 from ..grid.merge import fingerprint, fingerprint_difference
 from ..grid.replay import replay, replay_cell, summarize
 from ..grid.spec import GridSpec, expand, parse_grid
+from ..util.atomic import atomic_write
 from ..util.readfile import read_json, read_yaml
 
 TRACKS_DIR = Path("bench/tracks")
@@ -53,7 +53,8 @@ class Track:
         others = [r for r in remedies if r != "none"]
         if others:
             doc["exclude"] = list(doc.get("exclude") or []) + [
-                {"condition": doc.get("reference", "baseline"), "remedy": others}]
+                {"condition": doc.get("reference", "baseline"), "remedy": others}
+            ]
         return parse_grid(doc, f"track {self.name}", self.path.resolve().parent)
 
     def committed_dir(self) -> Path:
@@ -84,11 +85,18 @@ def load_track(name_or_path: str) -> Track:
 
 # ---------------------------------------------------------------- code version
 
+
 def _package_dirs() -> list[Path]:
     # Located, not imported: the library never imports the runners (it only hashes their files here).
     import importlib.util
-    return sorted({Path(loc).resolve() for name in ("timbench", "timbench.tasks", "timbench.runners")
-                   for loc in importlib.util.find_spec(name).submodule_search_locations})
+
+    return sorted(
+        {
+            Path(loc).resolve()
+            for name in ("timbench", "timbench.tasks", "timbench.runners")
+            for loc in importlib.util.find_spec(name).submodule_search_locations
+        }
+    )
 
 
 def code_hash() -> str:
@@ -105,15 +113,23 @@ def code_hash() -> str:
 
 def _task_versions(cells: list[dict]) -> dict[str, int]:
     from ..tasks import get_task
+
     return {t: get_task(t).version for t in sorted({c["axes"]["task"] for c in cells})}
 
 
 def manifest(track: Track, cells_doc: dict) -> dict:
     from .. import __version__
+
     cell = replay_cell(cells_doc["cells"])
-    return {"track": track.name, "version": track.version, "fingerprint": fingerprint(cells_doc),
-            "tasks": _task_versions(cells_doc["cells"]), "timbench_version": __version__, "code": code_hash(),
-            "replay_cell": cell["id"] if cell else None}
+    return {
+        "track": track.name,
+        "version": track.version,
+        "fingerprint": fingerprint(cells_doc),
+        "tasks": _task_versions(cells_doc["cells"]),
+        "timbench_version": __version__,
+        "code": code_hash(),
+        "replay_cell": cell["id"] if cell else None,
+    }
 
 
 def write_manifest(track: Track, out: Path, cells_doc: dict) -> dict:
@@ -137,15 +153,18 @@ def check_committed(track: Track, committed: Path, say=None) -> list[str]:
     """
     path = committed / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(f"no committed results for track {track.name} at {committed} (no {MANIFEST}); "
-                                f"make them with `timbench track run {track.name} --out {committed}`")
+        raise FileNotFoundError(
+            f"no committed results for track {track.name} at {committed} (no {MANIFEST}); "
+            f"make them with `timbench track run {track.name} --out {committed}`"
+        )
     m = read_json(path, "track manifest")
     cells_doc = read_json(committed / "cells.json", "grid cells file")
     expected = manifest_now(track)
     where = f"committed results {committed} were made"
     if m.get("version") != track.version:
-        raise ValueError(f"{where} for track {track.name} version {m.get('version')}, the track file is version "
-                         f"{track.version}")
+        raise ValueError(
+            f"{where} for track {track.name} version {m.get('version')}, the track file is version {track.version}"
+        )
     diff = fingerprint_difference(m.get("fingerprint") or {}, expected["fingerprint"])
     if diff:
         raise ValueError(f"{where} with a different track config: {diff}")
@@ -164,24 +183,44 @@ def check_committed(track: Track, committed: Path, say=None) -> list[str]:
     else:
         say = say or (lambda line: None)
         eta = Eta(1)
-        say(f"preflight: the code differs from the committed run's; replaying step 0 of {cell['id']} "
-            f"(step 0/1, ETA ~1-2 min) to check that {committed} still reproduces")
+        say(
+            f"preflight: the code differs from the committed run's; replaying step 0 of {cell['id']} "
+            f"(step 0/1, ETA ~1-2 min) to check that {committed} still reproduces"
+        )
         problem = replay_matches(committed, cell)
         say(f"preflight: step {eta.tick()}: {'every committed value matched' if problem is None else 'differed'}")
     if problem:
-        raise ValueError(f"{where} by other code (code hash {m.get('code')}, this is {expected['code']}) that "
-                         f"changes results: {problem}")
-    return [f"code hash {m.get('code')} of the committed results differs from this code's {expected['code']}, "
-            f"but one replayed step of {cell['id']} logged every committed value unchanged"]
+        raise ValueError(
+            f"{where} by other code (code hash {m.get('code')}, this is {expected['code']}) that "
+            f"changes results: {problem}"
+        )
+    return [
+        f"code hash {m.get('code')} of the committed results differs from this code's {expected['code']}, "
+        f"but one replayed step of {cell['id']} logged every committed value unchanged"
+    ]
 
 
 def manifest_now(track: Track) -> dict:
     """The manifest the current code and track file would write for the committed remedies' `none` cells."""
     grid = track.spec(["none"])
-    doc = {"grid": grid.name, "reference_condition": grid.reference, "collapse": dict(grid.collapse),
-           "cells": [c.to_dict() for c in expand(grid)]}
+    doc = {
+        "grid": grid.name,
+        "reference_condition": grid.reference,
+        "collapse": dict(grid.collapse),
+        "cells": [c.to_dict() for c in expand(grid)],
+    }
     return manifest(track, doc)
 
 
-__all__ = ["MANIFEST", "RESULTS_DIR", "TRACKS_DIR", "Track", "check_committed", "code_hash", "load_track",
-           "manifest", "replay_matches", "write_manifest"]
+__all__ = [
+    "MANIFEST",
+    "RESULTS_DIR",
+    "TRACKS_DIR",
+    "Track",
+    "check_committed",
+    "code_hash",
+    "load_track",
+    "manifest",
+    "replay_matches",
+    "write_manifest",
+]

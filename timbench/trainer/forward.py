@@ -7,8 +7,8 @@ its logprobs equal the engine's bitwise, whatever that grouping is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -45,9 +45,15 @@ def pack(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int):
     return ids, p_len, r_len
 
 
-def sequence_logprobs(model: Qwen3ForCausalLM, compute: Compute, seqs, temperature: float = 1.0,
-                      replay: torch.Tensor | None = None, support: torch.Tensor | None = None,
-                      full_dist: bool = False) -> TrainerOutput:
+def sequence_logprobs(
+    model: Qwen3ForCausalLM,
+    compute: Compute,
+    seqs,
+    temperature: float = 1.0,
+    replay: torch.Tensor | None = None,
+    support: torch.Tensor | None = None,
+    full_dist: bool = False,
+) -> TrainerOutput:
     """Logprobs of each response token given its prompt and the response so far.
 
     `seqs` is a list of (prompt_ids, response_ids). Token j of a response sits at

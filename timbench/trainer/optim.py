@@ -22,7 +22,7 @@ glibc build is chosen per CPU (ifunc). The state (`step`, `exp_avg`,
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -70,8 +70,14 @@ def _flat(t: torch.Tensor) -> np.ndarray:
 class AdamW(torch.optim.Optimizer):
     """torch.optim.AdamW (amsgrad=False, maximize=False) computed in fixed order; fp32 parameters only."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ):
         if not lr >= 0:
             raise ValueError(f"invalid lr {lr}; must be >= 0")
         if not eps >= 0:
@@ -106,9 +112,20 @@ class AdamW(torch.optim.Optimizer):
                 bc1 = 1 - _pow(b1, step)
                 bc2 = 1 - _pow(b2, step)
                 grad = p.grad.detach().to(torch.float32).contiguous()
-                _adamw(_flat(p), _flat(grad), _flat(state["exp_avg"]), _flat(state["exp_avg_sq"]),
-                       f32(1 - lr * wd), f32(1 - b1), (1 - b1) < 0.5, f32(b2), f32(1 - b2),
-                       f32(-(lr / bc1)), f32(math.sqrt(bc2)), f32(eps))
+                _adamw(
+                    _flat(p),
+                    _flat(grad),
+                    _flat(state["exp_avg"]),
+                    _flat(state["exp_avg_sq"]),
+                    f32(1 - lr * wd),
+                    f32(1 - b1),
+                    (1 - b1) < 0.5,
+                    f32(b2),
+                    f32(1 - b2),
+                    f32(-(lr / bc1)),
+                    f32(math.sqrt(bc2)),
+                    f32(eps),
+                )
                 # Written through numpy: tell autograd and weight caches the tensors changed.
                 for t in (p, state["exp_avg"], state["exp_avg_sq"]):
                     torch.autograd.graph.increment_version(t)

@@ -10,8 +10,8 @@ run before the optimizer applies it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
@@ -40,9 +40,17 @@ Objective = Callable[[TrainerOutput, slice], tuple[torch.Tensor, dict]]
 """(forward output of a mini-batch, its rows) -> (scalar loss, metrics of that mini-batch)."""
 
 
-def update_policy(model: Qwen3ForCausalLM, opt: torch.optim.Optimizer, compute: Compute,
-                  mini_batches: Sequence[MiniBatch], objective: Objective, *, epochs: int, grad_clip: float,
-                  temperature: float) -> list[dict]:
+def update_policy(
+    model: Qwen3ForCausalLM,
+    opt: torch.optim.Optimizer,
+    compute: Compute,
+    mini_batches: Sequence[MiniBatch],
+    objective: Objective,
+    *,
+    epochs: int,
+    grad_clip: float,
+    temperature: float,
+) -> list[dict]:
     """`epochs` passes over `mini_batches`, one optimizer step each; returns one metrics row per step.
 
     Each row holds actor/loss, actor/grad_norm (before clipping) and the objective's metrics.

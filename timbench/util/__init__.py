@@ -1,1 +1,1 @@
-"""Utilities importing nothing else of timbench: atomic writes, locks, input readers, coercion, threads, lazy exports."""
+"""Utilities importing nothing else of timbench: atomic writes, locks, input readers, coercion, threads, lazy export."""

@@ -82,14 +82,17 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     try:
         fd, probe = tempfile.mkstemp(dir=nearest, prefix=".timbench-probe.")
     except OSError as e:
-        raise ValueError(f"{flag} {p} is not writable (creating a file in {nearest}: {e.strerror}); "
-                         "give a directory you can write to") from None
+        raise ValueError(
+            f"{flag} {p} is not writable (creating a file in {nearest}: {e.strerror}); "
+            "give a directory you can write to"
+        ) from None
     try:  # one byte too: a 100%-full disk still creates an empty file (a free inode) but refuses any data
         os.write(fd, b"\0")
         os.fsync(fd)
     except OSError as e:
-        raise ValueError(f"{flag} {p} is not writable (writing in {nearest}: {e.strerror}); "
-                         "free space or give another directory") from None
+        raise ValueError(
+            f"{flag} {p} is not writable (writing in {nearest}: {e.strerror}); free space or give another directory"
+        ) from None
     finally:
         os.close(fd)
         os.remove(probe)

@@ -33,8 +33,10 @@ class DirLock:
                     other, pid = "", ""
                 os.close(self.fd)
                 who = f"`{other.strip() or 'timbench command'}`" + (f" (pid {pid.strip()})" if pid.strip() else "")
-                raise ValueError(f"{self.path.parent} is in use by another {who} (a lock held on "
-                                 f"{self.path}); wait for it or stop it first") from None
+                raise ValueError(
+                    f"{self.path.parent} is in use by another {who} (a lock held on "
+                    f"{self.path}); wait for it or stop it first"
+                ) from None
             # The holder before us unlinks .lock on exit: a lock on the unlinked inode guards nothing, so take it
             # again on the file now at the path (the usual flock-and-unlink protocol).
             try:

@@ -8,7 +8,7 @@ first; packages whose public names need torch/numba export them through `lazy_ex
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 
 def lazy_exports(package: str, exports: dict[str, list[str]]) -> tuple[Callable, Callable]:

@@ -61,8 +61,13 @@ def update(directory: str | Path, names: tuple[str, ...] | list[str]) -> Path:
         doc = {}
     files = doc.get("files") if isinstance(doc, dict) and isinstance(doc.get("files"), dict) else {}
     files.update({n: sha256_file(d / n) for n in names if (d / n).is_file()})
-    atomic_write(path, json.dumps({**(doc if isinstance(doc, dict) else {}), "manifest": VERSION, "files": files},
-                                  indent=1, sort_keys=True) + "\n")
+    atomic_write(
+        path,
+        json.dumps(
+            {**(doc if isinstance(doc, dict) else {}), "manifest": VERSION, "files": files}, indent=1, sort_keys=True
+        )
+        + "\n",
+    )
     return path
 
 
@@ -95,9 +100,11 @@ def read(directory: str | Path) -> dict | None:
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e.__class__.__name__}); `timbench grid run` redoes the cell") from None
+        raise ValueError(
+            f"{path}: not valid JSON ({e.__class__.__name__}); `timbench grid run` redoes the cell"
+        ) from None
     if not isinstance(doc, dict) or doc.get("manifest") != VERSION or not isinstance(doc.get("files"), dict):
-        raise ValueError(f"{path}: expected {{\"manifest\": {VERSION}, \"files\": {{name: sha256}}}}")
+        raise ValueError(f'{path}: expected {{"manifest": {VERSION}, "files": {{name: sha256}}}}')
     return doc["files"]
 
 

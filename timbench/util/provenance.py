@@ -20,12 +20,17 @@ def git_revision() -> str | None:
     """The checkout's commit (+ "-dirty" with uncommitted changes), or None outside a git checkout."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+        rev = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if rev.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return rev.stdout.strip() + ("-dirty" if dirty else "")

@@ -25,8 +25,9 @@ def _text(p: Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{p}: not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); "
-                         "is it a binary file?") from None
+        raise ValueError(
+            f"{p}: not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}); is it a binary file?"
+        ) from None
 
 
 class KeyShapeError(ValueError):
@@ -48,8 +49,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             try:
                 hash(key)
             except TypeError:  # a YAML complex key (`? [a, b]`): no config key is a list or a mapping
-                raise KeyShapeError(f"line {line}: a mapping key is a {type(key).__name__} (a YAML `?` complex key); "
-                                    "keys must be plain names") from None
+                raise KeyShapeError(
+                    f"line {line}: a mapping key is a {type(key).__name__} (a YAML `?` complex key); "
+                    "keys must be plain names"
+                ) from None
             if key in seen:
                 raise DuplicateKeyError(f"key {key!r} is given twice (lines {seen[key]} and {line}); give it once")
             seen[key] = line

@@ -48,6 +48,7 @@ def start_numba_pool() -> None:
     if _started:
         return
     from numba.np.ufunc import parallel
+
     parallel._launch_threads()
     single_level_openmp()
     _started = True
@@ -60,4 +61,5 @@ def set_threads(n: int) -> None:
     start_numba_pool()
     torch.set_num_threads(n)
     import numba
+
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))

@@ -1,1 +1,1 @@
-"""Warm starts: supervised fine-tuning from scratch, the shipped checkpoints, and pruned MoE proxies, with their CLIs."""
+"""Warm starts: supervised fine-tuning from scratch, the shipped checkpoints, pruned MoE proxies, and their CLIs."""

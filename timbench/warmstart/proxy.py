@@ -25,18 +25,34 @@ def resolve_source(model: str, task: str) -> tuple[Path, str | None]:
     """(checkpoint directory, preset name or None): a preset names the shipped warm start of (task, preset)."""
     from ..model import PRESETS
     from .shipped import default_checkpoint
+
     if model in PRESETS:
         return default_checkpoint(task, model), model
     d = Path(model)
     if not d.is_dir():
-        raise FileNotFoundError(f"model {model!r} is neither a preset with a shipped {task} checkpoint "
-                                f"({', '.join(PRESETS)}) nor a checkpoint directory")
+        raise FileNotFoundError(
+            f"model {model!r} is neither a preset with a shipped {task} checkpoint "
+            f"({', '.join(PRESETS)}) nor a checkpoint directory"
+        )
     return d, None
 
 
-def make_proxy(model: str, task: str, keep: int, out: str | Path | None = None, *, calib_n: int = 512,
-               seed: int = 0, recover=None, eval_n: int = 512, max_steps: int = 1000, threads: int = 1,
-               eval_every: int = 10, progress: bool = True, command: str | None = None) -> dict:
+def make_proxy(
+    model: str,
+    task: str,
+    keep: int,
+    out: str | Path | None = None,
+    *,
+    calib_n: int = 512,
+    seed: int = 0,
+    recover=None,
+    eval_n: int = 512,
+    max_steps: int = 1000,
+    threads: int = 1,
+    eval_every: int = 10,
+    progress: bool = True,
+    command: str | None = None,
+) -> dict:
     """Prune `model` (a preset's shipped checkpoint for `task`, or a directory) to `keep` experts per layer.
 
     Routes are counted on `calibration_set(task, calib_n, seed)`. `recover` (a (lo, hi) T=1 accuracy
@@ -46,8 +62,14 @@ def make_proxy(model: str, task: str, keep: int, out: str | Path | None = None, 
     """
     from ..evaluate import evaluate_both
     from ..model import load_checkpoint, save_checkpoint
-    from ..model.prune import (CALIBRATION_SPEC, calibration_set, check_keep, expert_frequencies, kept_experts,
-                              prune_experts)
+    from ..model.prune import (
+        CALIBRATION_SPEC,
+        calibration_set,
+        check_keep,
+        expert_frequencies,
+        kept_experts,
+        prune_experts,
+    )
     from ..tasks import get_task
     from ..util.threads import set_threads
     from .run import warmstart
@@ -64,27 +86,57 @@ def make_proxy(model: str, task: str, keep: int, out: str | Path | None = None, 
     net = prune_experts(source, keep, freqs)
     name = f"{src_preset}-e{keep}" if src_preset else f"{src_dir.name}-e{keep}"
     pruned_eval = evaluate_both(net, t_obj, t_obj.eval_set(eval_n), ENGINE_SPEC, seed=seed)
-    card = {"task": t_obj.name, "task_version": t_obj.version, "model": name, "seed": seed,
-            "accuracy_t1": pruned_eval["accuracy_t1"], "accuracy_greedy": pruned_eval["accuracy_greedy"],
-            "mean_response_tokens_t1": pruned_eval["mean_response_tokens_t1"], "eval_n": eval_n,
-            "eval_seed": seed, "engine_spec": ENGINE_SPEC}
+    card = {
+        "task": t_obj.name,
+        "task_version": t_obj.version,
+        "model": name,
+        "seed": seed,
+        "accuracy_t1": pruned_eval["accuracy_t1"],
+        "accuracy_greedy": pruned_eval["accuracy_greedy"],
+        "mean_response_tokens_t1": pruned_eval["mean_response_tokens_t1"],
+        "eval_n": eval_n,
+        "eval_seed": seed,
+        "engine_spec": ENGINE_SPEC,
+    }
     if recover is not None:
-        card = warmstart(task, name, None, seed=seed, band=recover, eval_n=eval_n, max_steps=max_steps,
-                         threads=threads, eval_every=eval_every, progress=progress, init=net, command="")
-    card.update(command=command or _command(model, task, keep, out, calib_n, seed, recover, eval_n, max_steps,
-                                            threads, eval_every),
-                wall_time_s=round(time.perf_counter() - t0, 1), recovery=_recovery(recover, card),
-                pruning={"method": "expert pruning by activation frequency (arXiv 2608.10823, frequency view "
-                                   "only: no multi-view consistency)",
-                         "source": str(src_dir), "source_preset": src_preset,
-                         "source_sha256": _sha256(src_dir / "model.safetensors"),
-                         "experts": source.config.num_experts, "keep": keep,
-                         "top_k": net.config.num_experts_per_tok,
-                         "calibration": {"problems": f"task.train_batch(seed={seed}, step=0, n={calib_n})",
-                                         "tokens": "prompt + reference solution + EOS, no padding",
-                                         "forward": CALIBRATION_SPEC},
-                         "frequencies": freqs.tolist(), "kept_experts": kept_experts(freqs, keep),
-                         "accuracy_before_recovery": {k: pruned_eval[k] for k in ("accuracy_t1", "accuracy_greedy")}})
+        card = warmstart(
+            task,
+            name,
+            None,
+            seed=seed,
+            band=recover,
+            eval_n=eval_n,
+            max_steps=max_steps,
+            threads=threads,
+            eval_every=eval_every,
+            progress=progress,
+            init=net,
+            command="",
+        )
+    card.update(
+        command=command
+        or _command(model, task, keep, out, calib_n, seed, recover, eval_n, max_steps, threads, eval_every),
+        wall_time_s=round(time.perf_counter() - t0, 1),
+        recovery=_recovery(recover, card),
+        pruning={
+            "method": "expert pruning by activation frequency (arXiv 2608.10823, frequency view "
+            "only: no multi-view consistency)",
+            "source": str(src_dir),
+            "source_preset": src_preset,
+            "source_sha256": _sha256(src_dir / "model.safetensors"),
+            "experts": source.config.num_experts,
+            "keep": keep,
+            "top_k": net.config.num_experts_per_tok,
+            "calibration": {
+                "problems": f"task.train_batch(seed={seed}, step=0, n={calib_n})",
+                "tokens": "prompt + reference solution + EOS, no padding",
+                "forward": CALIBRATION_SPEC,
+            },
+            "frequencies": freqs.tolist(),
+            "kept_experts": kept_experts(freqs, keep),
+            "accuracy_before_recovery": {k: pruned_eval[k] for k in ("accuracy_t1", "accuracy_greedy")},
+        },
+    )
     if out is not None:
         save_checkpoint(net, out, card=card)
     return card
@@ -94,15 +146,46 @@ def _recovery(recover, card: dict) -> dict | None:
     """The recovery fine-tune's summary on the card (None: the pruned weights are shipped as they are)."""
     if recover is None:
         return None
-    return {"band": list(recover), "steps": card["steps"], "lr": card["lr"], "batch_size": card["batch_size"],
-            "loss": card["loss"], "optimizer": card["optimizer"], "trainer_spec": card["trainer_spec"],
-            "data": "task.train_batch(seed, step, batch_size), steps 1..steps (as timbench warmstart)"}
+    return {
+        "band": list(recover),
+        "steps": card["steps"],
+        "lr": card["lr"],
+        "batch_size": card["batch_size"],
+        "loss": card["loss"],
+        "optimizer": card["optimizer"],
+        "trainer_spec": card["trainer_spec"],
+        "data": "task.train_batch(seed, step, batch_size), steps 1..steps (as timbench warmstart)",
+    }
 
 
 def _command(model, task, keep, out, calib_n, seed, recover, eval_n, max_steps, threads, eval_every) -> str:
-    argv = ["timbench", "prune-experts", "--model", model, "--task", task, "--keep", str(keep), "--out", str(out),
-            "--calib-n", str(calib_n), "--seed", str(seed), "--eval-n", str(eval_n), "--threads", str(threads)]
+    argv = [
+        "timbench",
+        "prune-experts",
+        "--model",
+        model,
+        "--task",
+        task,
+        "--keep",
+        str(keep),
+        "--out",
+        str(out),
+        "--calib-n",
+        str(calib_n),
+        "--seed",
+        str(seed),
+        "--eval-n",
+        str(eval_n),
+        "--threads",
+        str(threads),
+    ]
     if recover is not None:
-        argv += ["--recover", f"{recover[0]:g},{recover[1]:g}", "--max-steps", str(max_steps),
-                 "--eval-every", str(eval_every)]
+        argv += [
+            "--recover",
+            f"{recover[0]:g},{recover[1]:g}",
+            "--max-steps",
+            str(max_steps),
+            "--eval-every",
+            str(eval_every),
+        ]
     return shlex.join(argv)

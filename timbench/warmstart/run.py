@@ -26,8 +26,8 @@ import torch
 
 from ..kernels.reduce import fsum, masked_sum
 from ..util.threads import set_threads
-
 from .cli import DEFAULT_MODEL  # noqa: E402  (one definition, in the torch-free CLI module)
+
 TRAINER_SPEC = "kernels=torch,dtype=fp32"
 ENGINE_SPEC = "kernels=exact,dtype=fp32"
 
@@ -57,6 +57,7 @@ def _in_band(acc: float, band) -> bool:
 def sft_batch(problems) -> list[tuple[tuple[int, ...], list[int]]]:
     """(prompt ids, solution + EOS ids) per problem: what the warm start imitates."""
     from ..data import encode_prompt, encode_response
+
     return [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
 
 
@@ -68,13 +69,27 @@ def sft_objective(out, rows=None) -> tuple[torch.Tensor, dict]:
 def sft_loss(model, compute, problems) -> torch.Tensor:
     """Mean cross-entropy over response tokens (solution + EOS) given the prompt."""
     from ..trainer import sequence_logprobs
+
     return sft_objective(sequence_logprobs(model, compute, sft_batch(problems), temperature=1.0))[0]
 
 
-def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = None, seed: int = 0,
-              band=(0.2, 0.6), eval_n: int = 256, max_steps: int = 1000, threads: int = 2,
-              batch_size: int = 128, lr: float = 1e-3, eval_every: int = 10, probe_n: int = 128,
-              progress: bool = True, command: str | None = None, init=None) -> dict:
+def warmstart(
+    task: str,
+    model: str = DEFAULT_MODEL,
+    out: str | Path | None = None,
+    seed: int = 0,
+    band=(0.2, 0.6),
+    eval_n: int = 256,
+    max_steps: int = 1000,
+    threads: int = 2,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    eval_every: int = 10,
+    probe_n: int = 128,
+    progress: bool = True,
+    command: str | None = None,
+    init=None,
+) -> dict:
     """Run a warm start; write the checkpoint (with card.json) to `out` if given; return the card.
 
     `init` (a Qwen3ForCausalLM, default None: a fresh `model` preset from `seed`) is trained in place
@@ -90,20 +105,44 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
     from ..spec.keys import parse_spec
     from ..trainer.optim import AdamW
 
-    t_obj, band = _check_args(task, model if init is None else None, band, eval_n=eval_n, max_steps=max_steps,
-                              batch_size=batch_size, eval_every=eval_every, probe_n=probe_n, threads=threads)
+    t_obj, band = _check_args(
+        task,
+        model if init is None else None,
+        band,
+        eval_n=eval_n,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        eval_every=eval_every,
+        probe_n=probe_n,
+        threads=threads,
+    )
     set_threads(threads)
     t0 = time.perf_counter()
     net = Qwen3ForCausalLM(PRESETS[model], seed=seed) if init is None else init
     compute = Compute.from_spec(parse_spec(TRAINER_SPEC, "trainer spec", side="trainer"))
     opt = AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     eval_set = t_obj.eval_set(eval_n)
-    probe = eval_set[:min(probe_n, eval_n)]
-    engine = make_engine(net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"),
-                         max_num_seqs=min(256, eval_n), weights=net)
+    probe = eval_set[: min(probe_n, eval_n)]
+    engine = make_engine(
+        net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"), max_num_seqs=min(256, eval_n), weights=net
+    )
     final, history, step, loss_v = _train_to_band(
-        net, opt, compute, engine, t_obj, eval_set, probe, band, (task, model), seed=seed, eval_n=eval_n,
-        max_steps=max_steps, batch_size=batch_size, eval_every=eval_every, progress=progress)
+        net,
+        opt,
+        compute,
+        engine,
+        t_obj,
+        eval_set,
+        probe,
+        band,
+        (task, model),
+        seed=seed,
+        eval_n=eval_n,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        eval_every=eval_every,
+        progress=progress,
+    )
     wall = time.perf_counter() - t0
     card = {
         "task": t_obj.name,
@@ -118,11 +157,37 @@ def warmstart(task: str, model: str = DEFAULT_MODEL, out: str | Path | None = No
         "eval_n": eval_n,
         "eval_seed": seed,
         "band": list(band),
-        "command": command or shlex.join([
-            "timbench", "warmstart", "--task", task, "--model", model, "--out", str(out), "--seed", str(seed),
-            "--band", f"{band[0]:g},{band[1]:g}", "--eval-n", str(eval_n), "--max-steps", str(max_steps),
-            "--threads", str(threads), "--batch-size", str(batch_size), "--lr", f"{lr:g}",
-            "--eval-every", str(eval_every), "--probe-n", str(probe_n)]),
+        "command": command
+        or shlex.join(
+            [
+                "timbench",
+                "warmstart",
+                "--task",
+                task,
+                "--model",
+                model,
+                "--out",
+                str(out),
+                "--seed",
+                str(seed),
+                "--band",
+                f"{band[0]:g},{band[1]:g}",
+                "--eval-n",
+                str(eval_n),
+                "--max-steps",
+                str(max_steps),
+                "--threads",
+                str(threads),
+                "--batch-size",
+                str(batch_size),
+                "--lr",
+                f"{lr:g}",
+                "--eval-every",
+                str(eval_every),
+                "--probe-n",
+                str(probe_n),
+            ]
+        ),
         "threads": threads,
         "batch_size": batch_size,
         "lr": lr,
@@ -159,8 +224,24 @@ def _check_args(task: str, model: str | None, band, **counts: int):
     return t_obj, band
 
 
-def _train_to_band(net, opt, compute, engine, t_obj, eval_set, probe, band, task_model: tuple[str, str], *,
-                   seed: int, eval_n: int, max_steps: int, batch_size: int, eval_every: int, progress: bool):
+def _train_to_band(
+    net,
+    opt,
+    compute,
+    engine,
+    t_obj,
+    eval_set,
+    probe,
+    band,
+    task_model: tuple[str, str],
+    *,
+    seed: int,
+    eval_n: int,
+    max_steps: int,
+    batch_size: int,
+    eval_every: int,
+    progress: bool,
+):
     """SFT steps until the full eval's T=1 accuracy is in `band`: (final eval, probe history, steps, last loss).
 
     The cheap probe runs every `eval_every` steps; the full eval only once the probe reaches the band.
@@ -175,14 +256,27 @@ def _train_to_band(net, opt, compute, engine, t_obj, eval_set, probe, band, task
     last_acc = "-"
     step = 0
     what = "/".join(task_model)
-    bar = tqdm(total=max_steps, desc=f"warmstart {' '.join(task_model)}", file=sys.stderr,
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=max_steps,
+        desc=f"warmstart {' '.join(task_model)}",
+        file=sys.stderr,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     try:
         for step in range(1, max_steps + 1):
             net.train()
             seqs = sft_batch(t_obj.train_batch(seed, step, batch_size))
-            loss_v = update_policy(net, opt, compute, [MiniBatch(slice(0, len(seqs)), seqs)], sft_objective,
-                                   epochs=1, grad_clip=1.0, temperature=1.0)[0]["actor/loss"]
+            loss_v = update_policy(
+                net,
+                opt,
+                compute,
+                [MiniBatch(slice(0, len(seqs)), seqs)],
+                sft_objective,
+                epochs=1,
+                grad_clip=1.0,
+                temperature=1.0,
+            )[0]["actor/loss"]
             bar.update(1)
             if step % eval_every and step != max_steps:
                 bar.set_postfix(loss=f"{loss_v:.3f}", acc_t1=last_acc, refresh=False)
@@ -203,16 +297,16 @@ def _train_to_band(net, opt, compute, engine, t_obj, eval_set, probe, band, task
     raise AssertionError("unreachable: the last step always evaluates")  # pragma: no cover
 
 
-def _check_not_past_band(acc: float, band, what: str, step: int, eval_n: int, eval_every: int,
-                         max_steps: int) -> None:
+def _check_not_past_band(acc: float, band, what: str, step: int, eval_n: int, eval_every: int, max_steps: int) -> None:
     """WarmstartError when `acc` overshot the band, or is still below it at the last step."""
     if acc > band[1]:
         raise WarmstartError(
             f"{what}: T=1 accuracy {acc:.3f} on {eval_n} eval problems "
             f"overshot the band {band[0]:g}-{band[1]:g} at step {step}; "
-            f"evaluate more often (eval_every={eval_every}) or widen the band")
+            f"evaluate more often (eval_every={eval_every}) or widen the band"
+        )
     if step == max_steps:
         raise WarmstartError(
             f"{what}: T=1 accuracy {acc:.3f} on {eval_n} eval problems is "
-            f"below the band {band[0]:g}-{band[1]:g} after max_steps={max_steps}; raise --max-steps")
-
+            f"below the band {band[0]:g}-{band[1]:g} after max_steps={max_steps}; raise --max-steps"
+        )

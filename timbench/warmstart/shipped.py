@@ -30,8 +30,10 @@ def default_checkpoint(task: str = "add-4d-v1", model: str = "tiny-dense") -> Pa
     d = shipped_checkpoint(f"{task}-{model}")
     if not (d / "config.json").is_file():
         have = available_checkpoints()
-        raise FileNotFoundError(f"no shipped warm-start checkpoint for task {task!r} and model {model!r}; "
-                                f"available: {', '.join(have) if have else 'none'}")
+        raise FileNotFoundError(
+            f"no shipped warm-start checkpoint for task {task!r} and model {model!r}; "
+            f"available: {', '.join(have) if have else 'none'}"
+        )
     return d
 
 

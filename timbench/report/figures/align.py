@@ -18,8 +18,9 @@ from .style import legend, plt, png_bytes
 def delta_axis_figure(rows: list[dict], command: str):
     models = list(dict.fromkeys(r["model_name"] for r in rows))
     names = list(dict.fromkeys(r["condition"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 3.5, 0.28 * len(names) + 1.6),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.2 * len(models) + 3.5, 0.28 * len(names) + 1.6), sharey=True, squeeze=False
+    )
     positive = [r["mean_abs_diff"] for r in rows if r["mean_abs_diff"] > 0]
     left = min(positive) / 10 if positive else 1e-9
     y = {n: i for i, n in enumerate(reversed(names))}
@@ -29,9 +30,14 @@ def delta_axis_figure(rows: list[dict], command: str):
             if r["model_name"] != m:
                 continue
             kind = r.get("kind", "?")
-            ax.scatter([r["mean_abs_diff"] or left], [y[r["condition"]]], marker=KIND_MARKERS.get(kind, "X"),
-                       color=f"C{sorted(KIND_MARKERS).index(kind) % 10}" if kind in KIND_MARKERS else "k",
-                       label=None if kind in seen else kind, zorder=3)
+            ax.scatter(
+                [r["mean_abs_diff"] or left],
+                [y[r["condition"]]],
+                marker=KIND_MARKERS.get(kind, "X"),
+                color=f"C{sorted(KIND_MARKERS).index(kind) % 10}" if kind in KIND_MARKERS else "k",
+                label=None if kind in seen else kind,
+                zorder=3,
+            )
             seen.add(kind)
         ax.set_xscale("log")
         ax.axvline(left, color="grey", linestyle=":", linewidth=0.8)

@@ -13,8 +13,8 @@ import numpy as np
 
 from ...grid.conditions import KINDS
 from ...metrics.mismatch import ABS_DELTA_BINS
-from .curves import _no_data, condition_colors, plt, representatives
 from ..results import CellRun, column
+from .curves import _no_data, condition_colors, plt, representatives
 from .style import legend, place_labels
 
 KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)
@@ -25,8 +25,12 @@ HIST_KEY = "mismatch/abs_delta_hist"
 def delta_distribution_figure(cells: list[CellRun]):
     """(e) per-step mean / p99 / max |delta| per condition as box plots on a log axis."""
     reps = representatives(cells)
-    fig, axes = plt.subplots(max(len(reps), 1), 1, figsize=(max(6.0, 1.6 * max(map(len, reps.values()), default=1)
-                                                                 + 2), 3.6 * max(len(reps), 1)), squeeze=False)
+    fig, axes = plt.subplots(
+        max(len(reps), 1),
+        1,
+        figsize=(max(6.0, 1.6 * max(map(len, reps.values()), default=1) + 2), 3.6 * max(len(reps), 1)),
+        squeeze=False,
+    )
     if not reps:
         return _no_data(fig, "|delta| data")
     for ax, (mode, group) in zip(axes[:, 0], reps.items()):
@@ -48,13 +52,23 @@ def delta_distribution_figure(cells: list[CellRun]):
                     patch.set_facecolor(plt.get_cmap("Set2")(k))
         ticks = [i * (len(DELTA_KEYS) + 1) + 1 for i in range(len(group))]
         ax.set_xlim(-1, len(group) * (len(DELTA_KEYS) + 1) - 1)
-        legend(ax, [plt.Rectangle((0, 0), 1, 1, facecolor=plt.get_cmap("Set2")(k)) for k in range(len(DELTA_KEYS))],
-               [k.split("/")[-1] for k in DELTA_KEYS])
+        legend(
+            ax,
+            [plt.Rectangle((0, 0), 1, 1, facecolor=plt.get_cmap("Set2")(k)) for k in range(len(DELTA_KEYS))],
+            [k.split("/")[-1] for k in DELTA_KEYS],
+        )
         ax.set_xticks(ticks, [c.axes["condition"] for c in group], rotation=20, ha="right", fontsize=8)
         ax.set(title=f"per-step |delta| over steps ({mode})", ylabel="|log pi - log mu|")
         if zero_conds:  # exact zeros cannot sit on a log axis; say so instead of dropping them silently
-            ax.text(0.01, 0.02, ", ".join(sorted(zero_conds)) + ": |delta| = 0 exactly at some or all steps "
-                    "(not drawable on a log axis)", transform=ax.transAxes, fontsize=7, va="bottom")
+            ax.text(
+                0.01,
+                0.02,
+                ", ".join(sorted(zero_conds)) + ": |delta| = 0 exactly at some or all steps "
+                "(not drawable on a log axis)",
+                transform=ax.transAxes,
+                fontsize=7,
+                va="bottom",
+            )
     fig.tight_layout()
     return fig
 
@@ -76,12 +90,19 @@ def delta_histogram_figure(cells: list[CellRun]):
                 h = r.get(HIST_KEY)
                 if h is not None:
                     if len(h) != len(ABS_DELTA_BINS):
-                        raise ValueError(f"cell {c.id} step {r['step']}: {HIST_KEY} has {len(h)} bins; "
-                                         f"expected {len(ABS_DELTA_BINS)} (timbench.metrics.mismatch.ABS_DELTA_BINS)")
+                        raise ValueError(
+                            f"cell {c.id} step {r['step']}: {HIST_KEY} has {len(h)} bins; "
+                            f"expected {len(ABS_DELTA_BINS)} (timbench.metrics.mismatch.ABS_DELTA_BINS)"
+                        )
                     total += np.asarray(h, dtype=float)
             frac = total / total.sum() if total.sum() else total
-            ax.bar(np.arange(len(frac)) + i * width, frac, width=width, color=colors[c.axes["condition"]],
-                   label=c.axes["condition"])
+            ax.bar(
+                np.arange(len(frac)) + i * width,
+                frac,
+                width=width,
+                color=colors[c.axes["condition"]],
+                label=c.axes["condition"],
+            )
         ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, fontsize=7)
         ax.set(title=f"|delta| histogram over all steps ({mode})", ylabel="fraction of tokens")
         legend(ax)
@@ -108,21 +129,33 @@ def dose_response_figure(rows: list[dict]):
         x = r["mean/mismatch/mean_abs_delta"] or left
         kind = r["kind"] or "?"
         collapsed = bool(r["collapse/collapsed"])
-        ax.scatter([x], [r["relative_accuracy_t1"]], marker=KIND_MARKERS.get(kind, "X"), s=60,
-                   facecolors="none" if collapsed else "C0", edgecolors="red" if collapsed else "C0",
-                   linewidths=1.5, label=None if kind in seen_kinds else kind, zorder=3)
+        ax.scatter(
+            [x],
+            [r["relative_accuracy_t1"]],
+            marker=KIND_MARKERS.get(kind, "X"),
+            s=60,
+            facecolors="none" if collapsed else "C0",
+            edgecolors="red" if collapsed else "C0",
+            linewidths=1.5,
+            label=None if kind in seen_kinds else kind,
+            zorder=3,
+        )
         seen_kinds.add(kind)
         if kind != "reference":
             labelled.append((x, r["relative_accuracy_t1"]))
-            texts.append(f"σ={r['noise_sigma']:g}" if kind == "noise" and r["noise_sigma"] is not None
-                         else r["condition"])
+            texts.append(
+                f"σ={r['noise_sigma']:g}" if kind == "noise" and r["noise_sigma"] is not None else r["condition"]
+            )
     if any(not r["mean/mismatch/mean_abs_delta"] for r in pts):
         ax.axvline(left, color="grey", linestyle=":", linewidth=0.8)
         ax.text(left, ax.get_ylim()[0], " mean |delta| = 0 exactly", fontsize=7, rotation=90, va="bottom")
     ax.scatter([], [], marker="o", facecolors="none", edgecolors="red", label="collapsed (hollow red)")
     ax.axhline(1.0, color="grey", linewidth=0.6)
-    ax.set(xlabel="realised mean |delta| = mean over steps of mismatch/mean_abs_delta (log)",
-           ylabel="final accuracy / reference", title="dose-response: where real conditions sit against noise")
+    ax.set(
+        xlabel="realised mean |delta| = mean over steps of mismatch/mean_abs_delta (log)",
+        ylabel="final accuracy / reference",
+        title="dose-response: where real conditions sit against noise",
+    )
     if not math.isfinite(ax.get_ylim()[1]):
         ax.set_ylim(0, 1.5)
     fig.tight_layout()

@@ -10,8 +10,7 @@ resolution, with no timestamp in the metadata, so the same input gives the same 
 from __future__ import annotations
 
 from ..results import CellRun
-from .style import legend, png_bytes, plt  # noqa: F401  (png_bytes: part of this module's API)
-
+from .style import legend, plt, png_bytes  # noqa: F401  (png_bytes: part of this module's API)
 
 
 def representatives(cells: list[CellRun]) -> dict[str, list[CellRun]]:
@@ -22,9 +21,10 @@ def representatives(cells: list[CellRun]) -> dict[str, list[CellRun]]:
     for c in sorted(cells, key=lambda c: (rank[c.axes["remedy"]], c.axes.get("seed") or 0, c.id)):
         if c.metrics:
             out.setdefault(c.axes["mode"], {}).setdefault(c.axes["condition"], c)
-    return {mode: sorted(by_cond.values(), key=lambda c: (c.condition.get("kind") != "reference",
-                                                          c.axes["condition"]))
-            for mode, by_cond in sorted(out.items())}
+    return {
+        mode: sorted(by_cond.values(), key=lambda c: (c.condition.get("kind") != "reference", c.axes["condition"]))
+        for mode, by_cond in sorted(out.items())
+    }
 
 
 def condition_colors(cells: list[CellRun]) -> dict[str, object]:
@@ -49,17 +49,31 @@ def mode_settings(cells: list[CellRun]) -> dict[str, list]:
     """mode -> one seed-band Setting per condition: every seed of the representative's remedy (`none` when the
     grid has it), reference first, so each curve is a mean with its 95% interval over seeds."""
     from .paper import Setting
+
     colors = condition_colors(cells)
     out = {}
     for mode, group in representatives(cells).items():
         out[mode] = []
         for rep in group:
-            mine = sorted((c for c in cells if c.metrics and c.axes["mode"] == mode and c.axes["condition"] ==
-                           rep.axes["condition"] and c.axes["remedy"] == rep.axes["remedy"]),
-                          key=lambda c: (c.axes.get("seed") or 0, c.id))
+            mine = sorted(
+                (
+                    c
+                    for c in cells
+                    if c.metrics
+                    and c.axes["mode"] == mode
+                    and c.axes["condition"] == rep.axes["condition"]
+                    and c.axes["remedy"] == rep.axes["remedy"]
+                ),
+                key=lambda c: (c.axes.get("seed") or 0, c.id),
+            )
             ref = rep.condition.get("kind") == "reference"
-            out[mode].append(Setting(f"{rep.axes['condition']}" + (" (zero mismatch)" if ref else ""), mine,
-                                     colors[rep.axes["condition"]]))
+            out[mode].append(
+                Setting(
+                    f"{rep.axes['condition']}" + (" (zero mismatch)" if ref else ""),
+                    mine,
+                    colors[rep.axes["condition"]],
+                )
+            )
     return out
 
 
@@ -67,6 +81,7 @@ def _band_rows(cells: list[CellRun], panels: list[tuple], width: float = 5.2):
     """One row per mode, one panel per (title, key, rows, log) with every condition's seed band; the legend
     of each row goes where its first panel has no data (or outside)."""
     from .paper import Setting, draw_band
+
     by_mode = mode_settings(cells)
     fig, axes = _grid_axes(max(len(by_mode), 1), len(panels), width=width)
     if not by_mode:
@@ -85,17 +100,32 @@ def _band_rows(cells: list[CellRun], panels: list[tuple], width: float = 5.2):
 
 def reward_accuracy_figure(cells: list[CellRun]):
     """(a) training reward and eval accuracy (T=1) per condition with 95% seed bands, one row per mode."""
-    return _band_rows(cells, [("training reward", "critic/rewards/mean", "metrics", False, "-"),
-                              ("eval accuracy T=1", "accuracy_t1", "evals", False, "-")])
+    return _band_rows(
+        cells,
+        [
+            ("training reward", "critic/rewards/mean", "metrics", False, "-"),
+            ("eval accuracy T=1", "accuracy_t1", "evals", False, "-"),
+        ],
+    )
 
 
 def kl_grad_figure(cells: list[CellRun]):
     """(b) rollout_corr/k3_kl (log, geometric band; exact zeros at the bottom) and actor/grad_norm (linear)."""
-    return _band_rows(cells, [("k3 KL (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", True, "-"),
-                              ("grad norm", "actor/grad_norm", "metrics", False, "-")])
+    return _band_rows(
+        cells,
+        [
+            ("k3 KL (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", True, "-"),
+            ("grad norm", "actor/grad_norm", "metrics", False, "-"),
+        ],
+    )
 
 
 def drift_figure(cells: list[CellRun]):
     """(d) C(r_train) - C(r_rollout) for A > 0 and A < 0 tokens (linear: signed and small), seed bands."""
-    return _band_rows(cells, [("C(r) drift, A > 0", "drift/diff_pos_adv_mean", "metrics", False, "-"),
-                              ("C(r) drift, A < 0", "drift/diff_neg_adv_mean", "metrics", False, "-")])
+    return _band_rows(
+        cells,
+        [
+            ("C(r) drift, A > 0", "drift/diff_pos_adv_mean", "metrics", False, "-"),
+            ("C(r) drift, A < 0", "drift/diff_neg_adv_mean", "metrics", False, "-"),
+        ],
+    )

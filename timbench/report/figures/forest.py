@@ -22,14 +22,29 @@ def forest_figure(ranked: list[dict], highlight: str | None = None):
         color = "tab:orange" if mine else ("tab:red" if bad else "tab:blue")
         if iv.lo is not None:
             ax.plot([max(iv.lo, 0.0), iv.hi], [i, i], color=color, linewidth=2.4 if mine else 1.6)
-        ax.plot([iv.mean], [i], "o", markersize=7 if mine else 5.5, color=color,
-                markerfacecolor="white" if bad else color, markeredgewidth=1.5)
+        ax.plot(
+            [iv.mean],
+            [i],
+            "o",
+            markersize=7 if mine else 5.5,
+            color=color,
+            markerfacecolor="white" if bad else color,
+            markeredgewidth=1.5,
+        )
         note = f"{iv.mean:.3f}" + (f"  ({e['failed']} failed)" if bad else "")
-        ax.annotate(note, (iv.hi if iv.hi is not None else iv.mean, i), xytext=(5, 0), textcoords="offset points",
-                    va="center", fontsize=7.5, color=color)
+        ax.annotate(
+            note,
+            (iv.hi if iv.hi is not None else iv.mean, i),
+            xytext=(5, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7.5,
+            color=color,
+        )
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1.0)
-    ax.set_yticks(range(len(shown)), [e["remedy"] + ("  (submitted)" if e["remedy"] == highlight else "")
-                                      for e in shown])
+    ax.set_yticks(
+        range(len(shown)), [e["remedy"] + ("  (submitted)" if e["remedy"] == highlight else "") for e in shown]
+    )
     for tick, e in zip(ax.get_yticklabels(), shown):
         if e["remedy"] == highlight:
             tick.set_fontweight("bold")

@@ -22,9 +22,9 @@ from matplotlib.colors import Normalize
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
 
-from .curves import _no_data, plt
 from ..seeds import is_finished, trained_nothing
 from ..stats import mean
+from .curves import _no_data, plt
 
 CELL_W, CELL_H = 0.82, 0.46
 """One square in inches: wide enough for "C 3/3@16" in bold, tall enough for three lines of 7.5-pt text."""
@@ -125,8 +125,16 @@ def _draw_block(ax, mode_rows: list[dict], conds: list[str], remedies: list[str]
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, **(FAILED if kind == "failed" else NO_SCORE)))
             # dark squares (either end of RdYlGn) get white text, light ones black: always readable
             dark = rel is not None and not 0.25 < norm(rel) < 0.8
-            ax.text(j, i, text, ha="center", va="center", fontsize=7.5, color="white" if dark else "black",
-                    fontweight="bold" if kind in ("failed", "collapsed") else None)
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                color="white" if dark else "black",
+                fontweight="bold" if kind in ("failed", "collapsed") else None,
+            )
     ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(remedies)), remedies, rotation=ROTATION, ha="right", rotation_mode="default")
     ax.set_yticks(range(len(conds)), conds)
@@ -154,21 +162,32 @@ def relative_accuracy_heatmap(rows: list[dict]):
     for mode, mode_blocks in blocks.items():
         box = boxes[mode]
         mode_rows = [r for r in rows if r["mode"] == mode]
-        fig.text((x + box["left"] + (box["width"] - box["left"]) / 2) / width, 1 - (top + TITLE_H / 2) / height,
-                 f"mode: {mode}", ha="center", va="center", fontsize=9)
+        fig.text(
+            (x + box["left"] + (box["width"] - box["left"]) / 2) / width,
+            1 - (top + TITLE_H / 2) / height,
+            f"mode: {mode}",
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
         for (conds, remedies), y in zip(mode_blocks, box["tops"]):
             h = len(conds) * CELL_H
-            ax = fig.add_axes(((x + box["left"]) / width, 1 - (top + y + h) / height,
-                               len(remedies) * CELL_W / width, h / height))
+            ax = fig.add_axes(
+                ((x + box["left"]) / width, 1 - (top + y + h) / height, len(remedies) * CELL_W / width, h / height)
+            )
             kinds |= _draw_block(ax, mode_rows, conds, remedies, cmap, norm)
         x += box["width"] + MODE_GAP
     bar_h = min(max(body_h - TITLE_H - 0.9, 1.0), 3.5)  # beside the blocks, not their last labels
-    cax = fig.add_axes(((x - MODE_GAP + 0.3) / width, 1 - (top + TITLE_H + bar_h) / height, 0.16 / width,
-                        bar_h / height))
+    cax = fig.add_axes(
+        ((x - MODE_GAP + 0.3) / width, 1 - (top + TITLE_H + bar_h) / height, 0.16 / width, bar_h / height)
+    )
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), cax=cax)
     notes = ["C@n: collapsed at step n", "hatched: failed / nothing trained"]
     notes += ["grey: not run yet"] if "waiting" in kinds else []
     notes += ["grey 'no ref': finished, no reference accuracy"] if "no ratio" in kinds else []
-    fig.suptitle("final accuracy / zero-mismatch reference, only the cells the grid has\n(" + "; ".join(notes) + ")",
-                 y=1 - 0.06 / height, va="top")
+    fig.suptitle(
+        "final accuracy / zero-mismatch reference, only the cells the grid has\n(" + "; ".join(notes) + ")",
+        y=1 - 0.06 / height,
+        va="top",
+    )
     return fig

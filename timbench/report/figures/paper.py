@@ -17,14 +17,18 @@ import math
 from dataclasses import dataclass, field
 
 from ..collapse import moving_average
-from .curves import _no_data, plt
 from ..results import CellRun
 from ..stats import Interval, mean_interval
+from .curves import _no_data, plt
 from .style import BAND_ALPHA, clip_band, place_labels
 
 REWARD = "critic/rewards/mean"
-DOMAINS = {REWARD: (0.0, 1.0), "accuracy_t1": (0.0, 1.0), "actor/grad_norm": (0.0, None),
-           "rollout_corr/k3_kl": (0.0, None)}
+DOMAINS = {
+    REWARD: (0.0, 1.0),
+    "accuracy_t1": (0.0, 1.0),
+    "actor/grad_norm": (0.0, None),
+    "rollout_corr/k3_kl": (0.0, None),
+}
 """Metric -> (lowest, highest) value it can take; a linear band is clipped to it (None: unbounded)."""
 LOG_FLOOR = 1e-9
 """Smallest value drawn on a log axis; exact zeros and negative band bounds sit here."""
@@ -42,8 +46,9 @@ class Setting:
     """The cells' summary rows (timbench.report.summary), same order."""
 
 
-def seed_band(cells: list[CellRun], key: str, rows: str = "metrics", smooth: int = 1,
-              transform=None) -> tuple[list[int], list[Interval]]:
+def seed_band(
+    cells: list[CellRun], key: str, rows: str = "metrics", smooth: int = 1, transform=None
+) -> tuple[list[int], list[Interval]]:
     """Steps every seed logged `key` at, and the interval across seeds of each step's value."""
     per_seed = []
     for c in cells:
@@ -67,8 +72,16 @@ def _log10(vals: list[float]) -> list[float]:
     return [math.log10(max(v, LOG_FLOOR)) if v == v else v for v in vals]
 
 
-def draw_band(ax, s: Setting, key: str, rows: str = "metrics", smooth: int = 1, log: bool = False,
-              transform=None, label: bool = True) -> None:
+def draw_band(
+    ax,
+    s: Setting,
+    key: str,
+    rows: str = "metrics",
+    smooth: int = 1,
+    log: bool = False,
+    transform=None,
+    label: bool = True,
+) -> None:
     """One setting's mean and 95% band; on a log axis both are taken over log10 values (a geometric mean and
     its interval, which stays positive), with exact zeros at LOG_FLOOR."""
     tf = transform
@@ -77,15 +90,21 @@ def draw_band(ax, s: Setting, key: str, rows: str = "metrics", smooth: int = 1, 
     steps, ivs = seed_band(s.cells, key, rows, smooth, tf)
     if not steps:
         return
-    back = (lambda x: 10.0 ** x) if log else (lambda x: x)
+    back = (lambda x: 10.0**x) if log else (lambda x: x)
     mean = [back(iv.mean) for iv in ivs]
     lo = [back(iv.mean if iv.lo is None else iv.lo) for iv in ivs]
     hi = [back(iv.mean if iv.hi is None else iv.hi) for iv in ivs]
     if not log and transform is None:
         lo, hi = clip_band(lo, hi, DOMAINS.get(key, (None, None)))
     n = min(iv.n for iv in ivs)
-    ax.plot(steps, mean, s.style, color=s.color, linewidth=1.6 if s.color == "black" else 1.2,
-            label=f"{s.label} (n={n})" if label else None)
+    ax.plot(
+        steps,
+        mean,
+        s.style,
+        color=s.color,
+        linewidth=1.6 if s.color == "black" else 1.2,
+        label=f"{s.label} (n={n})" if label else None,
+    )
     ax.fill_between(steps, lo, hi, color=s.color, alpha=BAND_ALPHA, linewidth=0)
     if log:
         ax.set_yscale("log")
@@ -124,20 +143,30 @@ def _figure_legend(fig, ax, title: str, ncol: int = 3):
 
 def curves_figure(settings: list[Setting], title: str, smooth: int):
     """F1: training reward (smoothed), eval accuracy T=1, K3 KL (log), grad norm (log)."""
-    return _panels(settings, [(f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
-                              ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
-                              ("rollout_corr/k3_kl (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", 1, True, None),
-                              ("actor/grad_norm (0 = nothing to learn)", "actor/grad_norm", "metrics", 1, False,
-                               None)], title)
+    return _panels(
+        settings,
+        [
+            (f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
+            ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
+            ("rollout_corr/k3_kl (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", 1, True, None),
+            ("actor/grad_norm (0 = nothing to learn)", "actor/grad_norm", "metrics", 1, False, None),
+        ],
+        title,
+    )
 
 
 def modes_figure(settings: list[Setting], title: str, smooth: int):
     """F2: reward, eval accuracy, grad norm (log) and the PPO loss, recompute (solid) vs bypass (dashed)."""
-    return _panels(settings, [(f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
-                              ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
-                              ("actor/grad_norm (0 = nothing to learn)", "actor/grad_norm", "metrics", 1, False,
-                               None),
-                              ("actor/pg_loss", "actor/pg_loss", "metrics", 1, False, None)], title)
+    return _panels(
+        settings,
+        [
+            (f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
+            ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
+            ("actor/grad_norm (0 = nothing to learn)", "actor/grad_norm", "metrics", 1, False, None),
+            ("actor/pg_loss", "actor/pg_loss", "metrics", 1, False, None),
+        ],
+        title,
+    )
 
 
 def _relative_to_start(vals: list[float], smooth: int = 1, first: int = 5) -> list[float]:
@@ -167,13 +196,28 @@ def kl_warning_figure(settings: list[Setting], title: str, smooth: int, threshol
         ax.set_ylabel(f"training reward (moving avg {smooth})")
         ax.set_xlabel("step")
         right = ax.twinx()
-        draw_band(right, Setting("k3_kl / first 5 steps", s.cells, "tab:red"), "rollout_corr/k3_kl",
-                  log=True, transform=k3_rel)
-        draw_band(right, Setting("|kl| / first 5 steps", s.cells, "tab:blue", "--"), "rollout_corr/kl",
-                  log=True, transform=lambda v: _relative_to_start([abs(x) for x in v], smooth))
+        draw_band(
+            right,
+            Setting("k3_kl / first 5 steps", s.cells, "tab:red"),
+            "rollout_corr/k3_kl",
+            log=True,
+            transform=k3_rel,
+        )
+        draw_band(
+            right,
+            Setting("|kl| / first 5 steps", s.cells, "tab:blue", "--"),
+            "rollout_corr/kl",
+            log=True,
+            transform=lambda v: _relative_to_start([abs(x) for x in v], smooth),
+        )
         if threshold is not None:
-            right.axhline(threshold, color="tab:red", linestyle=":", linewidth=1.2,
-                          label=f"KL warning level ({threshold:g}x its first 5 steps)")
+            right.axhline(
+                threshold,
+                color="tab:red",
+                linestyle=":",
+                linewidth=1.2,
+                label=f"KL warning level ({threshold:g}x its first 5 steps)",
+            )
         right.set_ylabel("KL relative to its first 5 steps (log)")
         right.grid(False)
         fell = [r for r in s.summary if r.get("collapse/collapsed") and r.get("collapse/step") is not None]
@@ -182,11 +226,22 @@ def kl_warning_figure(settings: list[Setting], title: str, smooth: int, threshol
             ax.axvline(r["collapse/step"], color="gray", linestyle=":", linewidth=1)
             if len(fell) < len(s.summary) and by_seed.get(r["seed"]):  # a minority: the mean hides it
                 cell = by_seed[r["seed"]]
-                ax.plot(*_seed_curve(cell, REWARD, lambda v: moving_average(v, smooth)), color="black",
-                        linewidth=0.8, alpha=0.7, linestyle=(0, (4, 1.5)),
-                        label=f"seed {r['seed']} reward (collapsed at step {r['collapse/step']})")
-                right.plot(*_seed_curve(cell, "rollout_corr/k3_kl", k3_rel), color="tab:red", linewidth=0.8,
-                           alpha=0.7, linestyle=(0, (4, 1.5)), label=f"seed {r['seed']} k3_kl / first 5 steps")
+                ax.plot(
+                    *_seed_curve(cell, REWARD, lambda v: moving_average(v, smooth)),
+                    color="black",
+                    linewidth=0.8,
+                    alpha=0.7,
+                    linestyle=(0, (4, 1.5)),
+                    label=f"seed {r['seed']} reward (collapsed at step {r['collapse/step']})",
+                )
+                right.plot(
+                    *_seed_curve(cell, "rollout_corr/k3_kl", k3_rel),
+                    color="tab:red",
+                    linewidth=0.8,
+                    alpha=0.7,
+                    linestyle=(0, (4, 1.5)),
+                    label=f"seed {r['seed']} k3_kl / first 5 steps",
+                )
         ax.set_title(f"{s.label}: {len(fell)}/{len(s.summary)} seeds collapsed\n(dotted: a seed's collapse step)")
         twins.append(right)
     # the same curves in every panel: one legend below them all (seed counts differ per panel: dropped)
@@ -223,19 +278,32 @@ def dose_figure(points: list[dict], title: str):
             # a ratio of accuracies cannot go below 0: the t interval is clipped to its domain
             (lo,), (hi,) = clip_band([p["y"].lo], [p["y"].hi], (0.0, None)) if p["y"].lo is not None else ((0,), (0,))
             yerr = None if p["y"].lo is None else [[p["y"].mean - lo], [hi - p["y"].mean]]
-            ax.errorbar(p["x"].mean, p["y"].mean, xerr=xerr, yerr=yerr, fmt="o" if p["kind"] == "noise" else "s",
-                        color="tab:gray" if p["kind"] == "noise" else "tab:orange", capsize=2, markersize=5)
+            ax.errorbar(
+                p["x"].mean,
+                p["y"].mean,
+                xerr=xerr,
+                yerr=yerr,
+                fmt="o" if p["kind"] == "noise" else "s",
+                color="tab:gray" if p["kind"] == "noise" else "tab:orange",
+                capsize=2,
+                markersize=5,
+            )
         ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--")
         ax.set_xscale("log")
         ax.set_ylim(bottom=0.0)
         ax.set_xlabel("realised mean |delta| = |log pi_old - log mu| (log)")
         ax.set_ylabel("final accuracy / reference (same seed)")
-        ax.set_title(f"mode={mode}: circles = gaussian noise sweep, squares = real\nconditions; "
-                     "k/n = seeds collapsed; intervals clipped at 0")
+        ax.set_title(
+            f"mode={mode}: circles = gaussian noise sweep, squares = real\nconditions; "
+            "k/n = seeds collapsed; intervals clipped at 0"
+        )
     fig.suptitle(title)
     fig.tight_layout()
     for ax, mode in zip(axes[0], modes):  # labels last: they are placed against the final layout
         mine = [p for p in points if p["mode"] == mode and p["x"].mean is not None and p["y"].mean is not None]
-        place_labels(ax, [(p["x"].mean, p["y"].mean) for p in mine],
-                     [f"{p['label']} {p['collapses']}/{p['seeds']}" for p in mine])
+        place_labels(
+            ax,
+            [(p["x"].mean, p["y"].mean) for p in mine],
+            [f"{p['label']} {p['collapses']}/{p['seeds']}" for p in mine],
+        )
     return fig

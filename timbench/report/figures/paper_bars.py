@@ -8,9 +8,9 @@ white in-bar text. Curves and bands come from timbench.report.figures.paper; bot
 
 from __future__ import annotations
 
+from ..stats import Interval
 from .curves import plt
 from .paper import Setting, _figure_legend, draw_band, empty
-from ..stats import Interval
 from .style import legend
 
 NOTE_PAD = 4
@@ -27,8 +27,15 @@ def _drift_bars(ax, bars: list[tuple[str, Interval, Interval]], title: str) -> N
         for off, iv, color in ((-0.18, pos, "tab:green"), (0.18, neg, "tab:purple")):
             if iv.mean is None:
                 continue
-            ax.bar(i + off, iv.mean, 0.34, color=color, yerr=_err(iv), capsize=2,
-                   label=("A > 0" if off < 0 else "A < 0") if i == 0 else None)
+            ax.bar(
+                i + off,
+                iv.mean,
+                0.34,
+                color=color,
+                yerr=_err(iv),
+                capsize=2,
+                label=("A > 0" if off < 0 else "A < 0") if i == 0 else None,
+            )
     ax.set_xticks(range(len(bars)))
     ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right")
     ax.axhline(0.0, color="gray", linewidth=0.6)
@@ -37,8 +44,7 @@ def _drift_bars(ax, bars: list[tuple[str, Interval, Interval]], title: str) -> N
     legend(ax)
 
 
-def drift_figure(settings: list[Setting], bars: list[tuple[str, str, Interval, Interval]], title: str,
-                 smooth: int):
+def drift_figure(settings: list[Setting], bars: list[tuple[str, str, Interval, Interval]], title: str, smooth: int):
     """F4: C(r_train) - C(r_rollout) over steps for A > 0 and A < 0 tokens (linear: the drift is signed and
     small, a symlog axis showed decades of noise), and per-condition means: `bars` are (label, kind, A > 0,
     A < 0); real conditions and the noise sweep get a panel each, on their own scales."""
@@ -48,8 +54,10 @@ def drift_figure(settings: list[Setting], bars: list[tuple[str, str, Interval, I
     fig, axes = plt.subplots(1, panels, figsize=(4.0 * panels, 3.9), squeeze=False)
     if not any(s.cells for s in settings):
         return empty(fig, title, "finished cells for this figure")
-    for ax, key, sign in ((axes[0][0], "drift/diff_pos_adv_mean", "A > 0"),
-                          (axes[0][1], "drift/diff_neg_adv_mean", "A < 0")):
+    for ax, key, sign in (
+        (axes[0][0], "drift/diff_pos_adv_mean", "A > 0"),
+        (axes[0][1], "drift/diff_neg_adv_mean", "A < 0"),
+    ):
         for s in settings:
             draw_band(ax, s, key, smooth=smooth, label=ax is axes[0][0])
         ax.axhline(0.0, color="gray", linewidth=0.6)
@@ -89,8 +97,15 @@ def remedy_figure(settings: list[Setting], bars: list[tuple[str, Interval, str]]
     for i, (label, iv, note) in enumerate(bars):
         if iv.mean is None:
             continue
-        ax.barh(i, iv.mean, color="tab:gray" if "none" in label.split(" ")[0] else "tab:blue", xerr=_err(iv),
-                capsize=3, hatch="//" if label.endswith("(bypass)") else None, edgecolor="white")
+        ax.barh(
+            i,
+            iv.mean,
+            color="tab:gray" if "none" in label.split(" ")[0] else "tab:blue",
+            xerr=_err(iv),
+            capsize=3,
+            hatch="//" if label.endswith("(bypass)") else None,
+            edgecolor="white",
+        )
         ends.append((i, max(iv.mean, iv.hi if iv.hi is not None else iv.mean), note))
     ax.axvline(1.0, color="black", linewidth=1.2, linestyle="--")
     ax.set_yticks(range(len(bars)))
@@ -106,8 +121,12 @@ def remedy_figure(settings: list[Setting], bars: list[tuple[str, Interval, str]]
     fig.suptitle(title)
     fig.tight_layout()
     ax = axes[0][0]  # notes last: they are placed in points against the final layout
-    notes = [ax.annotate(note, (end, i), xytext=(NOTE_PAD, 0), textcoords="offset points", va="center", fontsize=7,
-                         color="black") for i, end, note in ends]
+    notes = [
+        ax.annotate(
+            note, (end, i), xytext=(NOTE_PAD, 0), textcoords="offset points", va="center", fontsize=7, color="black"
+        )
+        for i, end, note in ends
+    ]
     fig.canvas.draw()
     _notes_inside(ax, notes)
     return fig

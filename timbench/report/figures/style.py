@@ -23,15 +23,29 @@ from matplotlib.text import Text  # noqa: E402
 
 DPI = 150
 RC = {
-    "figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9,
-    "xtick.labelsize": 8, "ytick.labelsize": 8, "legend.fontsize": 8, "legend.framealpha": 0.85,
-    "figure.titlesize": 10, "axes.grid": True, "grid.alpha": 0.25, "grid.linewidth": 0.6,
+    "figure.dpi": DPI,
+    "savefig.dpi": DPI,
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.framealpha": 0.85,
+    "figure.titlesize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "grid.linewidth": 0.6,
 }
 plt.rcParams.update(RC)
 
 BAND_ALPHA = 0.18
-CORNERS = {"upper right": (0.6, 1.0, 0.6, 1.0), "upper left": (0.0, 0.4, 0.6, 1.0),
-           "lower left": (0.0, 0.4, 0.0, 0.4), "lower right": (0.6, 1.0, 0.0, 0.4)}
+CORNERS = {
+    "upper right": (0.6, 1.0, 0.6, 1.0),
+    "upper left": (0.0, 0.4, 0.6, 1.0),
+    "lower left": (0.0, 0.4, 0.0, 0.4),
+    "lower right": (0.6, 1.0, 0.0, 0.4),
+}
 """Legend corners as (x0, x1, y0, y1) in axes fractions: the box a legend of a few lines covers."""
 
 
@@ -70,8 +84,9 @@ def _data_fractions(ax) -> list[tuple[float, float]]:
 def emptiest_corner(ax) -> tuple[str, int]:
     """The corner of `ax` with the fewest data points, and how many it has."""
     pts = _data_fractions(ax)
-    counts = {name: sum(1 for x, y in pts if x0 <= x <= x1 and y0 <= y <= y1)
-              for name, (x0, x1, y0, y1) in CORNERS.items()}
+    counts = {
+        name: sum(1 for x, y in pts if x0 <= x <= x1 and y0 <= y <= y1) for name, (x0, x1, y0, y1) in CORNERS.items()
+    }
     best = min(CORNERS, key=lambda n: (counts[n], list(CORNERS).index(n)))
     return best, counts[best]
 
@@ -89,8 +104,15 @@ def legend(ax, handles=None, labels=None, outside_if_crowded: bool = True, **kw)
     if not right:
         return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
     if not below:  # a panel to the right would be covered: go under the x label instead
-        return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), borderaxespad=0.0,
-                         ncol=kw.pop("ncol", 2 if len(handles) > 3 else 1), **kw)
+        return ax.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            borderaxespad=0.0,
+            ncol=kw.pop("ncol", 2 if len(handles) > 3 else 1),
+            **kw,
+        )
     return ax.legend(handles, labels, loc=loc, **kw)  # boxed in on both sides: the emptiest corner after all
 
 
@@ -121,6 +143,7 @@ def clip_band(lo: list[float], hi: list[float], domain: tuple[float | None, floa
         if b is not None and v > b:
             return b
         return v
+
     return [clip(v) for v in lo], [clip(v) for v in hi]
 
 
@@ -130,8 +153,11 @@ def place_labels(ax, points: list[tuple[float, float]], texts: list[str], color=
     fig.canvas.draw()  # call after the layout is final: offsets are in points, positions in data
     renderer = fig.canvas.get_renderer()
     # the points themselves (with their markers) are obstacles too, so no label covers another's point
-    boxes = [matplotlib.transforms.Bbox.from_bounds(px - 5, py - 5, 10, 10)
-             for px, py in ax.transData.transform(points)] if points else []
+    boxes = (
+        [matplotlib.transforms.Bbox.from_bounds(px - 5, py - 5, 10, 10) for px, py in ax.transData.transform(points)]
+        if points
+        else []
+    )
     placed = []
     frame = ax.get_window_extent(renderer)  # a label must stay inside the axes, never under an axis line
     order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
@@ -139,8 +165,15 @@ def place_labels(ax, points: list[tuple[float, float]], texts: list[str], color=
         (x, y), text = points[i], texts[i]
         for k in range(40):
             dy = (k + 1) // 2 * (1 if k % 2 else -1) * 9 + 4  # 4, 13, -5, 22, -14, ... points
-            ann = ax.annotate(text, (x, y), xytext=(4, dy), textcoords="offset points", fontsize=fontsize,
-                              color=color, arrowprops=dict(arrowstyle="-", color="0.6", lw=0.5) if dy != 4 else None)
+            ann = ax.annotate(
+                text,
+                (x, y),
+                xytext=(4, dy),
+                textcoords="offset points",
+                fontsize=fontsize,
+                color=color,
+                arrowprops=dict(arrowstyle="-", color="0.6", lw=0.5) if dy != 4 else None,
+            )
             ann.update_positions(renderer)  # an annotation's text position is computed at draw time
             box = Text.get_window_extent(ann, renderer).expanded(1.02, 1.15)  # the text, not its leader line
             inside = frame.y0 <= box.y0 and box.y1 <= frame.y1

@@ -8,8 +8,8 @@ count out of its finished seeds. Coinciding curves are drawn a hair apart (< 0.0
 
 from __future__ import annotations
 
-from .curves import _no_data, plt
 from ..seeds import SeedGroup
+from .curves import _no_data, plt
 from .style import legend
 
 
@@ -31,8 +31,14 @@ def survival_figure(groups: list[SeedGroup]):
             nudge = (i - (len(mine) - 1) / 2) * 0.008  # curves that coincide (all at 1.0) stay visible
             xs = [t for t, _ in g.survival] + [end]
             ys = [s + nudge for _, s in g.survival] + [g.survival[-1][1] + nudge]
-            ax.step(xs, ys, where="post", color=colors[lab], linewidth=1.4,
-                    label=f"{lab[0]} / {lab[1]} ({g.collapses}/{g.seeds} collapsed)")
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=colors[lab],
+                linewidth=1.4,
+                label=f"{lab[0]} / {lab[1]} ({g.collapses}/{g.seeds} collapsed)",
+            )
             for t in sorted(set(g.censor_steps)):
                 s = next(s for tt, s in reversed(g.survival) if tt <= t) + nudge
                 ax.plot([t], [s], marker="+", color=colors[lab], markersize=9, linestyle="none")
