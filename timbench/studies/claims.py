@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 from ..util.atomic import atomic_write
-from .claims_data import Evidence, load_evidence
 from . import claims_rules  # noqa: F401  (registers every claim)
+from .claims_data import Evidence, load_evidence
 from .claims_registry import CLAIMS, headline
 from .paper_claims import family, sub_json
 
@@ -27,32 +27,56 @@ def run_claims(ev: Evidence) -> list[dict]:
     out = []
     for c in CLAIMS:
         subs = family(c.id, c.rule(ev)).subs  # Holm over the claim's tests, then each sub-claim's word
-        out.append({"id": c.id, "source": c.source, "claim": c.text, "verdict": headline(subs),
-                    "rule": f"timbench.studies.claims_rules.{c.rule.__name__}", "subclaims": [sub_json(s) for s in subs]})
+        out.append(
+            {
+                "id": c.id,
+                "source": c.source,
+                "claim": c.text,
+                "verdict": headline(subs),
+                "rule": f"timbench.studies.claims_rules.{c.rule.__name__}",
+                "subclaims": [sub_json(s) for s in subs],
+            }
+        )
     return out
 
 
 def _markdown(claims: list[dict], ev: Evidence, command: str) -> str:
-    grids = ", ".join(f"{n} ({ev.steps[n]} steps, {max(len(r) for r in d.rows.values())} seeds)"
-                      for n, d in ev.grids.items())
+    grids = ", ".join(
+        f"{n} ({ev.steps[n]} steps, {max(len(r) for r in d.rows.values())} seeds)" for n, d in ev.grids.items()
+    )
     tables = sorted({r["table"] for r in ev.align})
-    lines = ["# The field's claims about training-inference mismatch, checked at CPU scale", "",
-             f"regenerate: `{command}`", "",
-             f"grids: {grids or 'none'}; alignment tables: {', '.join(tables) or 'none'}", "",
-             "Verdicts are decided by the rules in `timbench/report/claims_rules.py` (each rule's docstring cites its "
-             "source) and `timbench/report/verdict_rules.py`. Relative accuracy reads each grid's endpoint (default: "
-             "mean eval accuracy T=1 over the last half of the run, a grid that declares none); each claim is a "
-             "family whose tests are Holm-adjusted; intervals are 95% Student t over seeds, paired by seed where two "
-             "settings are compared; a claim of no difference needs equivalence (TOST within half that grid's "
-             "learning range); a grid whose baseline does not learn tests nothing (not tested). An alignment row is "
-             "one seed (a demonstration). A claim's headline is its weakest central sub-claim. How to read a "
-             "verdict: [docs/verdicts.md](../../docs/verdicts.md).",
-             "", "| claim | source | verdict |", "|---|---|---|"]
+    lines = [
+        "# The field's claims about training-inference mismatch, checked at CPU scale",
+        "",
+        f"regenerate: `{command}`",
+        "",
+        f"grids: {grids or 'none'}; alignment tables: {', '.join(tables) or 'none'}",
+        "",
+        "Verdicts are decided by the rules in `timbench/studies/claims_rules.py` (each rule's docstring cites its "
+        "source) and `timbench/report/verdict_rules.py`. Relative accuracy reads each grid's endpoint (default: "
+        "mean eval accuracy T=1 over the last half of the run, a grid that declares none); each claim is a "
+        "family whose tests are Holm-adjusted; intervals are 95% Student t over seeds, paired by seed where two "
+        "settings are compared; a claim of no difference needs equivalence (TOST within half that grid's "
+        "learning range); a grid whose baseline does not learn tests nothing (not tested). An alignment row is "
+        "one seed (a demonstration). A claim's headline is its weakest central sub-claim. How to read a "
+        "verdict: [docs/verdicts.md](../../docs/verdicts.md).",
+        "",
+        "| claim | source | verdict |",
+        "|---|---|---|",
+    ]
     lines += [f"| [{c['id']}](#{_anchor(c['id'])}) | {c['source']} | {c['verdict']} |" for c in claims]
     lines.append("")
     for c in claims:
-        lines += [f"## {c['id']}", "", f"**{c['verdict']}**", "", f"Claim ({c['source']}): {c['claim']}", "",
-                  f"Rule: `{c['rule']}`", ""]
+        lines += [
+            f"## {c['id']}",
+            "",
+            f"**{c['verdict']}**",
+            "",
+            f"Claim ({c['source']}): {c['claim']}",
+            "",
+            f"Rule: `{c['rule']}`",
+            "",
+        ]
         for s in c["subclaims"]:
             parts = [p for p in re.split(r"; | \| ", s["numbers"]) if p]
             extra = "" if s["central"] else " (context: does not set the headline)"
@@ -75,7 +99,11 @@ def write_claims(dirs: list[str | Path], out: str | Path, command: str | None = 
     claims = run_claims(ev)
     written = {"claims.md": out / "claims.md", "claims.json": out / "claims.json"}
     atomic_write(written["claims.md"], _markdown(claims, ev, command))
-    doc = {"command": command, "grids": {n: ev.steps[n] for n in ev.grids},
-           "align_tables": sorted({r["table"] for r in ev.align}), "claims": claims}
+    doc = {
+        "command": command,
+        "grids": {n: ev.steps[n] for n in ev.grids},
+        "align_tables": sorted({r["table"] for r in ev.align}),
+        "claims": claims,
+    }
     atomic_write(written["claims.json"], json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return written

@@ -32,8 +32,11 @@ class Evidence:
     def find(self, *settings: Setting) -> tuple[str, PaperData] | None:
         """The grid holding the most finished seeds of every setting (the fewest of any one of them counts), or
         None; at equal seeds the preference order. A partly run grid does not beat a finished one."""
-        held = [(min(len(d.rows[s]) for s in settings), -i, n, d) for i, (n, d) in enumerate(self.grids.items())
-                if all(d.rows.get(s) for s in settings)]
+        held = [
+            (min(len(d.rows[s]) for s in settings), -i, n, d)
+            for i, (n, d) in enumerate(self.grids.items())
+            if all(d.rows.get(s) for s in settings)
+        ]
         return max(held, key=lambda x: x[:2])[2:] if held else None
 
     def find_all(self, *settings: Setting) -> list[tuple[str, PaperData]]:
@@ -51,8 +54,14 @@ class Evidence:
 
     def metric_keys(self) -> set[str]:
         """Every per-step metric name logged by a finished cell of any grid (first step of each setting)."""
-        return {k for d in self.grids.values() for cells in d.cells.values() for c in cells[:1]
-                for row in c.metrics[:1] for k in row}
+        return {
+            k
+            for d in self.grids.values()
+            for cells in d.cells.values()
+            for c in cells[:1]
+            for row in c.metrics[:1]
+            for k in row
+        }
 
 
 def _align_rows(path: Path) -> list[dict]:
@@ -69,12 +78,15 @@ def _align_rows(path: Path) -> list[dict]:
 def load_evidence(dirs: list[str | Path]) -> Evidence:
     """Load every DIR; a missing one, or one with neither cells.json nor align_*.json, is a one-line error."""
     from .paper import paper_data
+
     grids, steps, align = {}, {}, []
     for raw in dirs:
         path = Path(raw)
         if not path.is_dir():
-            raise FileNotFoundError(f"{path}: not a directory (expected a grid result dir with cells.json or an "
-                                    "alignment dir with align_*.json, e.g. results/paper or results/align)")
+            raise FileNotFoundError(
+                f"{path}: not a directory (expected a grid result dir with cells.json or an "
+                "alignment dir with align_*.json, e.g. results/paper or results/align)"
+            )
         if (path / "cells.json").is_file():
             d, _ = paper_data(path)
             if not d.rows:
@@ -84,8 +96,10 @@ def load_evidence(dirs: list[str | Path]) -> Evidence:
         elif any(path.glob("align_*.json")):
             align += _align_rows(path)
         else:
-            raise ValueError(f"{path}: holds neither cells.json (a grid result dir, e.g. results/paper) nor "
-                             "align_*.json (an alignment dir, e.g. results/align)")
+            raise ValueError(
+                f"{path}: holds neither cells.json (a grid result dir, e.g. results/paper) nor "
+                "align_*.json (an alignment dir, e.g. results/align)"
+            )
     seeds = {n: max(len(r) for r in d.rows.values()) for n, d in grids.items()}
     order = sorted(grids, key=lambda n: (-steps[n], -seeds[n], n))
     return Evidence({n: grids[n] for n in order}, {n: steps[n] for n in order}, align)

@@ -14,14 +14,12 @@ and each rule's docstring. Pure functions of Evidence (timbench.studies.claims_d
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
+from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, paired_effect, paired_no_difference
 from .claims_data import Evidence
-from .paper_claims import (CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds,
-                           rel)
-from ..report.verdict_rules import (EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, paired_effect,
-                            paired_no_difference)
+from .paper_claims import CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds, rel
 
 NOT_TESTABLE = "not testable here"
 DEMO = "reproduced (demonstration, one seed)"
@@ -51,9 +49,11 @@ CLAIMS: list[Claim] = []
 
 def claim(id: str, source: str, text: str):
     """Register a rule function as the claim `id` (in the order claims.md lists them)."""
+
     def add(rule):
         CLAIMS.append(Claim(id, source, text, rule))
         return rule
+
     return add
 
 
@@ -64,11 +64,15 @@ def headline(subs: list[Sub]) -> str:
         return NOT_TESTABLE
     head = min(central, key=STRENGTH.index)  # an equivalence is how a no-difference claim is reproduced
     done = sum(1 for s in subs if s.verdict in (REPRODUCED, DEMO, EQUIVALENT))
-    return head if done in (0, len(subs)) or head in (REPRODUCED, DEMO) else \
-        f"{head} ({done} of {len(subs)} sub-claims reproduced)"
+    return (
+        head
+        if done in (0, len(subs)) or head in (REPRODUCED, DEMO)
+        else f"{head} ({done} of {len(subs)} sub-claims reproduced)"
+    )
 
 
 # ---------------------------------------------------------------- shared pieces
+
 
 def damaged(rows: list[dict]) -> bool:
     """A setting lost ground: >= 2/3 of its seeds collapsed, or its relative accuracy interval lies below 1."""
@@ -83,6 +87,7 @@ def untestable(what: str, would: str = CLAIMS_GRID) -> str:
 
 def _setting(rows: list[dict]) -> str:
     from .paper_claims import _setting_text
+
     return _setting_text(rows)
 
 
@@ -90,15 +95,16 @@ def no_difference(a: list[dict], b: list[dict], d, key=rel, label: str = "paired
     """A claim of no difference in relative accuracy: equivalence (TOST) within half the grid's learning range
     (verdict_rules); not tested where the grid's baseline does not learn or both sides sit at the floor."""
     from .paper_claims import at_floor
+
     lr, learns, _ = d.learning()
-    return paired_no_difference(label, diffs(a, b, key), lr / 2 if lr and lr > 0 else None, lr, at_floor(a, b),
-                                learns)
+    return paired_no_difference(label, diffs(a, b, key), lr / 2 if lr and lr > 0 else None, lr, at_floor(a, b), learns)
 
 
 def effect(label: str, a: list[dict], b: list[dict], d, key=None) -> Test:
     """A claimed paired difference a - b > 0: of relative accuracy (key None; judged against the grid's learning
     range and floor) or of a per-seed metric `key` (a mismatch measure: no learning range applies)."""
     from .paper_claims import at_floor
+
     if key is not None:
         return paired_effect(label, diffs(a, b, key), None)
     lr, learns, _ = d.learning()
@@ -117,7 +123,7 @@ def half(words: list[str]) -> str:
 
 def step_mean(key: str):
     """Per-seed key: the mean over steps of the metric `key` in that seed's cell."""
-    return lambda d, cond: (lambda r: mean_over_steps(d, cond, r, key))
+    return lambda d, cond: lambda r: mean_over_steps(d, cond, r, key)
 
 
 def same_runs(d, *settings) -> frozenset:
@@ -125,9 +131,20 @@ def same_runs(d, *settings) -> frozenset:
     model and engine / trainer specs. Training is bitwise deterministic, so equal identities in two grids are
     byte-identical runs (e.g. results/paper and results/claims_grid share their nvfp4 none / tis_token cells,
     and results/paper's six seeds hold claims_grid's three)."""
-    return frozenset(json.dumps({"setting": i, "config": c.config, "model": c.axes.get("model"),
-                                 "engine": c.condition.get("engine"), "trainer": c.condition.get("trainer")},
-                                sort_keys=True) for i, s in enumerate(settings) for c in d.cells.get(s, []))
+    return frozenset(
+        json.dumps(
+            {
+                "setting": i,
+                "config": c.config,
+                "model": c.axes.get("model"),
+                "engine": c.condition.get("engine"),
+                "trainer": c.condition.get("trainer"),
+            },
+            sort_keys=True,
+        )
+        for i, s in enumerate(settings)
+        for c in d.cells.get(s, [])
+    )
 
 
 def remedy_gain(ev: Evidence, remedy: str) -> tuple:

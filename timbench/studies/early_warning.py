@@ -33,11 +33,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.atomic import atomic_write
 from ..report.collapse import CollapseRule, detect_collapse, rule_from_dict
 from ..report.results import load_results
 from ..report.stats import mean_interval, wilson
 from ..report.verdict_rules import WARNS, decide, warning_vs_false_alarms
+from ..util.atomic import atomic_write
 
 SYNTHETIC = "noise"
 """The condition kind that is synthetic (zero-mean noise on the logits): reported apart, never calibrates."""
@@ -71,7 +71,6 @@ CANDIDATES: tuple[Candidate, ...] = (
 )
 
 
-
 @dataclass
 class Run:
     grid: str
@@ -86,8 +85,11 @@ class Run:
 
     def series(self, c: Candidate) -> list[tuple[int, float]] | None:
         """(step, sign * value) for every row that logs the metric finitely, or None when no row logs it."""
-        pts = [(s, c.sign * float(r[c.key])) for s, r in zip(self.steps, self.rows)
-               if isinstance(r.get(c.key), (int, float)) and float(r[c.key]) == float(r[c.key])]
+        pts = [
+            (s, c.sign * float(r[c.key]))
+            for s, r in zip(self.steps, self.rows)
+            if isinstance(r.get(c.key), (int, float)) and float(r[c.key]) == float(r[c.key])
+        ]
         return pts or None
 
 
@@ -105,9 +107,18 @@ def load_runs(dirs: list[str | Path]) -> list[Run]:
             if cell.status != "done" or not cell.metrics:
                 continue
             col = detect_collapse(cell.metrics, cell.evals, cell.summary, rule)
-            runs.append(Run(str(d), cell.id, int(cell.axes.get("seed", 0)), col["collapse_step"],
-                            col["kl_warning_step"], [int(r.get("step", i)) for i, r in enumerate(cell.metrics)],
-                            cell.metrics, str(cell.condition.get("kind", ""))))
+            runs.append(
+                Run(
+                    str(d),
+                    cell.id,
+                    int(cell.axes.get("seed", 0)),
+                    col["collapse_step"],
+                    col["kl_warning_step"],
+                    [int(r.get("step", i)) for i, r in enumerate(cell.metrics)],
+                    cell.metrics,
+                    str(cell.condition.get("kind", "")),
+                )
+            )
     if not runs:
         raise ValueError(f"{', '.join(map(str, dirs))}: no finished cells (run the grids first)")
     return runs
@@ -117,8 +128,7 @@ def first_above(series: list[tuple[int, float]], threshold: float) -> int | None
     return next((s for s, x in series if x > threshold), None)
 
 
-def warning_step(series: list[tuple[int, float]], level: float | None,
-                 change: float | None) -> tuple[int | None, bool]:
+def warning_step(series: list[tuple[int, float]], level: float | None, change: float | None) -> tuple[int | None, bool]:
     """(the first warning step after step 0, whether the run starts outside the level envelope): the level
     crossing counts only for a run that starts inside; the change crossing (x - x at step 0) always counts."""
     x0 = series[0][1]
@@ -190,15 +200,24 @@ def _summary(key, sign, source, judged) -> dict:
     early = wilson(len(leads), n) if n else None
     fa = wilson(alarms, healthy) if healthy else None
     lead_iv = mean_interval([float(x) for x in leads]) if len(leads) >= 2 else None
-    return {"metric": key, "direction": "rise" if sign > 0 else "fall", "source": source, "collapsed_runs": n,
-            "early": len(leads), "late": t["late"], "missed": t["missed"], "too_soon": t["too_soon"],
-            "flagged_at_step0": t["at_start"],
-            "early_rate": [early.mean, early.lo, early.hi] if early else None,
-            "median_lead": statistics.median(leads) if leads else None,
-            "mean_lead": [lead_iv.mean, lead_iv.lo, lead_iv.hi] if lead_iv else (
-                [float(leads[0])] * 3 if leads else None),
-            "leads": sorted(leads), "healthy_runs": healthy, "false_alarms": alarms,
-            "false_alarm_rate": [fa.mean, fa.lo, fa.hi] if fa else None}
+    return {
+        "metric": key,
+        "direction": "rise" if sign > 0 else "fall",
+        "source": source,
+        "collapsed_runs": n,
+        "early": len(leads),
+        "late": t["late"],
+        "missed": t["missed"],
+        "too_soon": t["too_soon"],
+        "flagged_at_step0": t["at_start"],
+        "early_rate": [early.mean, early.lo, early.hi] if early else None,
+        "median_lead": statistics.median(leads) if leads else None,
+        "mean_lead": [lead_iv.mean, lead_iv.lo, lead_iv.hi] if lead_iv else ([float(leads[0])] * 3 if leads else None),
+        "leads": sorted(leads),
+        "healthy_runs": healthy,
+        "false_alarms": alarms,
+        "false_alarm_rate": [fa.mean, fa.lo, fa.hi] if fa else None,
+    }
 
 
 def youden(r: dict) -> float | None:
@@ -211,15 +230,30 @@ def youden(r: dict) -> float | None:
 def rank(rows: list[dict]) -> list[dict]:
     """Scored rows first, by Youden's J then median lead (both descending); the metric name breaks ties. Each row
     gets its verdict: verdict_rules.warning_vs_false_alarms, Holm over the rows."""
+
     def key(r):
         j = youden(r)
         return (j is None, -(j or 0.0), -(r["median_lead"] or 0), r["metric"])
+
     rows = sorted(rows, key=key)
-    tests = decide([warning_vs_false_alarms(r["metric"], r["early"], r["collapsed_runs"], r["false_alarms"],
-                                            r["healthy_runs"]) for r in rows])
-    return [r | {"youden_j": youden(r), "j_interval": [t.interval.mean, t.interval.lo, t.interval.hi]
-                 if t.interval.lo is not None else None, "p": t.p, "p_holm": t.p_adj, "verdict": t.word(),
-                 "not_tested": t.blocked} for r, t in zip(rows, tests)]
+    tests = decide(
+        [
+            warning_vs_false_alarms(r["metric"], r["early"], r["collapsed_runs"], r["false_alarms"], r["healthy_runs"])
+            for r in rows
+        ]
+    )
+    return [
+        r
+        | {
+            "youden_j": youden(r),
+            "j_interval": [t.interval.mean, t.interval.lo, t.interval.hi] if t.interval.lo is not None else None,
+            "p": t.p,
+            "p_holm": t.p_adj,
+            "verdict": t.word(),
+            "not_tested": t.blocked,
+        }
+        for r, t in zip(rows, tests)
+    ]
 
 
 def table(runs: list[Run], calibration: list[Run]) -> list[dict]:
@@ -229,9 +263,15 @@ def table(runs: list[Run], calibration: list[Run]) -> list[dict]:
 
 def _kind_part(kind: str, runs: list[Run], rows: list[dict]) -> dict:
     steps = sorted(r.collapse_step for r in runs if r.collapse_step is not None)
-    return {"kind": kind, "runs": len(runs), "collapsed": len(steps), "collapse_steps": steps,
-            "collapsed_by_step8": sum(s <= 8 for s in steps),
-            "warns": [r["metric"] for r in rows if r["verdict"] == WARNS], "table": rows}
+    return {
+        "kind": kind,
+        "runs": len(runs),
+        "collapsed": len(steps),
+        "collapse_steps": steps,
+        "collapsed_by_step8": sum(s <= 8 for s in steps),
+        "warns": [r["metric"] for r in rows if r["verdict"] == WARNS],
+        "table": rows,
+    }
 
 
 def early_warning(dirs: list[str | Path]) -> dict:
@@ -243,19 +283,27 @@ def early_warning(dirs: list[str | Path]) -> dict:
     mine = {k: [r for r in runs if (r.kind or "unknown") == k] for k in kinds}
     per_kind = [_kind_part(k, mine[k], table(mine[k], real)) for k in kinds]
     head = _kind_part("real", real, table(real, real))
-    return {"grids": [str(d) for d in dirs], "runs": len(runs),
-            "collapsed": sum(r.collapse_step is not None for r in runs),
-            "seeds": sorted({r.seed for r in runs}), "real": {k: v for k, v in head.items() if k != "table"},
-            "table": head["table"], "kinds": per_kind}
+    return {
+        "grids": [str(d) for d in dirs],
+        "runs": len(runs),
+        "collapsed": sum(r.collapse_step is not None for r in runs),
+        "seeds": sorted({r.seed for r in runs}),
+        "real": {k: v for k, v in head.items() if k != "table"},
+        "table": head["table"],
+        "kinds": per_kind,
+    }
 
 
 def write_early_warning(dirs: list[str | Path], out: str | Path, command: str | None = None) -> dict[str, Path]:
     from .early_warning_md import markdown
+
     out = Path(out)
     command = command or "timbench early-warning " + " ".join(map(str, dirs)) + f" --out {out}"
     doc = early_warning(dirs)
     written = {"early_warning.md": out / "early_warning.md", "early_warning.json": out / "early_warning.json"}
     atomic_write(written["early_warning.md"], markdown(doc, command))
-    atomic_write(written["early_warning.json"],
-                 json.dumps({"command": command, **doc}, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write(
+        written["early_warning.json"],
+        json.dumps({"command": command, **doc}, indent=1, sort_keys=True, allow_nan=False) + "\n",
+    )
     return written

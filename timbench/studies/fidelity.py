@@ -31,16 +31,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.atomic import atomic_write
 from ..report.endpoint import DEFAULT, ENDPOINTS, with_endpoint
-from .paper_claims import collapses, over_seeds, paired
-from ..report.results import load_results
+from ..report.results import column, load_results
 from ..report.seeds import SeedGroup, is_finished, seed_groups
 from ..report.stats import Interval, mean
-from ..report.results import column
 from ..report.summary import summarize
+from ..report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test
+from ..report.verdict_rules import decide as holm_family
+from ..util.atomic import atomic_write
 from .fidelity_interaction import learning_range, size_test, test_json
-from ..report.verdict_rules import DIFFERS, INCONCLUSIVE, NOT_TESTED, TRANSFERS, Test, decide as holm_family
+from .paper_claims import collapses, over_seeds, paired
 
 SETTING = ("task", "condition", "remedy", "mode", "algorithm")
 """What a setting of one model is: every grid axis but the model and the seed."""
@@ -89,14 +89,19 @@ def setting_of(row: dict) -> tuple:
 
 def routing_cannot_disagree(model: str) -> bool:
     from ..model.config import PRESETS  # imported on use: torch
+
     cfg = PRESETS.get(model)
     return cfg is not None and cfg.is_moe and cfg.num_experts <= cfg.num_experts_per_tok
 
 
 def _model_runs(grid, model: str, rows: list[dict]) -> ModelRuns:
     cells = {c.id: c for c in grid.cells}
-    rows = with_endpoint(rows, {c.id: c.evals for c in grid.cells}, {c.id: c.config.get("steps") for c in grid.cells},
-                         grid.endpoint or DEFAULT)
+    rows = with_endpoint(
+        rows,
+        {c.id: c.evals for c in grid.cells},
+        {c.id: c.config.get("steps") for c in grid.cells},
+        grid.endpoint or DEFAULT,
+    )
     planned, done = {}, {}
     for r in rows:
         s = setting_of(r)
@@ -105,8 +110,16 @@ def _model_runs(grid, model: str, rows: list[dict]) -> ModelRuns:
             agree = column(cells[r["id"]].metrics, "mismatch/routing_agreement")
             done.setdefault(s, []).append({**r, ROUTING: 1.0 - mean(agree) if agree else None})
     groups = {setting_of(g.rows[0]): g for g in seed_groups(rows)}
-    return ModelRuns(model, str(grid.path), grid.reference_condition, planned, done, groups,
-                     routing_cannot_disagree(model), grid.endpoint)
+    return ModelRuns(
+        model,
+        str(grid.path),
+        grid.reference_condition,
+        planned,
+        done,
+        groups,
+        routing_cannot_disagree(model),
+        grid.endpoint,
+    )
 
 
 def load_models(dirs: list[str | Path], reference_model: str | None = None) -> list[ModelRuns]:
@@ -122,9 +135,11 @@ def load_models(dirs: list[str | Path], reference_model: str | None = None) -> l
             found.setdefault(model, []).append((sum(map(is_finished, mine)), -i, _model_runs(grid, model, mine)))
     names = list(found)
     if len(names) < 2:
-        raise ValueError(f"{', '.join(map(str, dirs))}: the cells vary no model axis (models: "
-                         f"{', '.join(names) or 'none'}); proxy fidelity compares >= 2 models, e.g. a grid of "
-                         "bench/grids/proxy_moe.yaml")
+        raise ValueError(
+            f"{', '.join(map(str, dirs))}: the cells vary no model axis (models: "
+            f"{', '.join(names) or 'none'}); proxy fidelity compares >= 2 models, e.g. a grid of "
+            "bench/grids/proxy_moe.yaml"
+        )
     ref = reference_model or names[0]
     if ref not in found:
         raise ValueError(f"--reference-model {ref!r} is not a model of these grids; valid: {', '.join(names)}")
@@ -139,8 +154,13 @@ def _iv(iv: Interval) -> list | None:
 def collapse_verdict(rows: list[dict]) -> dict:
     k, n = collapses(rows)
     word = MISSING if n < MIN_SEEDS else COLLAPSES if k * 3 >= 2 * n else HOLDS
-    return {"word": word, "collapsed": k, "n": n, "seeds": [r["seed"] for r in rows],
-            "final_accuracy": _iv(over_seeds(rows, lambda r: r.get("endpoint_t1")))}
+    return {
+        "word": word,
+        "collapsed": k,
+        "n": n,
+        "seeds": [r["seed"] for r in rows],
+        "final_accuracy": _iv(over_seeds(rows, lambda r: r.get("endpoint_t1"))),
+    }
 
 
 def compare(a: list[dict], b: list[dict], col: str) -> dict:
@@ -150,8 +170,14 @@ def compare(a: list[dict], b: list[dict], col: str) -> dict:
     both = {r["seed"] for r in b if key(r) is not None}
     seeds = [r["seed"] for r in a if r["seed"] in both and key(r) is not None]
     word = MISSING if diff.n < MIN_SEEDS else GT if diff.lo > 0 else LT if diff.hi < 0 else NO_DIFF
-    return {"word": word, "diff": _iv(diff), "seeds": seeds, "a": _iv(over_seeds(a, key)),
-            "b": _iv(over_seeds(b, key)), "collapsed": [list(collapses(a)), list(collapses(b))]}
+    return {
+        "word": word,
+        "diff": _iv(diff),
+        "seeds": seeds,
+        "a": _iv(over_seeds(a, key)),
+        "b": _iv(over_seeds(b, key)),
+        "collapsed": [list(collapses(a)), list(collapses(b))],
+    }
 
 
 def label(s: tuple, with_task: bool = False) -> str:
@@ -159,7 +185,8 @@ def label(s: tuple, with_task: bool = False) -> str:
     with the task when the grids hold more than one."""
     task, cond, remedy, mode, algo = s
     return (f"{task}:" if with_task else "") + "/".join(
-        [cond, remedy] + [x for x in (mode, algo) if x not in ("recompute", "grpo")])
+        [cond, remedy] + [x for x in (mode, algo) if x not in ("recompute", "grpo")]
+    )
 
 
 def _many_tasks(models: list[ModelRuns]) -> bool:
@@ -170,12 +197,18 @@ def specs(models: list[ModelRuns]) -> list[dict]:
     """Every verdict to decide: (family, label, A, B, metric) over the union of the settings the models declare."""
     settings = list(dict.fromkeys(s for m in models for s in m.planned))
     ref_cond = models[0].reference
-    logged = {lbl: col for lbl, col in METRICS.items()
-              if any(r.get(col) is not None for m in models for rows in m.rows.values() for r in rows)}
+    logged = {
+        lbl: col
+        for lbl, col in METRICS.items()
+        if any(r.get(col) is not None for m in models for rows in m.rows.values() for r in rows)
+    }
     out = [{"family": "collapse", "a": s, "b": None, "metric": None} for s in settings]
     base = lambda s: (s[0], ref_cond, "none", s[3], s[4])  # noqa: E731
-    out += [{"family": "effect", "a": s, "b": base(s), "metric": ACCURACY} for s in settings
-            if s[1] != ref_cond and s[2] == "none" and base(s) in settings]
+    out += [
+        {"family": "effect", "a": s, "b": base(s), "metric": ACCURACY}
+        for s in settings
+        if s[1] != ref_cond and s[2] == "none" and base(s) in settings
+    ]
     groups: dict[tuple, list[str]] = {}
     for s in settings:
         if s[1] != ref_cond:
@@ -183,9 +216,12 @@ def specs(models: list[ModelRuns]) -> list[dict]:
     for (task, cond, mode, algo), remedies in groups.items():
         treated = [r for r in remedies if r != "none"][::-1]  # the grid lists none, R2, R3: R3 vs none first
         pairs = [(r, "none") for r in treated if "none" in remedies]
-        pairs += [(a, b) for i, a in enumerate(treated) for b in treated[i + 1:]]
-        out += [{"family": "order", "a": (task, cond, a, mode, algo), "b": (task, cond, b, mode, algo),
-                 "metric": lbl} for a, b in pairs for lbl in logged]
+        pairs += [(a, b) for i, a in enumerate(treated) for b in treated[i + 1 :]]
+        out += [
+            {"family": "order", "a": (task, cond, a, mode, algo), "b": (task, cond, b, mode, algo), "metric": lbl}
+            for a, b in pairs
+            for lbl in logged
+        ]
     return out
 
 
@@ -199,14 +235,23 @@ def decide(spec: dict, m: ModelRuns) -> dict:
 def replay_remedies() -> set[str]:
     """Remedies that replay MoE routing (the registry's `replay` hook: R2, R3)."""
     from ..remedies.registry import REMEDIES  # imported on use: torch
+
     return {n for n, cls in REMEDIES.items() if cls.replay is not None}
 
 
 def interaction(spec: dict, ref: ModelRuns, m: ModelRuns, lr: float | None) -> Test:
     """The proxy `m` against the reference model on one verdict (timbench.studies.fidelity_interaction)."""
     rows = lambda x, k: x.rows.get(spec[k], []) if spec[k] else []  # noqa: E731
-    return size_test(spec["family"], METRICS.get(spec["metric"]), spec["metric"] == ACCURACY, ref.model, m.model,
-                     (rows(ref, "a"), rows(ref, "b")), (rows(m, "a"), rows(m, "b")), lr)
+    return size_test(
+        spec["family"],
+        METRICS.get(spec["metric"]),
+        spec["metric"] == ACCURACY,
+        ref.model,
+        m.model,
+        (rows(ref, "a"), rows(ref, "b")),
+        (rows(m, "a"), rows(m, "b")),
+        lr,
+    )
 
 
 def verdicts(models: list[ModelRuns]) -> list[dict]:
@@ -222,10 +267,17 @@ def verdicts(models: list[ModelRuns]) -> list[dict]:
             else:
                 judge[m.model] = interaction(sp, ref, m, lr)
                 tests.setdefault((m.model, sp["family"]), []).append(judge[m.model])
-        out.append({"family": sp["family"], "a": label(sp["a"], many),
-                    "b": label(sp["b"], many) if sp["b"] else None,
-                    "remedies": [sp["a"][2], sp["b"][2] if sp["b"] else None], "metric": sp["metric"], "models": res,
-                    "fidelity": judge})
+        out.append(
+            {
+                "family": sp["family"],
+                "a": label(sp["a"], many),
+                "b": label(sp["b"], many) if sp["b"] else None,
+                "remedies": [sp["a"][2], sp["b"][2] if sp["b"] else None],
+                "metric": sp["metric"],
+                "models": res,
+                "fidelity": judge,
+            }
+        )
     for family in tests.values():  # Holm within each proxy model's family of verdicts
         holm_family(family)
     for v in out:
@@ -253,13 +305,23 @@ def control(vs: list[dict], models: list[ModelRuns]) -> list[dict]:
     for m in models:
         if not m.routing_fixed:
             continue
-        checks = [{"a": v["a"], "b": v["b"], "metric": v["metric"], "result": v["models"][m.model]} for v in vs
-                  if v["family"] == "order" and v["remedies"][1] == "none" and v["remedies"][0] in replay]
+        checks = [
+            {"a": v["a"], "b": v["b"], "metric": v["metric"], "result": v["models"][m.model]}
+            for v in vs
+            if v["family"] == "order" and v["remedies"][1] == "none" and v["remedies"][0] in replay
+        ]
         words = [c["result"]["word"] for c in checks]
         dis = [r[ROUTING] for rows in m.rows.values() for r in rows if r.get(ROUTING) is not None]
         verdict = "fails" if GT in words or LT in words else "passes" if NO_DIFF in words else MISSING_CELLS
-        out.append({"model": m.model, "verdict": verdict, "checks": checks, "missing": words.count(MISSING),
-                    "max_routing_disagreement": max(dis) if dis else None})
+        out.append(
+            {
+                "model": m.model,
+                "verdict": verdict,
+                "checks": checks,
+                "missing": words.count(MISSING),
+                "max_routing_disagreement": max(dis) if dis else None,
+            }
+        )
     return out
 
 
@@ -267,13 +329,26 @@ def proxy_fidelity(dirs: list[str | Path], reference_model: str | None = None) -
     models = load_models(dirs, reference_model)
     vs = verdicts(models)
     ref = models[0]
-    return {"grids": [str(d) for d in dirs], "reference_model": ref.model,
-            "endpoint": ref.endpoint or DEFAULT, "endpoint_text": ENDPOINTS[ref.endpoint or DEFAULT],
-            "endpoint_declared": ref.endpoint is not None, "learning_range": learning_range(ref.rows, ref.reference),
-            "models": {m.model: {"grid": m.grid, "routing_cannot_disagree": m.routing_fixed,
-                                 "seeds": sorted({r["seed"] for rows in m.rows.values() for r in rows}),
-                                 "settings": _settings(m, _many_tasks(models))} for m in models},
-            "verdicts": vs, "survival": survival(vs, models), "control": control(vs, models)}
+    return {
+        "grids": [str(d) for d in dirs],
+        "reference_model": ref.model,
+        "endpoint": ref.endpoint or DEFAULT,
+        "endpoint_text": ENDPOINTS[ref.endpoint or DEFAULT],
+        "endpoint_declared": ref.endpoint is not None,
+        "learning_range": learning_range(ref.rows, ref.reference),
+        "models": {
+            m.model: {
+                "grid": m.grid,
+                "routing_cannot_disagree": m.routing_fixed,
+                "seeds": sorted({r["seed"] for rows in m.rows.values() for r in rows}),
+                "settings": _settings(m, _many_tasks(models)),
+            }
+            for m in models
+        },
+        "verdicts": vs,
+        "survival": survival(vs, models),
+        "control": control(vs, models),
+    }
 
 
 def _settings(m: ModelRuns, with_task: bool) -> list[dict]:
@@ -282,22 +357,33 @@ def _settings(m: ModelRuns, with_task: bool) -> list[dict]:
     out = []
     for s, planned in m.planned.items():
         g, rows = m.groups.get(s), m.rows.get(s, [])
-        out.append({"setting": label(s, with_task), "planned": planned, "finished": len(rows),
-                    "seeds": [r["seed"] for r in rows], "collapsed": g.collapses if g else 0,
-                    "endpoint_accuracy": _iv(over_seeds(rows, lambda r: r.get("endpoint_t1"))) if rows else None,
-                    "routing_disagreement": _iv(over_seeds(rows, lambda r: r.get(ROUTING)))})
+        out.append(
+            {
+                "setting": label(s, with_task),
+                "planned": planned,
+                "finished": len(rows),
+                "seeds": [r["seed"] for r in rows],
+                "collapsed": g.collapses if g else 0,
+                "endpoint_accuracy": _iv(over_seeds(rows, lambda r: r.get("endpoint_t1"))) if rows else None,
+                "routing_disagreement": _iv(over_seeds(rows, lambda r: r.get(ROUTING))),
+            }
+        )
     return out
 
 
-def write_fidelity(dirs: list[str | Path], out: str | Path, command: str | None = None,
-                   reference_model: str | None = None) -> dict[str, Path]:
+def write_fidelity(
+    dirs: list[str | Path], out: str | Path, command: str | None = None, reference_model: str | None = None
+) -> dict[str, Path]:
     """Write fidelity.md and fidelity.json for the grid dirs into `out`; returns what was written."""
     from .fidelity_md import markdown
+
     out = Path(out)
     command = command or "timbench proxy-fidelity " + " ".join(map(str, dirs)) + f" --out {out}"
     doc = proxy_fidelity(dirs, reference_model)
     written = {"fidelity.md": out / "fidelity.md", "fidelity.json": out / "fidelity.json"}
     atomic_write(written["fidelity.md"], markdown(doc, command))
-    atomic_write(written["fidelity.json"],
-                 json.dumps({"command": command, **doc}, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write(
+        written["fidelity.json"],
+        json.dumps({"command": command, **doc}, indent=1, sort_keys=True, allow_nan=False) + "\n",
+    )
     return written

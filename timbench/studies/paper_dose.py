@@ -8,9 +8,21 @@ from __future__ import annotations
 import math
 
 from ..report.leaderboard import fmt
-from .paper_evidence import (FLOOR, UNTESTED, PaperData, Sub, Verdict, _ci, at_floor, collapses, diffs, family,
-                             over_seeds, rel)
 from ..report.verdict_rules import EQUIVALENT, NOT, combine, paired_effect, paired_no_difference, rate_vs_control
+from .paper_evidence import (
+    FLOOR,
+    UNTESTED,
+    PaperData,
+    Sub,
+    Verdict,
+    _ci,
+    at_floor,
+    collapses,
+    diffs,
+    family,
+    over_seeds,
+    rel,
+)
 
 
 def dose_points(d: PaperData) -> list[dict]:
@@ -19,9 +31,18 @@ def dose_points(d: PaperData) -> list[dict]:
         if remedy != "none" or d.kinds.get(cond) == "reference":
             continue
         k, n = collapses(rows)
-        pts.append({"label": cond, "mode": mode, "kind": d.kinds.get(cond), "collapses": k, "seeds": n,
-                    "x": over_seeds(rows, lambda r: r.get("mean/mismatch/mean_abs_delta")),
-                    "y": over_seeds(rows, rel), "sigma": rows[0].get("noise_sigma")})
+        pts.append(
+            {
+                "label": cond,
+                "mode": mode,
+                "kind": d.kinds.get(cond),
+                "collapses": k,
+                "seeds": n,
+                "x": over_seeds(rows, lambda r: r.get("mean/mismatch/mean_abs_delta")),
+                "y": over_seeds(rows, rel),
+                "sigma": rows[0].get("noise_sigma"),
+            }
+        )
     return pts
 
 
@@ -42,27 +63,59 @@ def dose(d: PaperData) -> Verdict:
     lr, learns, _ = d.learning()
     subs, thresholds = [], {}
     for mode in ("recompute", "bypass"):
-        noise = sorted((p for p in pts if p["mode"] == mode and p["kind"] == "noise" and p["y"].mean is not None),
-                       key=lambda p: p["sigma"] or 0)
+        noise = sorted(
+            (p for p in pts if p["mode"] == mode and p["kind"] == "noise" and p["y"].mean is not None),
+            key=lambda p: p["sigma"] or 0,
+        )
         rho = spearman([p["x"].mean for p in noise], [p["y"].mean for p in noise])
         tests = []
         if len(noise) >= 2:
             lo, hi = (d.setting(noise[i]["label"], mode=mode) for i in (0, -1))
-            tests = [paired_effect(f"sigma {noise[0]['sigma']:g} - sigma {noise[-1]['sigma']:g} rel", diffs(lo, hi),
-                                   lr, at_floor(lo, hi), learns)]
-        subs.append(Sub(f"{mode}: relative accuracy falls as the noise dose rises (smallest minus largest sigma > 0, "
-                        "paired)", UNTESTED, f"Spearman over sigma {fmt(rho, 2)} (not a test); "
-                        + ", ".join(f"sigma {p['sigma']:g}: |delta| {fmt(p['x'].mean)} rel {_ci(p['y'])} "
-                                    f"({p['collapses']}/{p['seeds']})" for p in noise), tests=tests))
+            tests = [
+                paired_effect(
+                    f"sigma {noise[0]['sigma']:g} - sigma {noise[-1]['sigma']:g} rel",
+                    diffs(lo, hi),
+                    lr,
+                    at_floor(lo, hi),
+                    learns,
+                )
+            ]
+        subs.append(
+            Sub(
+                f"{mode}: relative accuracy falls as the noise dose rises (smallest minus largest sigma > 0, paired)",
+                UNTESTED,
+                f"Spearman over sigma {fmt(rho, 2)} (not a test); "
+                + ", ".join(
+                    f"sigma {p['sigma']:g}: |delta| {fmt(p['x'].mean)} rel {_ci(p['y'])} "
+                    f"({p['collapses']}/{p['seeds']})"
+                    for p in noise
+                ),
+                tests=tests,
+            )
+        )
         thresholds[mode] = {p["sigma"]: p for p in noise}
     subs.append(_on_the_noise_curve(d, pts, lr, learns))
     common = sorted(set(thresholds.get("recompute", {})) & set(thresholds.get("bypass", {})))
-    tests = [rate_vs_control(f"sigma {s:g}: bypass vs recompute collapses", thresholds["bypass"][s]["collapses"],
-                             thresholds["bypass"][s]["seeds"], thresholds["recompute"][s]["collapses"],
-                             thresholds["recompute"][s]["seeds"]) for s in common]
-    subs.append(Sub("bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3; "
-                    "bypass collapses more often at some sigma, Fisher)", UNTESTED, "" if tests else
-                    "no noise sigma in both modes", central=False, tests=tests))
+    tests = [
+        rate_vs_control(
+            f"sigma {s:g}: bypass vs recompute collapses",
+            thresholds["bypass"][s]["collapses"],
+            thresholds["bypass"][s]["seeds"],
+            thresholds["recompute"][s]["collapses"],
+            thresholds["recompute"][s]["seeds"],
+        )
+        for s in common
+    ]
+    subs.append(
+        Sub(
+            "bypass collapses at a lower dose than recompute (literature's CPU-scale try: sigma 2 vs 3; "
+            "bypass collapses more often at some sigma, Fisher)",
+            UNTESTED,
+            "" if tests else "no noise sigma in both modes",
+            central=False,
+            tests=tests,
+        )
+    )
     return family("dose-response", subs)
 
 
@@ -85,22 +138,37 @@ def _on_the_noise_curve(d: PaperData, pts: list[dict], lr: float | None, learns:
     tests, parts = [], []
     real = [p for p in pts if p["kind"] not in ("noise", "reference") and p["x"].mean and p["y"].mean is not None]
     for p in real:
-        noise = [q for q in pts if q["mode"] == p["mode"] and q["kind"] == "noise" and q["x"].mean
-                 and q["y"].mean is not None]
+        noise = [
+            q
+            for q in pts
+            if q["mode"] == p["mode"] and q["kind"] == "noise" and q["x"].mean and q["y"].mean is not None
+        ]
         if len(noise) < 2:
             continue
         pred = noise_curve(noise, p["x"].mean)
         rows = d.setting(p["label"], mode=p["mode"])
-        tests.append(paired_no_difference(f"{p['label']}/{p['mode']} rel - noise curve {fmt(pred)}",
-                                          [rel(r) - pred for r in rows if rel(r) is not None],
-                                          lr / 2 if lr and lr > 0 else None, lr, at_floor(rows) and pred <= FLOOR,
-                                          learns))
+        tests.append(
+            paired_no_difference(
+                f"{p['label']}/{p['mode']} rel - noise curve {fmt(pred)}",
+                [rel(r) - pred for r in rows if rel(r) is not None],
+                lr / 2 if lr and lr > 0 else None,
+                lr,
+                at_floor(rows) and pred <= FLOOR,
+                learns,
+            )
+        )
         parts.append(f"{p['label']}/{p['mode']}: |delta| {fmt(p['x'].mean)}")
 
     def rule(words):
         if words.count(EQUIVALENT) * 3 >= 2 * len(words):
             return EQUIVALENT
         return NOT if words.count(NOT) * 3 > len(words) else combine([w for w in words if w != EQUIVALENT])
-    return Sub("mean |delta| alone predicts the damage: each real condition's relative accuracy is equivalent to "
-               "the noise sweep's value at the same |delta| (>= 2/3 of real settings; TOST within half the learning "
-               "range)", rule if tests else UNTESTED, "; ".join(parts), tests=tests)
+
+    return Sub(
+        "mean |delta| alone predicts the damage: each real condition's relative accuracy is equivalent to "
+        "the noise sweep's value at the same |delta| (>= 2/3 of real settings; TOST within half the learning "
+        "range)",
+        rule if tests else UNTESTED,
+        "; ".join(parts),
+        tests=tests,
+    )

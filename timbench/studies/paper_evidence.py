@@ -15,7 +15,7 @@ from itertools import groupby
 from ..report.collapse import moving_average
 from ..report.leaderboard import fmt, fmt_interval
 from ..report.results import CellRun, column
-from ..report.stats import Interval, detectable, mean_interval, POWER
+from ..report.stats import POWER, Interval, detectable, mean_interval
 from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED, combine, decide
 
 UNTESTED = NOT_TESTED
@@ -63,8 +63,9 @@ class PaperData:
         zero-mismatch seeds' gain / endpoint, and whether the absolute gain's interval excludes 0."""
         ref = self.rows.get(self.reference, [])
         gains = mean_interval([r["gain_t1"] for r in ref if r.get("gain_t1") is not None])
-        rel_gain = mean_interval([r["gain_t1"] / r["endpoint_t1"] for r in ref
-                                  if r.get("gain_t1") is not None and r.get("endpoint_t1")])
+        rel_gain = mean_interval(
+            [r["gain_t1"] / r["endpoint_t1"] for r in ref if r.get("gain_t1") is not None and r.get("endpoint_t1")]
+        )
         return rel_gain.mean, gains.lo is not None and gains.lo > 0, gains
 
 
@@ -95,16 +96,39 @@ class Verdict:
             return UNTESTED
         head = min(central, key=_strength)  # an equivalence is how a no-difference claim is reproduced
         done = sum(1 for s in claims if s.verdict in (REPRODUCED, EQUIVALENT))
-        return head if done in (0, len(claims)) or head in (REPRODUCED, EQUIVALENT) else \
-            f"{head} ({done} of {len(claims)} sub-claims reproduced)"
+        return (
+            head
+            if done in (0, len(claims)) or head in (REPRODUCED, EQUIVALENT)
+            else f"{head} ({done} of {len(claims)} sub-claims reproduced)"
+        )
 
 
 def sub_json(s: Sub) -> dict:
     """A sub-claim for the pages' JSON: its words, numbers and each deciding test."""
-    return {"text": s.text, "verdict": s.verdict, "numbers": s.numbers, "central": s.central, "check": s.check,
-            "tests": [{"label": t.label, "kind": t.kind, "estimate": t.estimate, "lo": t.interval.lo,
-                       "hi": t.interval.hi, "n": t.interval.n, "p": t.p, "p_holm": t.p_adj, "margin": t.margin,
-                       "smallest_detectable": t.mde, "not_tested": t.blocked, "word": t.word()} for t in s.tests]}
+    return {
+        "text": s.text,
+        "verdict": s.verdict,
+        "numbers": s.numbers,
+        "central": s.central,
+        "check": s.check,
+        "tests": [
+            {
+                "label": t.label,
+                "kind": t.kind,
+                "estimate": t.estimate,
+                "lo": t.interval.lo,
+                "hi": t.interval.hi,
+                "n": t.interval.n,
+                "p": t.p,
+                "p_holm": t.p_adj,
+                "margin": t.margin,
+                "smallest_detectable": t.mde,
+                "not_tested": t.blocked,
+                "word": t.word(),
+            }
+            for t in s.tests
+        ],
+    }
 
 
 def _strength(word: str) -> int:
@@ -126,6 +150,7 @@ def family(claim: str, subs: list[Sub]) -> Verdict:
 
 # ---------------------------------------------------------------- per-seed quantities
 
+
 def rel(r: dict) -> float | None:
     """The endpoint relative to the same seed's zero-mismatch run (endpoint_rel; the final eval's ratio,
     relative_accuracy_t1, for rows without endpoint columns)."""
@@ -144,8 +169,11 @@ def acc(r: dict) -> float | None:
 def diffs(a: list[dict], b: list[dict], key=rel) -> list[float]:
     """Per seed key(a_seed) - key(b_seed), on the seeds both have."""
     bs = {r["seed"]: r for r in b}
-    return [key(r) - key(bs[r["seed"]]) for r in a if r["seed"] in bs and key(r) is not None
-            and key(bs[r["seed"]]) is not None]
+    return [
+        key(r) - key(bs[r["seed"]])
+        for r in a
+        if r["seed"] in bs and key(r) is not None and key(bs[r["seed"]]) is not None
+    ]
 
 
 def at_floor(*settings: list[dict]) -> bool:
@@ -179,7 +207,7 @@ def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
     step = row.get("collapse/step")
     if step is None or len(rewards) < smooth:
         return False
-    return max(rewards[smooth - 1:max(smooth, step)], default=0.0) > rewards[smooth - 1] * 1.05
+    return max(rewards[smooth - 1 : max(smooth, step)], default=0.0) > rewards[smooth - 1] * 1.05
 
 
 def kl_alarm_step(cell: CellRun, smooth: int) -> int | None:
@@ -215,24 +243,27 @@ def seeds_used(d: PaperData) -> str:
     for key, rows in sorted(d.rows.items()):
         groups.setdefault(tuple(sorted(r["seed"] for r in rows)), []).append("/".join(key))
     if len(groups) == 1:
-        (seeds, _), = groups.items()
+        ((seeds, _),) = groups.items()
         return f"every setting: seeds {seed_ranges(seeds)} ({len(seeds)})"
-    return "; ".join(f"seeds {seed_ranges(seeds)} ({len(seeds)}): " + ", ".join(keys)
-                     for seeds, keys in sorted(groups.items(), key=lambda kv: (-len(kv[0]), kv[0])))
+    return "; ".join(
+        f"seeds {seed_ranges(seeds)} ({len(seeds)}): " + ", ".join(keys)
+        for seeds, keys in sorted(groups.items(), key=lambda kv: (-len(kv[0]), kv[0]))
+    )
 
 
 def _by_seed(cells: list[CellRun]) -> dict:
     return {c.axes.get("seed"): c for c in cells}
 
 
-
 def _setting_text(rows: list[dict]) -> str:
     """rel with its interval, own gain with its interval, and the collapse rate with its Wilson interval."""
     from ..report.stats import wilson
-    k, n = collapses(rows)
-    return (f"rel {_ci(over_seeds(rows, rel))}, own gain {_ci(over_seeds(rows, gain))}, {k}/{n} collapsed "
-            f"{_ci(wilson(k, n)) if n else '-'}")
 
+    k, n = collapses(rows)
+    return (
+        f"rel {_ci(over_seeds(rows, rel))}, own gain {_ci(over_seeds(rows, gain))}, {k}/{n} collapsed "
+        f"{_ci(wilson(k, n)) if n else '-'}"
+    )
 
 
 def mean_over_steps(d: PaperData, cond: str, row: dict, key: str) -> float | None:
@@ -248,11 +279,13 @@ def rejection(rows: list[dict]) -> float | None:
     return math.fsum(xs) / len(xs) if xs else None
 
 
-
 def _power(diff: Interval) -> str:
     mde = detectable(diff)
-    return f"smallest detectable difference {fmt(mde)} at {POWER:.0%} power, {diff.n} seeds" if mde is not None \
+    return (
+        f"smallest detectable difference {fmt(mde)} at {POWER:.0%} power, {diff.n} seeds"
+        if mde is not None
         else "too few seeds to state a detectable difference"
+    )
 
 
 def _signed(diff: Interval) -> str:

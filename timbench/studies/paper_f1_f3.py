@@ -9,18 +9,52 @@ import math
 
 from ..report.leaderboard import fmt
 from ..report.results import CellRun, column
-from .paper_evidence import (KL_LEAD, KL_RISE, SHARE, SPIKE, UNTESTED, PaperData, Sub, Verdict, _by_seed, _ci,
-                             _setting_text, _strength, at_floor, collapses, diffs, family, gain, kl_alarm_step,
-                             max_grad_ratio, over_seeds, rel, rose_before_collapse)
-from ..report.verdict_rules import (EQUIVALENT, REPRODUCED, combine, paired_effect, paired_no_difference,
-                                    rate_vs_control, rate_vs_threshold)
+from ..report.verdict_rules import (
+    EQUIVALENT,
+    REPRODUCED,
+    combine,
+    paired_effect,
+    paired_no_difference,
+    rate_vs_control,
+    rate_vs_threshold,
+)
+from .paper_evidence import (
+    KL_LEAD,
+    KL_RISE,
+    SHARE,
+    SPIKE,
+    UNTESTED,
+    PaperData,
+    Sub,
+    Verdict,
+    _by_seed,
+    _ci,
+    _setting_text,
+    _strength,
+    at_floor,
+    collapses,
+    diffs,
+    family,
+    gain,
+    kl_alarm_step,
+    max_grad_ratio,
+    over_seeds,
+    rel,
+    rose_before_collapse,
+)
 
 
 def f1(d: PaperData) -> Verdict:
     lr, learns, g = d.learning()
     ref = d.rows.get(d.reference, [])
-    subs = [Sub("the zero-mismatch run keeps improving (own gain: endpoint - step-0 eval accuracy T=1 > 0)", "",
-                f"gain {_ci(g)} over {g.n} seeds", tests=[paired_effect("gain", [gain(r) for r in ref], None)])]
+    subs = [
+        Sub(
+            "the zero-mismatch run keeps improving (own gain: endpoint - step-0 eval accuracy T=1 > 0)",
+            "",
+            f"gain {_ci(g)} over {g.n} seeds",
+            tests=[paired_effect("gain", [gain(r) for r in ref], None)],
+        )
+    ]
     k0, n0 = collapses(ref)
     coll, rose_tests, parts = [], [], []
     for cond in d.real():
@@ -35,19 +69,34 @@ def f1(d: PaperData) -> Verdict:
             coll.append(rate_vs_control(f"{cond}/{mode} collapses vs zero mismatch", k, n, k0, n0))
             if k:
                 rose_tests.append(rate_vs_threshold(f"{cond}/{mode} rose first", rose, k, SHARE))
-    subs.append(Sub("a mismatched real engine's run collapses more often than the zero-mismatch run (Fisher's exact "
-                    "test per setting, remedy none)", "", "; ".join(parts) or "no mismatched cells", tests=coll))
-    subs.append(Sub(f"... after first rising (more than {SHARE:.0%} of a setting's collapsed seeds' smoothed reward "
-                    "rose 5% above its first window before the collapse; exact binomial test)", UNTESTED,
-                    "" if rose_tests else "no collapsed setting", tests=rose_tests))
+    subs.append(
+        Sub(
+            "a mismatched real engine's run collapses more often than the zero-mismatch run (Fisher's exact "
+            "test per setting, remedy none)",
+            "",
+            "; ".join(parts) or "no mismatched cells",
+            tests=coll,
+        )
+    )
+    subs.append(
+        Sub(
+            f"... after first rising (more than {SHARE:.0%} of a setting's collapsed seeds' smoothed reward "
+            "rose 5% above its first window before the collapse; exact binomial test)",
+            UNTESTED,
+            "" if rose_tests else "no collapsed setting",
+            tests=rose_tests,
+        )
+    )
     return family("F1", subs)
 
 
-F2_SUBS = ("recompute degrades (relative accuracy < 1, paired) with grad-norm spikes (the seed's max grad norm over "
-           "the same seed's zero-mismatch max > 1 on the log scale, paired)",
-           f"bypass degrades silently (collapses more often than zero mismatch, Fisher; and its max grad norm is "
-           f"within {SPIKE:g}x the same seed's zero-mismatch max, TOST on the log scale)",
-           "bypass ends below recompute (recompute - bypass relative accuracy > 0, paired; not the paper's claim)")
+F2_SUBS = (
+    "recompute degrades (relative accuracy < 1, paired) with grad-norm spikes (the seed's max grad norm over "
+    "the same seed's zero-mismatch max > 1 on the log scale, paired)",
+    f"bypass degrades silently (collapses more often than zero mismatch, Fisher; and its max grad norm is "
+    f"within {SPIKE:g}x the same seed's zero-mismatch max, TOST on the log scale)",
+    "bypass ends below recompute (recompute - bypass relative accuracy > 0, paired; not the paper's claim)",
+)
 """F2's sub-claims, in order."""
 
 
@@ -59,7 +108,7 @@ def _both(words: list[str]) -> str:
 
 def _pairs_rule(words: list[str]) -> str:
     """Tests come in (part 1, part 2) pairs, one pair per condition: reproduced at some condition where both are."""
-    return combine([_both(words[i:i + 2]) for i in range(0, len(words), 2)])
+    return combine([_both(words[i : i + 2]) for i in range(0, len(words), 2)])
 
 
 def f2(d: PaperData) -> Verdict:
@@ -76,22 +125,37 @@ def f2(d: PaperData) -> Verdict:
             cells = _by_seed(d.cells[(cond, "none", mode)])
             ratios[mode] = [max_grad_ratio(cells[r["seed"]], ref.get(r["seed"])) for r in rows]
         logs = {m: [math.log(x) for x in v if x] for m, v in ratios.items()}
-        spike += [paired_effect(f"{cond} recompute: 1 - rel", [1 - x for x in (rel(r) for r in rec) if x is not None],
-                                lr, baseline_learns=learns),
-                  paired_effect(f"{cond} recompute: log max grad ratio", logs["recompute"], None)]
+        spike += [
+            paired_effect(
+                f"{cond} recompute: 1 - rel",
+                [1 - x for x in (rel(r) for r in rec) if x is not None],
+                lr,
+                baseline_learns=learns,
+            ),
+            paired_effect(f"{cond} recompute: log max grad ratio", logs["recompute"], None),
+        ]
         (kb, nb) = collapses(byp)
-        silent += [rate_vs_control(f"{cond} bypass collapses vs zero mismatch", kb, nb, k0, n0),
-                   paired_no_difference(f"{cond} bypass: log max grad ratio", logs["bypass"], math.log(SPIKE), None)]
-        worse.append(paired_effect(f"{cond}: recompute - bypass rel", diffs(rec, byp), lr, at_floor(rec, byp),
-                                   learns))
-        parts.append(f"{cond}: recompute {_setting_text(rec)}, max grad {_ratio_text(ratios['recompute'])}; bypass "
-                     f"{_setting_text(byp)}, max grad {_ratio_text(ratios['bypass'])}")
+        silent += [
+            rate_vs_control(f"{cond} bypass collapses vs zero mismatch", kb, nb, k0, n0),
+            paired_no_difference(f"{cond} bypass: log max grad ratio", logs["bypass"], math.log(SPIKE), None),
+        ]
+        worse.append(paired_effect(f"{cond}: recompute - bypass rel", diffs(rec, byp), lr, at_floor(rec, byp), learns))
+        parts.append(
+            f"{cond}: recompute {_setting_text(rec)}, max grad {_ratio_text(ratios['recompute'])}; bypass "
+            f"{_setting_text(byp)}, max grad {_ratio_text(ratios['bypass'])}"
+        )
     if not parts:  # e.g. a recompute-only grid (bench/grids/rise_collapse.yaml): F2 compares the two modes
-        return Verdict("F2", [Sub(text, UNTESTED, "no condition has cells in both recompute and bypass mode")
-                              for text in F2_SUBS])
-    return family("F2", [Sub(F2_SUBS[0], _pairs_rule, " | ".join(parts), tests=spike),
-                         Sub(F2_SUBS[1], _pairs_rule, "", tests=silent),
-                         Sub(F2_SUBS[2], "", "", central=False, tests=worse)])
+        return Verdict(
+            "F2", [Sub(text, UNTESTED, "no condition has cells in both recompute and bypass mode") for text in F2_SUBS]
+        )
+    return family(
+        "F2",
+        [
+            Sub(F2_SUBS[0], _pairs_rule, " | ".join(parts), tests=spike),
+            Sub(F2_SUBS[1], _pairs_rule, "", tests=silent),
+            Sub(F2_SUBS[2], "", "", central=False, tests=worse),
+        ],
+    )
 
 
 def _ratio_text(xs: list) -> str:
@@ -125,19 +189,27 @@ def f3(d: PaperData) -> Verdict:
             alarm = kl_alarm_step(cells[r["seed"]], d.smooth)
             early = alarm is not None and r["collapse/step"] - alarm >= KL_LEAD
             counts[kind][early] += 1
-            detail.append(f"{cond}/{mode}/s{r['seed']}: collapse {r['collapse/step']}, KL x{KL_RISE:g} at "
-                          f"{'never' if alarm is None else alarm}")
+            detail.append(
+                f"{cond}/{mode}/s{r['seed']}: collapse {r['collapse/step']}, KL x{KL_RISE:g} at "
+                f"{'never' if alarm is None else alarm}"
+            )
     late, early = counts["real"]
     n = late + early
     t1 = rate_vs_threshold("real collapsed seeds without an early KL warning", late, n, SHARE)
     if n < 3:
         t1.blocked = f"{n} real collapsed seed(s) with room for a warning (fewer than 3)"
-    subs = [Sub(f"real conditions: K3 stays near its starting level until the reward falls (no rise above "
-                f"{KL_RISE:g}x its first 5 steps at least {KL_LEAD} steps before a collapse, in more than "
-                f"{SHARE:.0%} of the collapsed seeds; exact binomial test, >= 3 seeds)",
-                UNTESTED, f"{late}/{n} collapsed seeds without an early KL warning, {early}/{n} with one; noise "
-                f"conditions (not counted): {counts['noise'][0]} without, {counts['noise'][1]} with; {too_soon} seeds "
-                f"collapsed before step {5 + KL_LEAD}, too early to tell; " + "; ".join(detail), tests=[t1])]
+    subs = [
+        Sub(
+            f"real conditions: K3 stays near its starting level until the reward falls (no rise above "
+            f"{KL_RISE:g}x its first 5 steps at least {KL_LEAD} steps before a collapse, in more than "
+            f"{SHARE:.0%} of the collapsed seeds; exact binomial test, >= 3 seeds)",
+            UNTESTED,
+            f"{late}/{n} collapsed seeds without an early KL warning, {early}/{n} with one; noise "
+            f"conditions (not counted): {counts['noise'][0]} without, {counts['noise'][1]} with; {too_soon} seeds "
+            f"collapsed before step {5 + KL_LEAD}, too early to tell; " + "; ".join(detail),
+            tests=[t1],
+        )
+    ]
     flat, seen, parts = 0, 0, []
     for cond in d.real():
         rows = d.setting(cond)
@@ -148,10 +220,18 @@ def f3(d: PaperData) -> Verdict:
         ratios = [_kl_ratio_end(cells[r["seed"]]) for r in rows]
         seen += len(ratios)
         flat += sum(1 for x in ratios if x is not None and x < KL_RISE)
-        parts.append(f"{cond}: rel {_ci(r_iv)}, K3 last 10 / first 5 steps = "
-                     + ", ".join("-" if x is None else f"{x:.2f}" for x in ratios))
+        parts.append(
+            f"{cond}: rel {_ci(r_iv)}, K3 last 10 / first 5 steps = "
+            + ", ".join("-" if x is None else f"{x:.2f}" for x in ratios)
+        )
     t2 = rate_vs_threshold("seeds whose K3 stays flat", flat, seen, SHARE)
-    subs.append(Sub(f"real conditions, recompute, accuracy lost (rel interval below 1): K3 ends within {KL_RISE:g}x "
-                    f"its start in more than {SHARE:.0%} of the seeds (exact binomial test)", UNTESTED,
-                    f"{flat}/{seen} seeds flat; " + ("; ".join(parts) or "no such setting"), tests=[t2] if seen else []))
+    subs.append(
+        Sub(
+            f"real conditions, recompute, accuracy lost (rel interval below 1): K3 ends within {KL_RISE:g}x "
+            f"its start in more than {SHARE:.0%} of the seeds (exact binomial test)",
+            UNTESTED,
+            f"{flat}/{seen} seeds flat; " + ("; ".join(parts) or "no such setting"),
+            tests=[t2] if seen else [],
+        )
+    )
     return family("F3", subs)

@@ -16,14 +16,16 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..report.stats import mean_interval, wilson
 from .risk_data import DOSE, FIRST_STEPS, HORIZON, STATS, RiskRow, mapped
 from .risk_validate import LOSS
-from ..report.stats import mean_interval, wilson
 
 NEAREST = 3
 """Settings shown per mode."""
-MODES = {"recompute": "the trainer recomputes the old-policy logprobs (verl's default)",
-         "bypass": "the rollout engine's logprobs serve as the old policy (verl bypass_mode, async trainers)"}
+MODES = {
+    "recompute": "the trainer recomputes the old-policy logprobs (verl's default)",
+    "bypass": "the rollout engine's logprobs serve as the old policy (verl bypass_mode, async trainers)",
+}
 
 
 @dataclass
@@ -98,8 +100,10 @@ def check_query(query: dict, us: list[Unit]) -> None:
             return
         what = "mean |delta|" if n == DOSE else n
         zero = " (0 is zero mismatch: the reference itself)" if query[n] == 0 else ""
-        raise ValueError(f"no committed grid at that dose: {what} {query[n]:.4g} is outside the committed "
-                         f"{what} range {rng[0]:.4g}-{rng[1]:.4g}{zero}")
+        raise ValueError(
+            f"no committed grid at that dose: {what} {query[n]:.4g} is outside the committed "
+            f"{what} range {rng[0]:.4g}-{rng[1]:.4g}{zero}"
+        )
     raise ValueError(f"no committed grid measured {', '.join(query)}; measured statistics: {', '.join(STATS)}")
 
 
@@ -111,10 +115,17 @@ def outcome(u: Unit) -> dict:
     steps = [r.collapse_step for r in rs if r.collapsed and r.collapse_step is not None]
     loss = mean_interval([r.loss for r in rs if r.loss is not None])
     cw = wilson(k, len(rs))
-    return {"seeds": len(rs), "steps": max((r.steps or 0) for r in rs), "collapsed": k,
-            "collapsed_ci": [cw.lo, cw.hi], "first_collapse_step": min(steps) if steps else None,
-            "collapsed_within": sum(within) if within else None, "within_n": len(within),
-            "accuracy_lost": loss.mean, "accuracy_lost_ci": [loss.lo, loss.hi]}
+    return {
+        "seeds": len(rs),
+        "steps": max((r.steps or 0) for r in rs),
+        "collapsed": k,
+        "collapsed_ci": [cw.lo, cw.hi],
+        "first_collapse_step": min(steps) if steps else None,
+        "collapsed_within": sum(within) if within else None,
+        "within_n": len(within),
+        "accuracy_lost": loss.mean,
+        "accuracy_lost_ci": [loss.lo, loss.hi],
+    }
 
 
 def remedies(u: Unit, rows: list[RiskRow]) -> list[dict]:
@@ -144,17 +155,37 @@ def _remedies_in(grid: str, task: str, model: str, cond: str, mode: str, rows: l
         if remedy == "none" or m != mode:
             continue
         base = by.get(("none", mode), {})
-        diffs = [seeds[s].endpoint_t1 - base[s].endpoint_t1 for s in sorted(seeds)
-                 if s in base and seeds[s].endpoint_t1 is not None and base[s].endpoint_t1 is not None]
+        diffs = [
+            seeds[s].endpoint_t1 - base[s].endpoint_t1
+            for s in sorted(seeds)
+            if s in base and seeds[s].endpoint_t1 is not None and base[s].endpoint_t1 is not None
+        ]
         iv = mean_interval(diffs)
-        word = ("no paired control" if not diffs else "helped" if iv.lo is not None and iv.lo > 0 else
-                "hurt" if iv.hi is not None and iv.hi < 0 else "no difference detected")
-        out.append({"remedy": remedy, "mode": m, "seeds": len(seeds), "endpoint_gain": iv.mean,
-                    "endpoint_gain_ci": [iv.lo, iv.hi], "paired_seeds": len(diffs), "word": word,
-                    "collapsed": sum(r.collapsed for r in seeds.values()),
-                    "control_collapsed": sum(r.collapsed for r in base.values()), "control_seeds": len(base),
-                    "accuracy_lost": mean_interval([r.loss for r in seeds.values() if r.loss is not None]).mean,
-                    "grid": grid})
+        word = (
+            "no paired control"
+            if not diffs
+            else "helped"
+            if iv.lo is not None and iv.lo > 0
+            else "hurt"
+            if iv.hi is not None and iv.hi < 0
+            else "no difference detected"
+        )
+        out.append(
+            {
+                "remedy": remedy,
+                "mode": m,
+                "seeds": len(seeds),
+                "endpoint_gain": iv.mean,
+                "endpoint_gain_ci": [iv.lo, iv.hi],
+                "paired_seeds": len(diffs),
+                "word": word,
+                "collapsed": sum(r.collapsed for r in seeds.values()),
+                "control_collapsed": sum(r.collapsed for r in base.values()),
+                "control_seeds": len(base),
+                "accuracy_lost": mean_interval([r.loss for r in seeds.values() if r.loss is not None]).mean,
+                "grid": grid,
+            }
+        )
     return out
 
 
@@ -163,25 +194,31 @@ def validity(us: list[Unit]) -> dict:
     rows = [r for u in us for r in u.rows]
     lens = [r.response_length for r in rows if r.response_length is not None]
     dose = stat_range(us, DOSE)
-    return {"models": sorted({r.model for r in rows}), "tasks": sorted({r.task for r in rows}),
-            "grids": sorted({r.grid for r in rows}), "settings": len(us), "seeds": len(rows),
-            "horizon_steps": [min(r.steps or 0 for r in rows), max(r.steps or 0 for r in rows)],
-            "dose_mean_abs_delta": list(dose) if dose else None,
-            "response_tokens": [round(min(lens), 1), round(max(lens), 1)] if lens else None,
-            "statistics_steps": FIRST_STEPS, "collapse_horizon": HORIZON,
-            "caveats": [
-                "CPU-scale models (tiny-dense 0.60M and small-dense 1.94M parameters, tiny MoE proxies) on "
-                "4-digit addition with GRPO: no committed evidence that an outcome here transfers to "
-                "billion-parameter models",
-                f"statistics are the RL rollouts' own, averaged over steps 0-{FIRST_STEPS - 1} (the warm-start "
-                "policy); an align table or a gate probe measures on its own workload and can differ several-fold "
-                "for the same engine",
-                "synthetic noise (kind noise) does less damage than rounding at the same mean |delta|: read the "
-                "nearest real (quant/precision/vllm/async/moe) setting first"]}
+    return {
+        "models": sorted({r.model for r in rows}),
+        "tasks": sorted({r.task for r in rows}),
+        "grids": sorted({r.grid for r in rows}),
+        "settings": len(us),
+        "seeds": len(rows),
+        "horizon_steps": [min(r.steps or 0 for r in rows), max(r.steps or 0 for r in rows)],
+        "dose_mean_abs_delta": list(dose) if dose else None,
+        "response_tokens": [round(min(lens), 1), round(max(lens), 1)] if lens else None,
+        "statistics_steps": FIRST_STEPS,
+        "collapse_horizon": HORIZON,
+        "caveats": [
+            "CPU-scale models (tiny-dense 0.60M and small-dense 1.94M parameters, tiny MoE proxies) on "
+            "4-digit addition with GRPO: no committed evidence that an outcome here transfers to "
+            "billion-parameter models",
+            f"statistics are the RL rollouts' own, averaged over steps 0-{FIRST_STEPS - 1} (the warm-start "
+            "policy); an align table or a gate probe measures on its own workload and can differ several-fold "
+            "for the same engine",
+            "synthetic noise (kind noise) does less damage than rounding at the same mean |delta|: read the "
+            "nearest real (quant/precision/vllm/async/moe) setting first",
+        ],
+    }
 
 
-def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = NEAREST,
-           label: str = "") -> dict:
+def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = NEAREST, label: str = "") -> dict:
     """The nearest committed settings to `query` ({statistic: value}) per mode, with outcomes and remedies."""
     bad = sorted(set(query) - set(STATS))
     if bad:
@@ -189,13 +226,27 @@ def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = N
     us = units(rows)
     check_query(query, us)
     per_mode = {}
-    for m in ([mode] if mode else list(MODES)):
-        scored = sorted(((d, u) for u in us if u.key[4] == m and (d := distance(query, u.stats)) is not None),
-                        key=lambda du: (du[0], du[1].key))
-        per_mode[m] = [{"grid": u.key[0], "also_in": list(u.also_in), "task": u.key[1], "model": u.key[2], "condition": u.key[3],
-                        "kind": u.kind, "mode": m, "distance": d,
-                        "stats": {n: v for n, v in u.stats.items() if n in query or n == DOSE},
-                        "outcome": outcome(u), "remedies": remedies(u, rows)} for d, u in scored[:k]]
+    for m in [mode] if mode else list(MODES):
+        scored = sorted(
+            ((d, u) for u in us if u.key[4] == m and (d := distance(query, u.stats)) is not None),
+            key=lambda du: (du[0], du[1].key),
+        )
+        per_mode[m] = [
+            {
+                "grid": u.key[0],
+                "also_in": list(u.also_in),
+                "task": u.key[1],
+                "model": u.key[2],
+                "condition": u.key[3],
+                "kind": u.kind,
+                "mode": m,
+                "distance": d,
+                "stats": {n: v for n, v in u.stats.items() if n in query or n == DOSE},
+                "outcome": outcome(u),
+                "remedies": remedies(u, rows),
+            }
+            for d, u in scored[:k]
+        ]
     return {"label": label, "query": query, "nearest": per_mode}
 
 
@@ -204,15 +255,26 @@ def setting_row(u: Unit) -> dict:
     grid, task, model, cond, mode = u.key
     o = outcome(u)
     damaged = o["collapsed"] > 0 or (o["accuracy_lost"] or 0) > LOSS
-    return {"grid": grid, "also_in": list(u.also_in), "task": task, "model": model, "condition": cond,
-            "kind": u.kind, "mode": mode,
-            "stats": u.stats, "outcome": o, "damaged": damaged}
+    return {
+        "grid": grid,
+        "also_in": list(u.also_in),
+        "task": task,
+        "model": model,
+        "condition": cond,
+        "kind": u.kind,
+        "mode": mode,
+        "stats": u.stats,
+        "outcome": o,
+        "damaged": damaged,
+    }
 
 
 def the_map(rows: list[RiskRow]) -> list[dict]:
     """Every committed setting without a remedy, by mode then dose."""
-    return sorted((setting_row(u) for u in units(rows)),
-                  key=lambda s: (s["mode"], s["stats"].get(DOSE, 0), s["grid"], s["model"], s["condition"]))
+    return sorted(
+        (setting_row(u) for u in units(rows)),
+        key=lambda s: (s["mode"], s["stats"].get(DOSE, 0), s["grid"], s["model"], s["condition"]),
+    )
 
 
 def _dose(s: dict) -> float:
@@ -233,8 +295,12 @@ def safe_levels(settings: list[dict]) -> dict:
         bad = [s for s in real if s["damaged"]]
         first = min(bad, key=_dose) if bad else None
         below = [s for s in real if first is None or _dose(s) < _dose(first)]
-        out[mode] = {"largest_undamaged": _where(max(ok, key=_dose)) if ok else None,
-                     "smallest_damaged": _where(first) if first else None, "settings": len(real),
-                     "damaged": len(bad), "undamaged_below": len(below),
-                     "below_range": [min(map(_dose, below)), max(map(_dose, below))] if below else None}
+        out[mode] = {
+            "largest_undamaged": _where(max(ok, key=_dose)) if ok else None,
+            "smallest_damaged": _where(first) if first else None,
+            "settings": len(real),
+            "damaged": len(bad),
+            "undamaged_below": len(below),
+            "below_range": [min(map(_dose, below)), max(map(_dose, below))] if below else None,
+        }
     return out

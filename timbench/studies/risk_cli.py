@@ -28,13 +28,23 @@ def _int(raw: str, flag: str) -> int:
 
 def _queries(args) -> list[tuple[str, dict]]:
     from . import risk_input
-    kinds = [k for k, given in (("--mean-abs-delta/--stat", args.mean_abs_delta is not None or args.stat),
-                                ("--align", args.align), ("--gate", args.gate), ("--validate", args.validate))
-             if given]
+
+    kinds = [
+        k
+        for k, given in (
+            ("--mean-abs-delta/--stat", args.mean_abs_delta is not None or args.stat),
+            ("--align", args.align),
+            ("--gate", args.gate),
+            ("--validate", args.validate),
+        )
+        if given
+    ]
     if len(kinds) != 1:
-        raise ValueError(("give only one of " if kinds else "give one of ") +
-                         "--mean-abs-delta X / --stat NAME=VALUE, --align TABLE.json, --gate gate.json, --validate"
-                         + (f" (got {', '.join(kinds)})" if len(kinds) > 1 else ""))
+        raise ValueError(
+            ("give only one of " if kinds else "give one of ")
+            + "--mean-abs-delta X / --stat NAME=VALUE, --align TABLE.json, --gate gate.json, --validate"
+            + (f" (got {', '.join(kinds)})" if len(kinds) > 1 else "")
+        )
     if args.row and not args.align:
         raise ValueError("--row selects rows of an --align table; give --align TABLE.json")
     if args.align:
@@ -48,11 +58,13 @@ def _queries(args) -> list[tuple[str, dict]]:
 
 def _validate(args, rows) -> int:
     from pathlib import Path
+
     from ..util.atomic import atomic_write, check_output_dir
     from .risk import safe_levels, the_map, units, validity
     from .risk_data import mapped
     from .risk_text import map_markdown, validation_markdown
     from .risk_validate import validate
+
     out = (args.out or DEFAULT_OUT).rstrip("/")
     check_output_dir(out)
     command = "timbench risk --validate" + (f" --results {args.results}" if args.results else "") + f" --out {out}"
@@ -63,8 +75,13 @@ def _validate(args, rows) -> int:
     atomic_write(Path(out) / "validation.md", validation_markdown(v, command))
     settings = the_map(rows)
     safe, lim = safe_levels(settings), validity(units(rows))
-    atomic_write(Path(out) / "map.json", json.dumps({"command": command, "safe_levels": safe, "settings": settings,
-                                                     "validity": lim}, indent=1, sort_keys=True) + "\n")
+    atomic_write(
+        Path(out) / "map.json",
+        json.dumps(
+            {"command": command, "safe_levels": safe, "settings": settings, "validity": lim}, indent=1, sort_keys=True
+        )
+        + "\n",
+    )
     atomic_write(Path(out) / "map.md", map_markdown(settings, safe, lim, command))
     for o in v["outcomes"].values():
         print(f"{o['definition']}: {o['verdict']}")
@@ -82,6 +99,7 @@ def _cmd_risk(args) -> int:
     queries = _queries(args)
     from .risk import answer, safe_levels, the_map, units, validity
     from .risk_data import ROOT, gather
+
     rows = gather(args.results or ROOT)
     if args.validate:
         return _validate(args, rows)
@@ -98,23 +116,44 @@ def _cmd_risk(args) -> int:
     lim = validity(units(rows))
     safe = {m: s for m, s in safe_levels(the_map(rows)).items() if mode in (None, m)}
     if args.json:
-        print(json.dumps({"answers": answers, "not_mapped": [{"label": lab, "why": w} for lab, w in skipped],
-                          "safe_levels": safe, "validity": lim}, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "answers": answers,
+                    "not_mapped": [{"label": lab, "why": w} for lab, w in skipped],
+                    "safe_levels": safe,
+                    "validity": lim,
+                },
+                sort_keys=True,
+            )
+        )
     else:
         from .risk_text import answer_text
+
         sys.stdout.write(answer_text(answers, skipped, lim, safe))
     return 0
 
 
 def add_risk_parser(sub) -> None:
     """Register `timbench risk` (importing nothing heavy: the parser must answer --help at once)."""
-    p = sub.add_parser("risk", help="what a measured mismatch did in the committed grids: nearest settings, their "
-                                    "outcomes with intervals, remedies that helped, the map's validity limits")
-    p.add_argument("--mean-abs-delta", dest="mean_abs_delta", metavar="X",
-                   help="measured mean |log pi_train - log pi_rollout| per token")
-    p.add_argument("--stat", action="append", metavar="NAME=VALUE",
-                   help="another measured statistic (repeatable), e.g. k3_kl=0.002, argmax_flips=0.01; an unknown "
-                        "NAME lists the valid ones (docs/risk.md)")
+    p = sub.add_parser(
+        "risk",
+        help="what a measured mismatch did in the committed grids: nearest settings, their "
+        "outcomes with intervals, remedies that helped, the map's validity limits",
+    )
+    p.add_argument(
+        "--mean-abs-delta",
+        dest="mean_abs_delta",
+        metavar="X",
+        help="measured mean |log pi_train - log pi_rollout| per token",
+    )
+    p.add_argument(
+        "--stat",
+        action="append",
+        metavar="NAME=VALUE",
+        help="another measured statistic (repeatable), e.g. k3_kl=0.002, argmax_flips=0.01; an unknown "
+        "NAME lists the valid ones (docs/risk.md)",
+    )
     p.add_argument("--align", metavar="TABLE.json", help="a `timbench align` output (results/align/*.json)")
     p.add_argument("--row", metavar="TEXT", help="with --align: only rows whose 'model: condition' contains TEXT")
     p.add_argument("--gate", metavar="gate.json", help="a `timbench gate run` output (its alignment probe)")
@@ -122,9 +161,15 @@ def add_risk_parser(sub) -> None:
     p.add_argument("--nearest", default="3", metavar="K", help="settings shown per mode (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--results", metavar="DIR", help="the grids to read (default: the checkout's results/)")
-    p.add_argument("--validate", action="store_true",
-                   help="rank the statistics leave-one-condition-out; writes validation.md/.json and the map "
-                        "(map.md/.json: every committed setting, what level was safe) into --out")
-    p.add_argument("--out", help=f"with --validate: output directory (default {DEFAULT_OUT}; "
-                                 "--out results/risk updates the committed page)")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="rank the statistics leave-one-condition-out; writes validation.md/.json and the map "
+        "(map.md/.json: every committed setting, what level was safe) into --out",
+    )
+    p.add_argument(
+        "--out",
+        help=f"with --validate: output directory (default {DEFAULT_OUT}; "
+        "--out results/risk updates the committed page)",
+    )
     p.set_defaults(func=_cmd_risk)

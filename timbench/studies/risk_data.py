@@ -50,20 +50,21 @@ class Stat:
 
 
 STATS = {
-    "mean_abs_delta": Stat("mismatch/mean_abs_delta", "mean |log pi_train - log pi_rollout| per token",
-                           "mean_abs_diff"),
+    "mean_abs_delta": Stat(
+        "mismatch/mean_abs_delta", "mean |log pi_train - log pi_rollout| per token", "mean_abs_diff"
+    ),
     "p99_abs_delta": Stat("mismatch/p99_abs_delta", "99th percentile of |delta| per token", "p99_abs_diff"),
     "max_abs_delta": Stat("mismatch/max_abs_delta", "largest |delta| in the batch", "max_abs_diff"),
     "k3_kl": Stat("rollout_corr/k3_kl", "K3 estimate of KL(rollout || train) per token (verl)", "k3_kl"),
     "k1_kl": Stat("rollout_corr/kl", "K1 estimate of KL per token (verl rollout_corr/kl)", "kl"),
-    "frac_tokens_differ": Stat("mismatch/frac_tokens_differ", "share of tokens whose logprobs differ at all",
-                               "frac_tokens_differ"),
+    "frac_tokens_differ": Stat(
+        "mismatch/frac_tokens_differ", "share of tokens whose logprobs differ at all", "frac_tokens_differ"
+    ),
     "extreme_frac_2": Stat("mismatch/extreme_frac_2", "share of tokens with a ratio outside [1/2, 2]"),
     "chi2_token": Stat("rollout_corr/chi2_token", "chi^2 divergence of token ratios (verl)"),
     "chi2_seq": Stat("rollout_corr/chi2_seq", "chi^2 divergence of sequence ratios (verl)"),
     "log_ppl_abs_diff": Stat("rollout_corr/log_ppl_abs_diff", "|log perplexity difference| per sequence (verl)"),
-    "probs_diff_max": Stat("training/rollout_probs_diff_max", "largest |p_train - p_rollout| (verl)",
-                           "probs_diff_max"),
+    "probs_diff_max": Stat("training/rollout_probs_diff_max", "largest |p_train - p_rollout| (verl)", "probs_diff_max"),
     "probs_diff_mean": Stat("training/rollout_probs_diff_mean", "mean |p_train - p_rollout| (verl)"),
     "drift_abs": Stat("drift/diff_abs_mean", "|C(r_train) - C(r_rollout)|: the objective drift (arXiv 2605.14220)"),
     "argmax_flips": Stat("tim/top1_agreement", "share of positions whose argmax token differs", complement=True),
@@ -72,8 +73,9 @@ STATS = {
     "tv_max": Stat("tim/tv_max", "largest total-variation distance in the batch"),
     "neg_adv_imbalance": Stat("tim/neg_adv_imbalance", "TRIAGE mass(A<0, delta<0) / mass(A<0, delta>0)"),
     "pos_adv_imbalance": Stat("tim/pos_adv_imbalance", "the same ratio for A>0 (TRIAGE's control)"),
-    "tail_seg_concentration": Stat("tim/tail_seg_concentration", "share of the |delta| tail in the worst 10% of "
-                                                                 "64-token segments (TRIAGE)"),
+    "tail_seg_concentration": Stat(
+        "tim/tail_seg_concentration", "share of the |delta| tail in the worst 10% of 64-token segments (TRIAGE)"
+    ),
 }
 """Statistic name (what `--stat NAME=VALUE` takes) -> Stat. mean_abs_delta is the field's default dose."""
 DOSE = "mean_abs_delta"
@@ -140,8 +142,12 @@ def grid_rows(path: str | Path, name: str | None = None) -> list[RiskRow]:
     grid = load_results(path)
     name = name or Path(path).name
     cells = {c.id: c for c in grid.cells}
-    rows = with_endpoint(summarize(grid), {c.id: c.evals for c in grid.cells},
-                         {c.id: c.config.get("steps") for c in grid.cells}, grid.endpoint or DEFAULT)
+    rows = with_endpoint(
+        summarize(grid),
+        {c.id: c.evals for c in grid.cells},
+        {c.id: c.config.get("steps") for c in grid.cells},
+        grid.endpoint or DEFAULT,
+    )
     out = []
     for r in rows:
         if not is_finished(r):
@@ -151,12 +157,26 @@ def grid_rows(path: str | Path, name: str | None = None) -> list[RiskRow]:
         rel = r.get("endpoint_rel")
         lens = [float(m["response_length/mean"]) for m in cell.metrics if m.get("response_length/mean") is not None]
         steps, collapsed, step = cell.config.get("steps"), bool(r["collapse/collapsed"]), r["collapse/step"]
-        out.append(RiskRow(grid=name, task=str(r["task"]), model=str(r["model"]), condition=r["condition"],
-                           kind=str(r["kind"]), remedy=r["remedy"], mode=r["mode"], seed=int(r["seed"] or 0),
-                           steps=steps, stats=stats, collapsed=collapsed, collapse_step=step,
-                           collapsed_within=_within(steps, collapsed, step), endpoint_t1=r.get("endpoint_t1"),
-                           loss=None if rel is None else 1.0 - rel,
-                           response_length=math.fsum(lens) / len(lens) if lens else None))
+        out.append(
+            RiskRow(
+                grid=name,
+                task=str(r["task"]),
+                model=str(r["model"]),
+                condition=r["condition"],
+                kind=str(r["kind"]),
+                remedy=r["remedy"],
+                mode=r["mode"],
+                seed=int(r["seed"] or 0),
+                steps=steps,
+                stats=stats,
+                collapsed=collapsed,
+                collapse_step=step,
+                collapsed_within=_within(steps, collapsed, step),
+                endpoint_t1=r.get("endpoint_t1"),
+                loss=None if rel is None else 1.0 - rel,
+                response_length=math.fsum(lens) / len(lens) if lens else None,
+            )
+        )
     return out
 
 

@@ -70,10 +70,12 @@ def _align_query(row: dict, where: str) -> dict:
 def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict]]:
     """The rows of an align table (JSON), or those whose label contains `row`; zero-mismatch rows are skipped."""
     from ..util.readfile import read_json
+
     p = Path(path)
     if p.suffix == ".md":
         raise ValueError(f"{p}: the Markdown table; pass the JSON next to it ({p.with_suffix('.json')})")
     from ..util import manifest
+
     manifest.refuse_changed(p.parent, [p.name], "align table")
     doc = read_json(p, "align table")
     rows = [doc] if isinstance(doc, dict) else doc
@@ -97,6 +99,7 @@ def gate_suites() -> list[str]:
     """Gate suites (bench/gates/*.yaml) that run the alignment probe: the gate.json files `risk` understands."""
     from ..gate.suite import SUITES_DIR
     from ..util.readfile import read_yaml
+
     out = []
     for f in sorted(SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []:
         doc = read_yaml(f, "gate suite") or {}
@@ -108,17 +111,22 @@ def gate_suites() -> list[str]:
 def from_gate(path: str | Path) -> list[tuple[str, dict]]:
     """The alignment probe rows of a gate run (one query per model)."""
     from ..gate.check import load_report
+
     doc = load_report(path)
     suite = doc["identity"].get("suite")
     known = gate_suites()
     if suite not in known:
-        raise ValueError(f"{path}: a gate run of suite {suite!r}; `timbench risk` understands the suites with the "
-                         f"alignment probe: {', '.join(known)}")
+        raise ValueError(
+            f"{path}: a gate run of suite {suite!r}; `timbench risk` understands the suites with the "
+            f"alignment probe: {', '.join(known)}"
+        )
     rows = [r for r in doc["probes"] if r.get("probe") == "alignment"]
     rows = [r for r in rows if isinstance(r.get("numbers"), dict) and "mean_abs_diff" in r["numbers"]]
     if not rows:
-        raise ValueError(f"{path}: no alignment probe result (suite {suite}); rerun `timbench gate run` with a suite "
-                         f"that has it: {', '.join(known)}")
+        raise ValueError(
+            f"{path}: no alignment probe result (suite {suite}); rerun `timbench gate run` with a suite "
+            f"that has it: {', '.join(known)}"
+        )
     out = []
     for r in rows:
         q = _align_query(r["numbers"], f"{path} model {r.get('model')}")

@@ -29,10 +29,11 @@ LOSS = 0.15
 """Accuracy lost (relative to the same seed's zero-mismatch endpoint) that counts as damage: half the zero-mismatch
 run's own relative gain in results/paper (0.155 / 0.535 = 0.29), the margin the paper page's equivalence tests use."""
 OUTCOMES = {
-    "collapse": (f"collapse dated before step {HORIZON} (the grid's collapse rule)",
-                 lambda r: r.collapsed_within),
-    "loss": (f"endpoint accuracy more than {LOSS:.0%} below the same seed's zero-mismatch run",
-             lambda r: None if r.loss is None else r.loss > LOSS),
+    "collapse": (f"collapse dated before step {HORIZON} (the grid's collapse rule)", lambda r: r.collapsed_within),
+    "loss": (
+        f"endpoint accuracy more than {LOSS:.0%} below the same seed's zero-mismatch run",
+        lambda r: None if r.loss is None else r.loss > LOSS,
+    ),
 }
 BOOT = 2000
 SEED = 0
@@ -135,6 +136,7 @@ def _scores(preds: list[tuple]) -> tuple[float | None, float | None]:
 def _weighted(preds: list[tuple], w):
     """(accuracy, AUC) of `preds` for each row of weights `w` (draws x rows: how often each row was drawn)."""
     import numpy as np
+
     y = np.array([p[1] for p in preds], dtype=bool)
     correct = np.array([p[2] == p[1] for p in preds], dtype=float)
     s = np.array([p[3] for p in preds])
@@ -155,6 +157,7 @@ def bootstrap(preds_by_name: dict[str, list[tuple]], ref: str, boot: int = BOOT,
     resampling conditions (groups) with replacement (numpy's seeded generator: the same numbers on every run);
     every predictor's list must cover the same rows in the same order."""
     import numpy as np
+
     groups = sorted({p[0] for p in preds_by_name[ref]})
     gi = np.array([groups.index(p[0]) for p in preds_by_name[ref]])
     counts = np.random.default_rng(seed).multinomial(len(groups), [1 / len(groups)] * len(groups), size=boot)
@@ -169,8 +172,9 @@ def bootstrap(preds_by_name: dict[str, list[tuple]], ref: str, boot: int = BOOT,
             for key, xs in ((k, v), (k + "_diff", None if b is None else v - b)):
                 if xs is not None:
                     xs = xs[np.isfinite(xs)]
-                    out[(name, key)] = [float(np.percentile(xs, 2.5)), float(np.percentile(xs, 97.5))] \
-                        if len(xs) >= 20 else None
+                    out[(name, key)] = (
+                        [float(np.percentile(xs, 2.5)), float(np.percentile(xs, 97.5))] if len(xs) >= 20 else None
+                    )
     return out
 
 
@@ -185,22 +189,33 @@ def validate_outcome(rows: list[RiskRow], outcome: str) -> list[dict]:
         have = [r for r in base if stat in r.stats]
         if len({r.condition for r in have}) < 3 or len({y_of(r) for r in have}) < 2:
             continue
-        data = {n: [(r.condition, r.mode, 0.0 if n == MODE_ONLY else feature(r.stats[n]), bool(y_of(r)))
-                    for r in have] for n in {name, DOSE}}
+        data = {
+            n: [(r.condition, r.mode, 0.0 if n == MODE_ONLY else feature(r.stats[n]), bool(y_of(r))) for r in have]
+            for n in {name, DOSE}
+        }
         preds = {n: loco_predictions(d) for n, d in data.items()}
         ivs = bootstrap(preds, DOSE)
         acc, a = _scores(preds[name])
         dacc, da = _scores(preds[DOSE])
-        results.append({
-            "statistic": name, "rows": len(have), "conditions": len({r.condition for r in have}),
-            "grids": sorted({r.grid for r in have}), "damaged": sum(bool(y_of(r)) for r in have),
-            "accuracy": acc, "accuracy_ci": ivs.get((name, "accuracy")), "auc": a, "auc_ci": ivs.get((name, "auc")),
-            "dose_accuracy": dacc, "dose_auc": da,
-            "auc_minus_dose": None if a is None or da is None else a - da,
-            "auc_minus_dose_ci": ivs.get((name, "auc_diff")) if name != DOSE else None,
-            "accuracy_minus_dose": None if acc is None or dacc is None else acc - dacc,
-            "accuracy_minus_dose_ci": ivs.get((name, "accuracy_diff")) if name != DOSE else None,
-        })
+        results.append(
+            {
+                "statistic": name,
+                "rows": len(have),
+                "conditions": len({r.condition for r in have}),
+                "grids": sorted({r.grid for r in have}),
+                "damaged": sum(bool(y_of(r)) for r in have),
+                "accuracy": acc,
+                "accuracy_ci": ivs.get((name, "accuracy")),
+                "auc": a,
+                "auc_ci": ivs.get((name, "auc")),
+                "dose_accuracy": dacc,
+                "dose_auc": da,
+                "auc_minus_dose": None if a is None or da is None else a - da,
+                "auc_minus_dose_ci": ivs.get((name, "auc_diff")) if name != DOSE else None,
+                "accuracy_minus_dose": None if acc is None or dacc is None else acc - dacc,
+                "accuracy_minus_dose_ci": ivs.get((name, "accuracy_diff")) if name != DOSE else None,
+            }
+        )
     results.sort(key=lambda d: (-(d["auc"] if d["auc"] is not None else -1), -(d["accuracy"] or 0), d["statistic"]))
     return results
 
@@ -216,25 +231,36 @@ def verdict(ranked: list[dict]) -> str:
         return f"mean |delta| ranks first (LOCO AUC {best['auc']:.3f})"
     ci = best["auc_minus_dose_ci"]
     beats = ci is not None and ci[0] > 0
-    tail = (f"it beats mean |delta| on the same {best['rows']} rows (AUC difference {best['auc_minus_dose']:+.3f}, "
-            f"95% CI [{ci[0]:+.3f}, {ci[1]:+.3f}])" if beats else
-            f"the data cannot tell it apart from mean |delta| on the same {best['rows']} rows (AUC "
-            f"{best['auc']:.3f} vs {best['dose_auc']:.3f}, difference 95% CI "
-            + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}])" if ci else "not estimable)"))
+    tail = (
+        f"it beats mean |delta| on the same {best['rows']} rows (AUC difference {best['auc_minus_dose']:+.3f}, "
+        f"95% CI [{ci[0]:+.3f}, {ci[1]:+.3f}])"
+        if beats
+        else f"the data cannot tell it apart from mean |delta| on the same {best['rows']} rows (AUC "
+        f"{best['auc']:.3f} vs {best['dose_auc']:.3f}, difference 95% CI "
+        + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}])" if ci else "not estimable)")
+    )
     head = f"{best['statistic']} ranks first (LOCO AUC {best['auc']:.3f}); {tail}"
     dose = next((d for d in stats if d["statistic"] == DOSE), None)
     full = [d for d in stats if dose and d["rows"] == dose["rows"] and d["statistic"] != DOSE]
     if dose and best["rows"] < dose["rows"] and full:  # the leader was scored on fewer rows: say who leads on all
         f, ci = full[0], full[0]["auc_minus_dose_ci"]
-        head += (f"; on all {dose['rows']} rows ({dose['conditions']} conditions) {f['statistic']} leads (AUC "
-                 f"{f['auc']:.3f} vs mean |delta| {dose['auc']:.3f}" + (f", difference 95% CI [{ci[0]:+.3f}, "
-                                                                         f"{ci[1]:+.3f}])" if ci else ")"))
+        head += (
+            f"; on all {dose['rows']} rows ({dose['conditions']} conditions) {f['statistic']} leads (AUC "
+            f"{f['auc']:.3f} vs mean |delta| {dose['auc']:.3f}"
+            + (f", difference 95% CI [{ci[0]:+.3f}, {ci[1]:+.3f}])" if ci else ")")
+        )
     above = [d for d in stats if d["auc_minus_dose_ci"] and d["auc_minus_dose_ci"][0] > 0]
     if not above:
         return head + "; no statistic's AUC difference from mean |delta| has its interval above 0"
-    return head + "; AUC above mean |delta|'s with the interval above 0: " + ", ".join(
-        f"{d['statistic']} ({d['auc_minus_dose']:+.3f} [{d['auc_minus_dose_ci'][0]:+.3f}, "
-        f"{d['auc_minus_dose_ci'][1]:+.3f}])" for d in above)
+    return (
+        head
+        + "; AUC above mean |delta|'s with the interval above 0: "
+        + ", ".join(
+            f"{d['statistic']} ({d['auc_minus_dose']:+.3f} [{d['auc_minus_dose_ci'][0]:+.3f}, "
+            f"{d['auc_minus_dose_ci'][1]:+.3f}])"
+            for d in above
+        )
+    )
 
 
 def distinct(rows: list[RiskRow]) -> list[RiskRow]:
@@ -244,8 +270,18 @@ def distinct(rows: list[RiskRow]) -> list[RiskRow]:
     # lacks (dual_clip's copies of paper's seeds 0-2); of two copies the one with more statistics stays.
     seen: dict = {}
     for r in rows:
-        key = (r.task, r.model, r.condition, r.remedy, r.mode, r.seed, r.steps, r.stats.get("mean_abs_delta"),
-               r.stats.get("k3_kl"), r.endpoint_t1)
+        key = (
+            r.task,
+            r.model,
+            r.condition,
+            r.remedy,
+            r.mode,
+            r.seed,
+            r.steps,
+            r.stats.get("mean_abs_delta"),
+            r.stats.get("k3_kl"),
+            r.endpoint_t1,
+        )
         if key not in seen or len(r.stats) > len(seen[key].stats):
             seen[key] = r
     return list(seen.values())
@@ -254,13 +290,23 @@ def distinct(rows: list[RiskRow]) -> list[RiskRow]:
 def validate(rows: list[RiskRow]) -> dict:
     """The validation report of the map's rows (risk_data.mapped): per outcome, the ranked statistics and a verdict."""
     rows = distinct(rows)
-    out = {"outcomes": {}, "loss_threshold": LOSS, "horizon": HORIZON, "bootstrap": BOOT, "seed": SEED,
-           "rows": len(rows), "conditions": sorted({r.condition for r in rows}),
-           "grids": sorted({r.grid for r in rows})}
+    out = {
+        "outcomes": {},
+        "loss_threshold": LOSS,
+        "horizon": HORIZON,
+        "bootstrap": BOOT,
+        "seed": SEED,
+        "rows": len(rows),
+        "conditions": sorted({r.condition for r in rows}),
+        "grids": sorted({r.grid for r in rows}),
+    }
     real = [r for r in rows if r.kind != "noise"]
     for name, (doc, _) in OUTCOMES.items():
         for key, subset in ((name, rows), (f"{name}, real conditions only", real)):
             ranked = validate_outcome(subset, name)
-            out["outcomes"][key] = {"definition": doc + ("" if subset is rows else "; synthetic noise left out"),
-                                    "ranked": ranked, "verdict": verdict(ranked)}
+            out["outcomes"][key] = {
+                "definition": doc + ("" if subset is rows else "; synthetic noise left out"),
+                "ranked": ranked,
+                "verdict": verdict(ranked),
+            }
     return out
