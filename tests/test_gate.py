@@ -178,6 +178,20 @@ def test_committed_detection_matrix_catches_every_fault():
     assert len(reruns) >= 10 and len({r["seed"] for r in reruns}) == len(reruns)
 
 
+def test_committed_detection_page_is_its_json_rendered():
+    # detection.md is a pure function of detection.json: a page edited by hand, or one left behind by a rerun
+    # that rewrote only the data, differs from the rendering.
+    from pathlib import Path
+
+    from timbench.gate.run import detection_markdown
+
+    root = Path(__file__).resolve().parents[1] / "results/gates"
+    doc = json.loads((root / "detection.json").read_text())
+    names = ["none", *(f for f in FAULTS if f in doc["faults"])]
+    cols = [p for p in load_suite(doc["suite"]).probes if p in doc["faults"]["none"]]
+    assert detection_markdown(doc, names, cols) == (root / "detection.md").read_text()
+
+
 def test_a_suite_naming_an_unknown_model_is_one_line(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text(TINY.replace("models: [tiny-dense]", "models: [qwen3-8b]"))
     assert main(["gate", "run", "--suite", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "x")]) == 2

@@ -247,9 +247,19 @@ def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: 
             {"seed": seeded.seed, "failed": [f"{r['model']} {r['probe']}" for r in rep["probes"] if not r["passed"]]}
         )
     doc = {"suite": suite.name, "suite_version": suite.version, "faults": table, "clean_reruns": reruns}
+    atomic_write(Path(out) / "detection.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write(Path(out) / "detection.md", detection_markdown(doc, names, cols))
+    return doc
+
+
+def detection_markdown(doc: dict, names: list[str], cols: list[str]) -> str:
+    """detection.md from detection.json's `doc`: one row per fault in `names` order, one column per probe in
+    `cols` (the suite's order), then the false-alarm line. A pure function of the data, so the committed page
+    can be re-rendered from its JSON alone (tests/test_gate.py holds the committed page to it)."""
+    table, reruns = doc["faults"], doc["clean_reruns"]
     lines = [
-        f"Fault detection matrix, gate suite `{suite.name}` v{suite.version} on timbench's exact fp32 engine "
-        "(`timbench gate faults`); a cell names the checkpoints on which the probe failed.",
+        f"Fault detection matrix, gate suite `{doc['suite']}` v{doc['suite_version']} on timbench's exact fp32 "
+        "engine (`timbench gate faults`); a cell names the checkpoints on which the probe failed.",
         "",
         "| fault | " + " | ".join(cols) + " | gate |",
         "|---|" + "---|" * (len(cols) + 1),
@@ -273,6 +283,4 @@ def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: 
             + " (the exact probes cannot false-alarm; sampling_semantics fails a correct engine with "
             "probability alpha per run).",
         ]
-    atomic_write(Path(out) / "detection.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    atomic_write(Path(out) / "detection.md", "\n".join(lines) + "\n")
-    return doc
+    return "\n".join(lines) + "\n"
