@@ -424,8 +424,8 @@ def _html(
         "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
         f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}",
         "Verdicts are decided by the rules in timbench/studies/paper_claims.py and "
-        "timbench/report/verdict_rules.py from the committed cells; intervals are 95% Student t over seeds (paired by seed where two settings are "
-        "compared), Wilson for rates.",
+        "timbench/report/verdict_rules.py from the committed cells; intervals are 95% Student t over seeds "
+        "(paired by seed where two settings are compared), Wilson for rates.",
     ] + preamble(d)
     return page(
         f"Paper claims (arXiv 2605.14220) at CPU scale: {path.name}",
