@@ -2,6 +2,7 @@
 
 timbench grid run GRID.yaml --out results/NAME [--workers N] [--backend local|ray] [--address A]
                             [--resources JSON] [--max-attempts N] [--retry-failed] [--cell-timeout S]
+                            [--order axes|seeds]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _cmd_run(args) -> int:
         from .local import cell_timeouts
 
         cell_timeouts([], args.cell_timeout)
-    options = {"cell_timeout": args.cell_timeout}
+    options = {"cell_timeout": args.cell_timeout, "order": args.order}
     if args.backend == "ray":
         from .ray_runner import parse_resources
 
@@ -70,6 +71,7 @@ def add_run_parser(grid_sub) -> None:
     from timbench.grid.cli import add_workers_arg
 
     from . import BACKENDS
+    from .driver import ORDERS
 
     p = grid_sub.add_parser("run", help="run every cell of a grid that is not done yet (resumable)")
     p.add_argument("grid", help="grid spec YAML")
@@ -96,6 +98,14 @@ def add_run_parser(grid_sub) -> None:
         help="wall-clock limit per cell (on Ray: from when its task starts on a worker), after which "
         "it is killed and recorded failed (0 = none; default 10x the cost model's estimate, at least "
         "600 s)",
+    )
+    p.add_argument(
+        "--order",
+        default="axes",
+        choices=list(ORDERS),
+        help="which cells run first: axes (default; the grid's order, seed innermost) or seeds (every "
+        "setting's seed 0, then seed 1, ...: a long campaign stopped part-way holds every setting at equal "
+        "seed counts); the order never changes a cell's bytes",
     )
     p.add_argument(
         "--allow-plugins",

@@ -50,6 +50,23 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) 
     return todo
 
 
+ORDERS = {
+    "axes": "the grid's axis order (task outermost, seed innermost): one setting's seeds finish together",
+    "seeds": "seed-major: every setting's seed 0 before any seed 1, so a campaign stopped part-way holds every "
+    "setting at equal seed counts",
+}
+"""The orders `grid run --order` runs the cells of a grid in; an order changes when a cell runs, never its bytes."""
+
+
+def order_cells(todo: list[dict], order: str) -> list[dict]:
+    """`todo` in `order` (a key of ORDERS); stable, so ties keep the grid's axis order."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; valid: {', '.join(ORDERS)}")
+    if order == "seeds":
+        return sorted(todo, key=lambda c: c["axes"]["seed"])
+    return list(todo)
+
+
 def run_cells(
     cells: list[dict],
     out: str | Path,
@@ -67,11 +84,12 @@ def run_cells(
 
     The one way cells run, for `grid run`, `track run` and `submit`: `select` (manifest checks, retry rule),
     a progress line counting these cells, the backend, and the per-cell wall-clock limit of either backend
-    (`options["cell_timeout"]`, see runners.local.cell_timeouts). Other `options` are the backend's own
-    keyword arguments (Ray: `resources`, `max_attempts`). `announce(n_todo)`, when given, is told how many
-    cells will run before any does (submit's "k of n cells to run" line)."""
+    (`options["cell_timeout"]`, see runners.local.cell_timeouts), in `options["order"]` (ORDERS). Other
+    `options` are the backend's own keyword arguments (Ray: `resources`, `max_attempts`). `announce(n_todo)`,
+    when given, is told how many cells will run before any does (submit's "k of n cells to run" line)."""
     run = get_backend(backend)
-    todo = select(cells, out, retry_failed, stream)
+    options = dict(options or {})
+    todo = order_cells(select(cells, out, retry_failed, stream), options.pop("order", "axes"))
     if announce is not None:
         announce(len(todo))
     todo_ids = {c["id"] for c in todo}
@@ -79,7 +97,6 @@ def run_cells(
     done = sum(1 for s in before.values() if s == "done")
     failed = sum(1 for s in before.values() if s == "failed")
     progress = Progress(label, len(cells), done, failed, workers, stream=stream)
-    options = dict(options or {})
     timeout = options.pop("cell_timeout", None)
     if todo:
         from .local import cell_timeouts

@@ -23,7 +23,7 @@ from timbench.grid.layout import prepare, read_status, run_dir, write_status
 from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners.cell import run_cell
-from timbench.runners.driver import run_grid, select
+from timbench.runners.driver import order_cells, run_grid, select
 from timbench.tasks.base import Task
 from timbench.util.manifest import stamp_run
 
@@ -391,6 +391,19 @@ def test_select_skips_done_and_failed_unless_retrying(tmp_path):
     assert [c["id"] for c in select(cells, tmp_path, retry_failed=True)] == ["b", "c", "d"]
     with pytest.raises(ValueError, match="valid: running, done, failed"):
         write_status(tmp_path, "a", "finished", None, 0.0, 1)
+
+
+def test_seeds_order_runs_every_settings_seed_0_first_and_keeps_axis_order_within_a_seed(ckpt):
+    grid = parse_grid(_tiny(ckpt, "o", ["baseline", "bf16-engine"], axes={"seed": [0, 1, 2]}))
+    cells = [c.to_dict() for c in expand(grid)]
+    axes = [(c["axes"]["condition"], c["axes"]["seed"]) for c in cells]
+    assert [a[1] for a in axes] == [0, 1, 2] * (len(cells) // 3)  # the grid's own order: seed innermost
+    seeds = [(c["axes"]["condition"], c["axes"]["seed"]) for c in order_cells(cells, "seeds")]
+    assert [s for _, s in seeds] == sorted(s for _, s in axes)
+    assert [c for c, s in seeds if s == 0] == [c for c, s in axes if s == 0]
+    assert order_cells(cells, "axes") == cells
+    with pytest.raises(ValueError, match="unknown order 'random'; valid: axes, seeds"):
+        order_cells(cells, "random")
 
 
 def test_select_redoes_a_damaged_done_cell_and_refuses_one_without_manifest(tmp_path):
