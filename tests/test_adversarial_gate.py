@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 40) for the release gate: suite values that would make a probe do nothing, and a suite
+"""Hostile inputs for the release gate: suite values that would make a probe do nothing, and a suite
 edited without a new version (docs/reliability.md)."""
 
 import json

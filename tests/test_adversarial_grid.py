@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 40) for the grid runner: one cell whose run directory refuses writes fails alone, in one
+"""Hostile inputs for the grid runner: one cell whose run directory refuses writes fails alone, in one
 line, while its sibling finishes (docs/reliability.md)."""
 
 import json

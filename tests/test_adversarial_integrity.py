@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 40), integrity bound to content: a run bound to its cell, a summary its logs still give,
+"""Hostile inputs, integrity bound to content: a run bound to its cell, a summary its logs still give,
 cells.json under the grid's manifest, a checkpoint that carries its own hash (docs/reliability.md)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 40) for plug-ins: a plug-in whose import or __init__ raises is the plug-in's failure, and
+"""Hostile inputs for plug-ins: a plug-in whose import or __init__ raises is the plug-in's failure, and
 a run directory's config.yaml naming a plug-in file runs it only when asked (docs/reliability.md)."""
 
 import pytest

@@ -57,7 +57,7 @@ def _imported_modules(path: Path, package: list[str]) -> set[str]:
 
 
 def test_the_library_never_imports_the_runners():
-    """Issue 24 item 5: runners sit above the library. Only the command-line layer (the `cli.py` modules, which
+    """Runners sit above the library. Only the command-line layer (the `cli.py` modules, which
     parse arguments and pick a backend) may import them; everything else gets what it runs passed in."""
     offenders = sorted(
         f"{p.relative_to(ROOT)} imports {m}"

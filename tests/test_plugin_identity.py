@@ -1,4 +1,4 @@
-"""Issue 29: a plug-in remedy is known by its `name` and a hash of its file, never by its path (cell ids, run
+"""A plug-in remedy is known by its `name` and a hash of its file, never by its path (cell ids, run
 dirs, resume), built-in ids are unchanged, and a plug-in's own `extra` metrics reach summary.csv."""
 
 import json
