@@ -453,12 +453,16 @@ def test_a_local_ray_instance_keeps_its_files_in_a_private_dir(monkeypatch):
             FakeRay.kw = kw
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token set up for a Ray that never starts
+    before = os.environ.get(ray_runner.SINGLE_NODE)
     temp = ray_runner._connect(FakeRay(), "local", 2)
     try:
         assert FakeRay.kw["_temp_dir"] == temp and FakeRay.kw["address"] == "local"
         assert os.stat(temp).st_mode & 0o777 == 0o700 and os.stat(temp).st_uid == os.getuid()
+        # a single-node instance on the loopback address, not on the host's
+        assert FakeRay.kw["_node_ip_address"] == "127.0.0.1" and os.environ[ray_runner.SINGLE_NODE] == "0"
     finally:
-        os.rmdir(temp)
+        ray_runner.release(temp)  # its reaper finds no process to end and removes the dir
+    assert not os.path.exists(temp) and os.environ.get(ray_runner.SINGLE_NODE) == before
 
 
 # 7. Integrity bound to content.
