@@ -108,3 +108,19 @@ def test_merging_two_grids_holding_the_same_runs_keeps_each_cell_once(grids, tmp
     assert [c.id for c in merged.cells] == [c.id for c in orig.cells]
     assert [c.status for c in merged.cells] == [c.status for c in orig.cells]
     assert sorted(os.listdir(tmp_path / "m" / "runs")) == sorted(os.listdir(a / "runs"))
+
+
+@pytest.mark.parametrize("which", ["align", "diagnose"])
+@pytest.mark.parametrize("twice", ["model", "condition"])
+def test_a_table_listing_a_model_or_condition_twice_is_refused_in_one_line(tmp_path, capsys, which, twice):
+    if which == "align":
+        cond = {"name": "bf16", "engine": "kernels=exact,dtype=bf16", "trainer": "kernels=exact"}
+        conds = [cond, cond] if twice == "condition" else [cond]
+    else:
+        conds = ["bf16-engine", "bf16-engine"] if twice == "condition" else ["bf16-engine"]
+    models = ["tiny-dense", "tiny-dense"] if twice == "model" else ["tiny-dense"]
+    (tmp_path / "t.yaml").write_text(json.dumps({"models": models, "conditions": conds}))
+    assert main([which, "--table", str(tmp_path / "t.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is listed twice" in err[0] and twice in err[0], err
+    assert not (tmp_path / "out").exists()

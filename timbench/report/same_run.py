@@ -8,7 +8,8 @@ line (`distinct_dirs`): it is a slip, and no answer is right for it. Runs held b
 by content (`run_identity`: the config the run ran, plug-in directory dropped as in every resume check, and its
 logs) and count once wherever runs are pooled; a grid's own reading (its leaderboard, its settings) keeps them.
 Two cells with the same logs but another config (a condition that happens to be bitwise the reference) are two
-runs, and two grids whose cells share an id but not the logs are two runs too.
+runs, and two grids whose cells share an id but not the logs are two runs too. An align or diagnose table that
+lists a model or a condition twice is refused in one line (`refuse_repeats`): its rows would be measured twice.
 """
 
 from __future__ import annotations
@@ -49,3 +50,15 @@ def distinct_dirs(dirs: list, what: str = "result directory") -> list:
             )
         seen[key] = str(d)
     return list(dirs)
+
+
+def refuse_repeats(names: list, what: str, where: str) -> None:
+    """A one-line ValueError when `names` (an align or diagnose table's models or condition names) holds one
+    twice: its rows would be measured and listed twice."""
+    if not isinstance(names, list):  # not a list: the table's own checks say what is valid
+        return
+    seen = set()
+    for n in names:
+        if repr(n) in seen:
+            raise ValueError(f"{where}: {what} {n!r} is listed twice; each counts once, so list it once")
+        seen.add(repr(n))
