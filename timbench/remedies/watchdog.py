@@ -30,9 +30,19 @@ class Watchdog:
 
     def __init__(self):
         self._proc: subprocess.Popen | None = None
+        self._owner = os.getpid()
 
     def _send(self, order: dict) -> None:
+        if self._proc is not None and self._owner != os.getpid():
+            # a forked child (a fork-context worker pool) inherited its parent's helper, which would kill the
+            # parent: it drops its copy of the pipe and starts its own
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+            self._proc = None
         if self._proc is None or self._proc.poll() is not None:
+            self._owner = os.getpid()
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid())],
                 stdin=subprocess.PIPE,
