@@ -143,9 +143,10 @@ test-slow: setup
 test-journeys: setup
 	$(PY) -m pytest -q --durations=10 -m journey tests/test_journeys.py
 
-# A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min).
+# A real multi-node Ray cluster on this machine (`ray start` head + nodes), a node and the driver killed mid-grid (~2 min);
+# a local instance whose driver is killed leaves no Ray process (tests/test_adversarial_grid.py, ~30 s).
 test-ray: setup
-	TIMBENCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m ray_cluster tests/test_ray_cluster.py
+	TIMBENCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m ray_cluster tests/test_ray_cluster.py tests/test_adversarial_grid.py
 
 # The HTML pages rendered in headless Chromium (installed here when missing: apt, as root or via sudo).
 test-browser: setup

@@ -10,10 +10,11 @@ resume, which writes each step exactly once.
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 
-from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, write_status
+from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, status_record, write_status
 from timbench.rl.rundir import one_line  # the one-line error format cell.json and status.json share
 from timbench.util.atomic import atomic_write
 
@@ -28,8 +29,9 @@ def run_cell(cell: dict, out: str) -> dict:
     write_status(out, cid, "running", None, 0.0, attempts)
     t0 = time.perf_counter()
 
-    def killed(reason: str) -> None:  # a plug-in outlived its limit: this process ends now (remedies.deadline)
-        write_status(out, cid, "failed", f"PluginTimeout: {reason}", time.perf_counter() - t0, attempts)
+    def killed(reason: str) -> dict:  # a plug-in outlived its limit: this process ends now (remedies.deadline)
+        rec = status_record("failed", f"PluginTimeout: {reason}", time.perf_counter() - t0, attempts)
+        return {run_dir(out, cid) / "cell.json": json.dumps(rec, sort_keys=True) + "\n"}
 
     try:
         from timbench.remedies.deadline import last_words

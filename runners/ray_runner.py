@@ -26,7 +26,11 @@ limit (runners.local.cell_timeouts) is cancelled, its worker process killed,
 and recorded failed as in the local backend, not retried; its scratch directory
 stays in the node's temp dir, as after any killed worker. A driver killed
 even by kill -9 resumes with the same command: the results directory holds only
-whole files, and a snapshot's logs are written before its checkpoint.
+whole files, and a snapshot's logs are written before its checkpoint; a local
+instance it started ends with it (runners.reaper), and listens on 127.0.0.1 only.
+
+Ray's own transport (the task, its arguments, what a worker yields) is pickle: the nodes of a cluster are
+trusted (docs/guides/ray.md). What timbench itself reads back, a checkpoint, is read without pickle's code.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from timbench.grid.layout import read_status, record_done, record_if_finished, run_dir, write_status
 from timbench.rl.rundir import clear_end_markers
 
+from . import reaper
 from .cell import one_line
 from .local import record_timeout
 from .progress import Progress
@@ -51,6 +56,12 @@ MAX_ATTEMPTS = 3
 """Submissions of one cell per invocation when workers or nodes are lost (its own errors are not retried)."""
 PROGRESS_EVERY_S = 5.0
 """With a progress line, the longest the driver waits for a message before printing it again (if changed)."""
+LOOPBACK = {"_node_ip_address": "127.0.0.1"}
+"""A local instance's node address (with `_loopback_only`): every port of it, the GCS's, the raylet's, the agents'
+and the workers', listens on 127.0.0.1 only, not on the host's address."""
+SINGLE_NODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for a machine that is no cluster node (ray_constants.ENABLE_RAY_CLUSTER): off, Ray takes the
+loopback address as the node's instead of resolving 127.0.0.1 to the host's address; on Linux it is on."""
 
 
 def _import_ray():
@@ -64,9 +75,9 @@ def _import_ray():
 def _token_auth_for_a_local_cluster() -> None:
     """Start the local cluster with Ray's token authentication (a fresh random token unless RAY_AUTH_TOKEN is set).
 
-    Ray's GCS, raylet and workers listen on every interface (`ss -ltnp` shows `*:port`; Ray 2.60 has no
-    loopback-only switch), so without a token anyone who can reach this machine could submit code to them.
-    With it, a client that lacks the token is refused (tests/test_grid.py checks a foreign `ray.init`).
+    A local instance listens on 127.0.0.1 only (`_loopback_only`), but every user of this machine can reach
+    that, so without a token any of them could submit code to it. With it, a client that lacks the token is
+    refused (tests/test_grid.py checks a foreign `ray.init`).
     RAY_AUTH_MODE=disabled set by the user is respected. The mode is read into Ray's cached config, so it is
     set here and the cache refreshed (Ray's own `_enable_token_auth` does exactly that).
     """
@@ -118,8 +129,64 @@ def _connect(ray, address: str | None, workers: int | None) -> str | None:
     # Ray's default temp dir (/tmp/ray) is shared by every user of the machine and world-writable; a local
     # instance keeps its sockets, logs and spilled objects in a fresh directory only this user can enter.
     temp = private_temp_dir()
-    ray.init(include_dashboard=False, address="local", num_cpus=workers, _temp_dir=temp)
+    # Its processes outlive a driver killed by SIGKILL: the reaper, started first, ends them when this one ends.
+    _REAPERS[temp] = (reaper.start(temp), _loopback_only())
+    try:
+        ray.init(include_dashboard=False, address="local", num_cpus=workers, _temp_dir=temp, **LOOPBACK)
+    except BaseException:
+        ray.shutdown()  # whatever part of the instance started
+        release(temp)
+        raise
     return temp
+
+
+_REAPERS: dict = {}
+"""A local instance's private temp dir -> (its reaper process (runners.reaper), what `_loopback_only` changed)."""
+
+
+def _loopback_only() -> tuple:
+    """Make the instance about to start a single-node one on the loopback address (SINGLE_NODE), in this process's
+    Ray (already imported: its constant is read at import) and in the processes it starts (the environment);
+    returns what to restore (`release`), so a later `--address` run of this process joins clusters as before."""
+    saved_env = os.environ.get(SINGLE_NODE)
+    os.environ[SINGLE_NODE] = "0"
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # no Ray here (a test's stand-in): the environment alone
+        return saved_env, None
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    return saved_env, saved
+
+
+def _restore(saved: tuple) -> None:
+    saved_env, saved_const = saved
+    if saved_env is None:
+        os.environ.pop(SINGLE_NODE, None)
+    else:
+        os.environ[SINGLE_NODE] = saved_env
+    if saved_const is not None:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = saved_const
+
+
+def release(temp: str, wait_s: float = 60.0) -> None:
+    """After `ray.shutdown()` of the local instance in `temp`: its reaper kills whatever process of it is left and
+    removes the dir; wait for that (a driver killed instead sets the reaper off by its death)."""
+    import shutil
+    import subprocess
+
+    proc, saved = _REAPERS.pop(temp, (None, None))
+    if saved is not None:
+        _restore(saved)
+    if proc is not None:
+        proc.stdin.close()
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def private_temp_dir() -> str:
@@ -344,9 +411,7 @@ def run_ray(
         if started is not None:
             ray.shutdown()
         if started:
-            import shutil
-
-            shutil.rmtree(started, ignore_errors=True)
+            release(started)
     if progress:
         progress.emit(force=True)
     return results

@@ -276,6 +276,56 @@ def test_a_plugin_that_swallows_the_timeout_and_returns_still_fails(ckpt, tmp_pa
     assert "PluginTimeout: remedy returns: __call__ did not return within 0.5 s" in _one_line(capsys)
 
 
+HOLDS_GIL = """import ctypes, ctypes.util, os
+from timbench.remedies import Remedy, finish
+
+class HoldsGil(Remedy):
+    name = 'holdsgil'
+    doc = 'from the second step on, deadlocks in native code that keeps the GIL'
+    def __call__(self, batch):
+        if os.path.exists(STATE):
+            # a mutex locked twice through ctypes.PyDLL (which keeps the GIL): a native deadlock that a signal
+            # does not end, as it would a libc sleep (EINTR); no Python line of this process runs again
+            libc, mutex = ctypes.PyDLL(ctypes.util.find_library('c')), ctypes.create_string_buffer(64)
+            libc.pthread_mutex_lock(mutex)
+            libc.pthread_mutex_lock(mutex)
+        return finish(batch)
+"""
+
+
+def test_a_plugin_holding_the_gil_in_a_native_call_is_killed_and_its_run_failed(ckpt, tmp_path):
+    from timbench.remedies.deadline import GRACE_S, KILL_AFTER_S
+    from timbench.rl.rundir import read_status
+
+    out = tmp_path / "run"
+    (tmp_path / "gil.py").write_text(HOLDS_GIL.replace("STATE", repr(str(out / "checkpoints" / "state.pt"))))
+    args = _train_args(ckpt, out) + ["--remedy", f"{tmp_path / 'gil.py'}:HoldsGil", "--plugin-timeout", "0.5"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "timbench.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:  # stderr's EOF also means the watchdog process, which shares it, has ended
+        _, err = p.communicate(timeout=120)  # 0.5 s + 10 s of grace, plus imports and a step on a loaded machine
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail("a plug-in holding the GIL in a native call hung `timbench train` past its limit")
+    assert p.returncode == -9  # SIGKILL: the process could not run a line of Python to exit otherwise
+    err = err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "PluginTimeout: remedy holdsgil: __call__ did not return within 0.5 s" in err[0]
+    assert f"held the interpreter (a native call keeping the GIL) for {GRACE_S + KILL_AFTER_S:g} s more" in err[0]
+    st = read_status(out)
+    assert st["status"] == "failed" and "held the interpreter" in st["error"]
+    assert "PluginTimeout" in (out / "error.txt").read_text()
+    # what step 0 wrote before the call is all there: its metrics row, its eval and its checkpoint
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0]
+    from timbench.rl.rundir import read_checkpoint
+
+    state = read_checkpoint((out / "checkpoints" / "state.pt").read_bytes(), "state.pt")
+    assert state["step"] == 1  # resumable from the end of step 0
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])
 def test_a_non_finite_or_negative_cell_timeout_is_a_one_line_error(tmp_path, capsys, value):
     assert main(["grid", "run", str(tmp_path / "g.yaml"), "--out", str(tmp_path / "o"), "--cell-timeout", value]) == 2
@@ -403,12 +453,16 @@ def test_a_local_ray_instance_keeps_its_files_in_a_private_dir(monkeypatch):
             FakeRay.kw = kw
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token set up for a Ray that never starts
+    before = os.environ.get(ray_runner.SINGLE_NODE)
     temp = ray_runner._connect(FakeRay(), "local", 2)
     try:
         assert FakeRay.kw["_temp_dir"] == temp and FakeRay.kw["address"] == "local"
         assert os.stat(temp).st_mode & 0o777 == 0o700 and os.stat(temp).st_uid == os.getuid()
+        # a single-node instance on the loopback address, not on the host's
+        assert FakeRay.kw["_node_ip_address"] == "127.0.0.1" and os.environ[ray_runner.SINGLE_NODE] == "0"
     finally:
-        os.rmdir(temp)
+        ray_runner.release(temp)  # its reaper finds no process to end and removes the dir
+    assert not os.path.exists(temp) and os.environ.get(ray_runner.SINGLE_NODE) == before
 
 
 # 7. Integrity bound to content.

@@ -1,5 +1,6 @@
 """A plug-in remedy's hook that never returns fails its run in one line (a timeout inside a step, not a hung grid)."""
 
+import os
 import signal
 import threading
 import time
@@ -112,3 +113,27 @@ def _sleep_under_deadline():
     with deadline(0.05, "in a thread"):
         time.sleep(0.2)
     return "returned"
+
+
+def test_a_forked_child_arms_its_own_watchdog_process_not_its_parents():
+    from timbench.remedies.watchdog import Watchdog
+
+    w = Watchdog()
+    w.arm(3600, "parent", {})
+    parent_helper = w._proc
+    r, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its order must go to a helper of its own, watching the child
+        try:
+            w.arm(3600, "child", {})
+            os.write(wr, str(w._proc.pid).encode())
+            w.disarm()
+        finally:
+            os._exit(0)
+    os.close(wr)
+    child_helper = int(os.read(r, 64) or b"0")
+    os.waitpid(pid, 0)
+    assert child_helper and child_helper != parent_helper.pid and parent_helper.poll() is None
+    w.disarm()
+    parent_helper.stdin.close()
+    assert parent_helper.wait(30) == 0  # end of file: it exits, having killed nobody

@@ -43,6 +43,10 @@ def read_table(path) -> dict:
     bad = [n for n in names if n not in known]
     if bad:
         raise ValueError(f"{p}: unknown condition(s) {bad}; valid: {', '.join(known)}")
+    from ..report.same_run import refuse_repeats
+
+    refuse_repeats(names, "condition", str(p))
+    refuse_repeats(t.get("models") or [], "model", str(p))
     return {**t, "conditions": [known[n] for n in names]}
 
 

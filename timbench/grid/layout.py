@@ -169,10 +169,15 @@ def read_status(out: str | Path, cell_id: str) -> dict | None:
     return st
 
 
-def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float, attempts: int) -> dict:
+def status_record(status: str, error: str | None, wall_s: float, attempts: int) -> dict:
+    """A cell.json record (write_status writes it)."""
     if status not in STATUSES:
         raise ValueError(f"cell status {status!r} is invalid; valid: {', '.join(STATUSES)}")
-    rec = {"status": status, "error": error, "wall_s": round(float(wall_s), 3), "attempts": int(attempts)}
+    return {"status": status, "error": error, "wall_s": round(float(wall_s), 3), "attempts": int(attempts)}
+
+
+def write_status(out: str | Path, cell_id: str, status: str, error: str | None, wall_s: float, attempts: int) -> dict:
+    rec = status_record(status, error, wall_s, attempts)
     atomic_write(run_dir(out, cell_id) / "cell.json", json.dumps(rec, sort_keys=True) + "\n")
     return rec
 

@@ -7,12 +7,16 @@ remedies (classes defined under `timbench.`) are called directly: their cost is 
 The limit is a SIGALRM timer, so it applies in a process's main thread (the CLI, a local-backend worker);
 elsewhere the call runs unbounded and the cell timeout is the bound. The handler raises between Python
 bytecodes. A plug-in can catch that (or ignore the signal), so the limit escalates: a call that returns after
-its limit fails all the same, and a watchdog thread ends the whole process (`os._exit`, after the run's
-`last_words` wrote status failed) when the call is still running GRACE_S later; that also ends a plug-in
-stuck in a native call that releases the GIL. The error is a RuntimeError, not a TimeoutError (an OSError),
-because the CLI reads OSError as a refused write: a hung plug-in is a failed run (exit 1, traceback in
-OUT/error.txt), not bad input. Any other exception out of a plug-in's hook (SystemExit, an OSError, a
-KeyError) becomes a PluginError for the same reason: the plug-in's bug, not the command's input.
+its limit fails all the same, and a watchdog thread ends the whole process (`os._exit`, after writing the
+files the run's `last_words` name: status failed, error.txt) when the call is still running GRACE_S later;
+that also ends a plug-in stuck in a native call that releases the GIL. A native call that keeps the GIL stops
+that thread too, so a watchdog process (remedies.watchdog) writes the same files and SIGKILLs the process
+KILL_AFTER_S later (the process then ends by the signal, not with exit status 1).
+
+The error is a RuntimeError, not a TimeoutError (an OSError), because the CLI reads OSError as a refused
+write: a hung plug-in is a failed run (exit 1, traceback in OUT/error.txt), not bad input. Any other exception
+out of a plug-in's hook (SystemExit, an OSError, a KeyError) becomes a PluginError for the same reason: the
+plug-in's bug, not the command's input.
 """
 
 from __future__ import annotations
@@ -23,11 +27,17 @@ import sys
 import threading
 from contextlib import contextmanager
 
+from ..util.atomic import atomic_write
+from .watchdog import Watchdog
+
 PLUGIN_CALL_TIMEOUT_S = 300.0
 """Default limit of one plug-in hook call in seconds. A step's batch holds a few thousand tokens at most and
 every built-in takes well under 0.1 s on it, so 300 s only ever ends a call that hangs."""
 GRACE_S = 5.0
 """How long a plug-in call may outlive its limit (having caught the timeout) before its process is ended."""
+KILL_AFTER_S = 5.0
+"""How long after the watchdog thread's turn the watchdog process kills a process whose plug-in holds the GIL
+(the thread's turn first, so a plug-in that lets Python run ends as before, with exit status 1)."""
 EXIT_KILLED = 1
 """The exit status of a process the watchdog ends: a failed run, as `timbench train` reports one."""
 
@@ -41,12 +51,15 @@ class PluginError(RuntimeError):
 
 
 _LAST_WORDS: list = []
-"""Callables given the watchdog's one-line reason before it ends the process (a run's status := failed)."""
+"""Callables mapping the watchdog's one-line reason to the files to leave ({path: text}) when it ends the process
+(a run's status := failed)."""
+_WATCHDOG = Watchdog()
 
 
 @contextmanager
 def last_words(fn):
-    """While the body runs, a watchdog that ends the process first calls `fn(reason)` (e.g. to write status)."""
+    """While the body runs, a watchdog that ends the process first writes the files `fn(reason)` names ({path:
+    text}, e.g. status.json). `fn` only computes them: the watchdog process writes them from another process."""
     _LAST_WORDS.append(fn)
     try:
         yield
@@ -54,10 +67,20 @@ def last_words(fn):
         _LAST_WORDS.remove(fn)
 
 
-def _end_process(reason: str) -> None:
+def _will(reason: str) -> dict[str, str]:
+    files: dict[str, str] = {}
     for fn in list(_LAST_WORDS):
         try:
-            fn(reason)
+            files.update({str(p): t for p, t in fn(reason).items()})
+        except BaseException:  # noqa: BLE001 - the process ends regardless; what could be recorded is
+            pass
+    return files
+
+
+def _end_process(reason: str) -> None:
+    for path, text in _will(reason).items():
+        try:
+            atomic_write(path, text)
         except BaseException:  # noqa: BLE001 - the process ends regardless; what could be recorded was
             pass
     print(f"timbench: run failed: PluginTimeout: {reason}", file=sys.stderr, flush=True)
@@ -95,6 +118,11 @@ def deadline(seconds: float, what: str):
         if not returned.wait(seconds + GRACE_S):
             _end_process(f"{message}; it ignored the stop for {GRACE_S:g} s more, so the process was ended")
 
+    held = (
+        f"{message}; it held the interpreter (a native call keeping the GIL) for "
+        f"{GRACE_S + KILL_AFTER_S:g} s more, so the process was killed"
+    )
+    _WATCHDOG.arm(seconds + GRACE_S + KILL_AFTER_S, held, _will(held))
     previous = signal.signal(signal.SIGALRM, expire)
     threading.Thread(target=watchdog, daemon=True, name="plugin-deadline").start()
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -104,6 +132,7 @@ def deadline(seconds: float, what: str):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         returned.set()
+        _WATCHDOG.disarm()
     if expired.is_set():  # the plug-in caught the timeout and returned anyway: the call still failed
         raise PluginTimeout(message)
 

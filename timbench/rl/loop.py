@@ -26,7 +26,7 @@ from ..util.threads import set_threads
 from ..warmstart.shipped import resolve_checkpoint
 from .config import Loaded, RunConfig, load
 from .rollout import Experience
-from .rundir import RunDir, one_line, summarize, write_status
+from .rundir import RunDir, one_line, status_text, summarize
 from .step import make_lane, train_step
 
 __all__ = ["NonFiniteError", "run", "summarize"]
@@ -219,15 +219,15 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
     return summary
 
 
-def _record_kill(out, reason: str) -> None:
-    """A plug-in outlived its limit and the process is about to end (remedies.deadline): status failed, and
-    error.txt saying so (there is no traceback to keep)."""
+def _record_kill(out, reason: str) -> dict:
+    """A plug-in outlived its limit and the process is about to end (remedies.deadline): the files to leave,
+    status failed and error.txt saying so (there is no traceback to keep)."""
     from pathlib import Path
 
-    from ..util.atomic import atomic_write
-
-    atomic_write(Path(out) / "error.txt", f"PluginTimeout: {reason}\n")
-    write_status(out, "failed", f"PluginTimeout: {reason}")
+    return {
+        Path(out) / "error.txt": f"PluginTimeout: {reason}\n",
+        Path(out) / "status.json": status_text("failed", f"PluginTimeout: {reason}"),
+    }
 
 
 def _record_failure(rd: RunDir, e: BaseException) -> None:

@@ -224,11 +224,16 @@ class RunDir:
         write_status(self.path, status, error)
 
 
-def write_status(path: str | os.PathLike, status: str, error: str | None = None) -> None:
-    """A run directory's status.json := {"status", "error"}."""
+def status_text(status: str, error: str | None = None) -> str:
+    """The text of a run directory's status.json: {"status", "error"}."""
     if status not in STATUSES:
         raise ValueError(f"run status {status!r}; valid: {', '.join(STATUSES)}")
-    atomic_write(Path(path) / "status.json", json.dumps({"status": status, "error": error}, sort_keys=True) + "\n")
+    return json.dumps({"status": status, "error": error}, sort_keys=True) + "\n"
+
+
+def write_status(path: str | os.PathLike, status: str, error: str | None = None) -> None:
+    """A run directory's status.json := {"status", "error"}."""
+    atomic_write(Path(path) / "status.json", status_text(status, error))
 
 
 def read_status(path: str | os.PathLike) -> dict | None:

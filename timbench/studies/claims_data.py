@@ -28,6 +28,13 @@ class Evidence:
     """Grid dir -> RL steps per cell."""
     align: list[dict] = field(default_factory=list)
     """Every alignment-table row, each with its table's file name under "table"."""
+    repeats: set = field(default_factory=set)
+    """(grid dir, cell id) of each run a grid earlier in the preference order holds too (report.same_run): a rule
+    that pools runs over grids counts it there, once."""
+
+    def first_copies(self, name: str, rows: list[dict]) -> list[dict]:
+        """The summary rows (or cells) of grid `name` whose runs no earlier grid holds."""
+        return [r for r in rows if (name, r.get("id") if isinstance(r, dict) else r.id) not in self.repeats]
 
     def find(self, *settings: Setting) -> tuple[str, PaperData] | None:
         """The grid holding the most finished seeds of every setting (the fewest of any one of them counts), or
@@ -77,10 +84,11 @@ def _align_rows(path: Path) -> list[dict]:
 
 def load_evidence(dirs: list[str | Path]) -> Evidence:
     """Load every DIR; a missing one, or one with neither cells.json nor align_*.json, is a one-line error."""
+    from ..report.same_run import cell_identity, distinct_dirs
     from .paper import paper_data
 
     grids, steps, align = {}, {}, []
-    for raw in dirs:
+    for raw in distinct_dirs(dirs):
         path = Path(raw)
         if not path.is_dir():
             raise FileNotFoundError(
@@ -102,4 +110,12 @@ def load_evidence(dirs: list[str | Path]) -> Evidence:
             )
     seeds = {n: max(len(r) for r in d.rows.values()) for n, d in grids.items()}
     order = sorted(grids, key=lambda n: (-steps[n], -seeds[n], n))
-    return Evidence({n: grids[n] for n in order}, {n: steps[n] for n in order}, align)
+    seen, repeats = set(), set()
+    for n in order:
+        for cells in grids[n].cells.values():
+            for c in cells:
+                key = cell_identity(c)
+                if key in seen:
+                    repeats.add((n, c.id))
+                seen.add(key)
+    return Evidence({n: grids[n] for n in order}, {n: steps[n] for n in order}, align, repeats)

@@ -215,7 +215,9 @@ def tis_mis(ev: Evidence) -> list[Sub]:
         (n, c, m)
         for n, d in ev.grids.items()
         for (c, r, m) in d.rows
-        if r == "mis_seq" and any(damaged(d.setting(c, t, m)) for t in ("tis_token", "mis_token"))
+        if r == "mis_seq"
+        and ev.first_copies(n, d.setting(c, "mis_seq", m))  # a setting whose runs an earlier grid holds: counted there
+        and any(damaged(d.setting(c, t, m)) for t in ("tis_token", "mis_token"))
     ]
     if not hits:
         subs.append(
@@ -386,7 +388,7 @@ def triage(ev: Evidence) -> list[Sub]:
     for name, d in ev.grids.items():
         for (cond, remedy, mode), cells in d.cells.items():
             rows = {r["seed"]: r for r in d.rows.get((cond, remedy, mode), [])}
-            for c in cells:
+            for c in ev.first_copies(name, cells):  # a run several grids hold is one run
                 if not c.metrics or key not in c.metrics[0] or c.axes.get("seed") not in rows:
                     continue
                 row = rows[c.axes["seed"]]
@@ -490,7 +492,11 @@ def gpu_study(ev: Evidence) -> list[Sub]:
             )
         else:
             subs.append(Sub(text, NOT_TESTABLE, untestable(f"{remedy} on bf16-engine")))
-    byp = [(n, d.setting("bf16-engine", mode="bypass")) for n, d in ev.find_all(("bf16-engine", "none", "bypass"))]
+    byp = [
+        (n, ev.first_copies(n, d.setting("bf16-engine", mode="bypass")))
+        for n, d in ev.find_all(("bf16-engine", "none", "bypass"))
+    ]
+    byp = [(n, rows) for n, rows in byp if rows]  # runs an earlier grid holds counted there, once
     k = sum(collapses(rows)[0] for _, rows in byp)
     subs.append(
         Sub(
@@ -503,7 +509,7 @@ def gpu_study(ev: Evidence) -> list[Sub]:
     for n, d in ev.grids.items():
         for cond in d.real():
             cells = _by_seed(d.cells.get((cond, "none", "bypass"), []))
-            for r in d.setting(cond, mode="bypass"):
+            for r in ev.first_copies(n, d.setting(cond, mode="bypass")):
                 step = r.get("collapse/step") if r.get("collapse/collapsed") else None
                 if step is None or step < 5 + KL_LEAD:
                     early += step is not None

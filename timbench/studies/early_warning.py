@@ -98,14 +98,21 @@ def is_real(r: Run) -> bool:
 
 
 def load_runs(dirs: list[str | Path]) -> list[Run]:
-    """Every finished cell of every grid dir, with its collapse step by the grid's own rule."""
-    runs = []
-    for d in dirs:
+    """Every finished cell of every grid dir, with its collapse step by the grid's own rule; a run that several
+    dirs hold (report.same_run) counts once, in the first dir given."""
+    from ..report.same_run import cell_identity, distinct_dirs
+
+    runs, seen = [], set()
+    for d in distinct_dirs(dirs, "grid result directory"):
         g = load_results(d)
         rule: CollapseRule = rule_from_dict(g.collapse)
         for cell in g.cells:
             if cell.status != "done" or not cell.metrics:
                 continue
+            key = cell_identity(cell)
+            if key in seen:
+                continue
+            seen.add(key)
             col = detect_collapse(cell.metrics, cell.evals, cell.summary, rule)
             runs.append(
                 Run(

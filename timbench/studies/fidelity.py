@@ -126,8 +126,10 @@ def load_models(dirs: list[str | Path], reference_model: str | None = None) -> l
     """Every model of the grid dirs, the reference model first (default: the first grid's first model), each from
     the dir holding most of its finished cells (ties: the first given). One-line errors for a dir without a model
     axis and an unknown reference model."""
+    from ..report.same_run import distinct_dirs
+
     found: dict[str, list] = {}
-    for i, d in enumerate(dirs):
+    for i, d in enumerate(distinct_dirs(dirs, "grid result directory")):
         grid = load_results(d)
         rows = summarize(grid)
         for model in dict.fromkeys(str(r["model"]) for r in rows):

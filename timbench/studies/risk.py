@@ -36,8 +36,9 @@ class Unit:
     kind: str
     rows: list[RiskRow]
     also_in: tuple = ()
-    """Other grids holding the same runs bit for bit (dual_clip and claims_grid replay paper's control cells):
-    one setting, listed once, whose remedies come from every grid that holds it."""
+    """Other grids holding these runs, or some of them, bit for bit (dual_clip and claims_grid replay paper's
+    control cells; f5_powered holds paper's seeds): one setting, listed once, whose remedies come from every
+    grid that holds it."""
 
     @property
     def stats(self) -> dict:
@@ -45,28 +46,38 @@ class Unit:
         return {n: math.fsum(r.stats[n] for r in self.rows) / len(self.rows) for n in sorted(names)}
 
 
-def _signature(rs: list[RiskRow]) -> tuple:
-    """What makes two grids' settings the same runs: every seed's horizon, dose and endpoint (not every statistic:
-    an older grid lacks the tim/* ones a replay of its cells logs)."""
-    return tuple(sorted((r.seed, r.steps, r.stats.get(DOSE), r.stats.get("k3_kl"), r.endpoint_t1) for r in rs))
+def _signature(rs: list[RiskRow]) -> frozenset:
+    """What makes two grids' runs the same: each seed's horizon, dose and endpoint (not every statistic: an older
+    grid lacks the tim/* ones a replay of its cells logs)."""
+    return frozenset((r.seed, r.steps, r.stats.get(DOSE), r.stats.get("k3_kl"), r.endpoint_t1) for r in rs)
 
 
 def units(rows: list[RiskRow]) -> list[Unit]:
-    """The settings without a remedy; a setting that several grids replay bit for bit is one unit, under the grid
-    with the most runs of that (task, model, condition) (the one with the most remedies beside it)."""
+    """The settings without a remedy; a setting whose runs another grid's same setting holds too (replayed bit for
+    bit, or a subset of its seeds: results/f5_powered holds results/paper's seeds 0-5) is one unit, so no run
+    counts twice: under the grid with the most of those seeds, then the most runs of that (task, model,
+    condition) (the one with the most remedies beside it)."""
     by: dict = defaultdict(list)
     for r in mapped(rows):
         by[r.unit].append(r)
     size: dict = defaultdict(int)
     for r in rows:
         size[(r.grid, r.task, r.model, r.condition)] += 1
-    same: dict = defaultdict(list)
-    for k, rs in by.items():
-        same[(k[1:], _signature(rs))].append(k)
+    setting: dict = defaultdict(list)
+    for k in by:
+        setting[k[1:]].append(k)
     out = []
-    for keys in same.values():
-        keys.sort(key=lambda k: (-size[(k[0], *k[1:4])], k[0]))
-        out.append(Unit(keys[0], by[keys[0]][0].kind, by[keys[0]], tuple(k[0] for k in keys[1:])))
+    for keys in setting.values():
+        keys.sort(key=lambda k: (-len(by[k]), -size[(k[0], *k[1:4])], k[0]))
+        kept: list[tuple] = []  # (key, signature, the grids folded into it)
+        for k in keys:
+            sig = _signature(by[k])
+            home = next((h for h in kept if sig <= h[1]), None)
+            if home is None:
+                kept.append((k, sig, []))
+            else:
+                home[2].append(k[0])
+        out += [Unit(k, by[k][0].kind, by[k], tuple(also)) for k, _, also in kept]
     return out
 
 
