@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -103,6 +104,8 @@ def profile_steps(kernels: str, steps: int, cfg=None, alternate: bool = False, t
 
     if with_eval:
         phase("eval", False, run_eval)  # the loop's step-0 eval: warms the eval engine up
+        gc.collect()  # as timbench.rl.loop does after its set-up
+        gc.freeze()
     for step in range(steps + 1):  # step 0 warms up (numba compile), not recorded
         record = step > 0
         batch = phase("collect", record, rl_step.collect_phase, lane, cfg, step)
