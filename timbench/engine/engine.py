@@ -111,14 +111,19 @@ class Engine:
 
     def _append(self, seqs: list[Sequence], d: Draw, full: bool = False) -> None:
         eos = self.config.eos_token_id
+        # One conversion per tensor, not one indexing per row (the same Python ints and floats, and the same
+        # [V] row views): this runs once per decode step for every running sequence.
+        tokens, logprobs = d.tokens.tolist(), d.logprobs.tolist()
+        support = None if d.support is None else d.support.unbind(0)
+        rows = d.full.unbind(0) if full else None
         for i, seq in enumerate(seqs):
-            t = int(d.tokens[i])
+            t = tokens[i]
             seq.tokens.append(t)
-            seq.logprobs.append(float(d.logprobs[i]))
-            if d.support is not None:
-                seq.support.append(d.support[i])
+            seq.logprobs.append(logprobs[i])
+            if support is not None:
+                seq.support.append(support[i])
             if full:
-                seq.full_logprobs.append(d.full[i])
+                seq.full_logprobs.append(rows[i])
             if t == eos:
                 seq.finish_reason = "stop"
             elif len(seq.tokens) >= seq.request.max_new_tokens or seq.length >= self.max_len:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..kernels import KernelSet, get_kernels
+from ..kernels import rope as fused_rope
 from ..kernels.fixed_grad import embed, scale_rows
 from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
@@ -191,6 +192,8 @@ class Qwen3ForCausalLM(nn.Module):
 
     # --- the shared block stack -------------------------------------------------------------
     def _rope(self, x, pos, dtype):
+        if dtype == torch.float32 and fused_rope.applies(x, self.rope_cos):  # the same bits, one pass
+            return fused_rope.rope(x, pos, self.rope_cos, self.rope_sin)
         cos = self.rope_cos[pos].to(dtype).unsqueeze(-2)
         sin = self.rope_sin[pos].to(dtype).unsqueeze(-2)
         return x * cos + _rotate_half(x) * sin

@@ -9,6 +9,7 @@ status.json says whether the run is running, finished or failed (and why).
 
 from __future__ import annotations
 
+import gc
 import math
 
 import torch
@@ -179,6 +180,11 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
         _record_failure(rd, e)
         raise
     status, error = "finished", None
+    # What is alive now (modules, models, engines, numba's dispatchers: ~330k objects) lives as long as the run;
+    # frozen, the cyclic GC's full collections stop rescanning it (measured 176 ms each, about one per three
+    # paper-grid steps). Speed only: no value depends on when garbage is collected.
+    gc.collect()
+    gc.freeze()
     try:
         if session.start == 0:
             session.evaluate(0)
@@ -207,6 +213,8 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
             pass
         _record_failure(rd, e)
         raise
+    finally:
+        gc.unfreeze()
     session.close()
     summary = summarize(rd.path, loaded, status, error, session.extra)
     if loaded.twin:

@@ -12,6 +12,7 @@ or two when the run names a zero-mismatch twin. Only the phases touch tensors; t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, call_hook
 from ..replica import Replica, replica_metrics
 from ..spec.keys import Spec
 from ..trainer import MiniBatch, NonFiniteError, sequence_logprobs, update_policy
+from ..trainer.forward import TrainerOutput
 from ..trainer.optim import AdamW
 from .algorithms import agg_loss, dynamic_sampling_mask, kl_penalty
 from .config import Loaded, RunConfig
@@ -123,6 +125,9 @@ class StepBatch:
     """recompute (replica on): [N, R] pi_old again from the replica pass (same weights, its own chunking)."""
     replica_metrics: dict = field(default_factory=dict)
     """correct (replica on): the replica pass's noise floor and the remedy's selection overlap."""
+    first_forward: TrainerOutput | None = None
+    """recompute: the policy's forward of the first mini-batch with its autograd graph, which the update's first
+    optimizer step reuses (the same rows, weights and kernels: the same bits); update: consumed (None)."""
     updates: list[dict] = field(default_factory=list)
     """update: one metrics row per optimizer step."""
     timing: dict = field(default_factory=dict)
@@ -151,18 +156,27 @@ def collect_phase(lane: Lane, run: Loaded, step: int) -> StepBatch:
     return StepBatch(step, exp, adv, mask, n // cfg.mini_batches)
 
 
-def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepBatch, chunk: int | None = None):
+def _trainer_pass(
+    model: Qwen3ForCausalLM,
+    lane: Lane,
+    run: Loaded,
+    batch: StepBatch,
+    chunk: int | None = None,
+    keep_first: bool = False,
+):
     """Chunked no-grad trainer forward of the batch: (logprobs [N, R], entropy, per-sequence routing, the full
     distribution [N, R, V] over the whole vocabulary, as the engine's `rollout_dist`, or None when that is None);
-    `chunk` rows per forward call (default the mini-batch)."""
+    `chunk` rows per forward call (default the mini-batch). `keep_first`: the first chunk runs with autograd on
+    and its forward goes to `batch.first_forward` (same values: the update backpropagates through it)."""
     exp, chunk = batch.exp, chunk or batch.mini_batch
     replay = exp.routing if lane.remedy.replay == "engine" else None
     support = _support(lane, exp)
     full = exp.rollout_dist is not None
     lps, ents, routes, dists = [], [], [], []
-    with torch.no_grad():
-        for i in range(0, len(exp.seqs), chunk):
-            rp = replay_tensor(exp.seqs[i : i + chunk], None if replay is None else replay[i : i + chunk])
+    for i in range(0, len(exp.seqs), chunk):
+        rp = replay_tensor(exp.seqs[i : i + chunk], None if replay is None else replay[i : i + chunk])
+        graph = keep_first and i == 0
+        with torch.set_grad_enabled(graph):
             out = sequence_logprobs(
                 model,
                 lane.compute,
@@ -172,10 +186,13 @@ def _trainer_pass(model: Qwen3ForCausalLM, lane: Lane, run: Loaded, batch: StepB
                 support=None if support is None else support[i : i + chunk],
                 full_dist=full,
             )
-            lps.append(out.logprobs)
-            ents.append(out.entropy)
-            routes.append(out.routing)
-            dists.append(out.dist)
+        if graph:
+            batch.first_forward = out
+            out = dataclasses.replace(out, logprobs=out.logprobs.detach())
+        lps.append(out.logprobs)
+        ents.append(out.entropy)
+        routes.append(out.routing)
+        dists.append(out.dist)
     width = max(x.shape[1] for x in lps)
     # chunks differ in response width (dim 1); a distribution chunk [b, r, V] pads dim 1 too, never V
     pad = lambda xs: torch.cat(
@@ -214,7 +231,10 @@ def recompute_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
     """The trainer's pi_old; R3 replays the engine's routing here already. With a stale engine the trainer
     scores the batch under both its current and the behavior weights and keeps the one `stale_old` names."""
     lane.compute.rollout_codes = rollout_codes(lane)  # before any trainer pass of this step
-    current, model = _trainer_pass(lane.model, lane, run, batch), lane.model
+    # The update's first mini-batch is this pass's first chunk on the same weights, unless the update replays
+    # the routing this pass chooses (R2: its forward then differs from this one).
+    keep = lane.remedy.replay != "old"
+    current, model = _trainer_pass(lane.model, lane, run, batch, keep_first=keep), lane.model
     if lane.history is not None:
         lane.behavior.load_state_dict(lane.history.behavior)
         behavior = _trainer_pass(lane.behavior, lane, run, batch)
@@ -316,11 +336,14 @@ def update_phase(lane: Lane, run: Loaded, batch: StepBatch) -> None:
             epochs=cfg.epochs,
             grad_clip=cfg.grad_clip,
             temperature=cfg.temperature,
+            first_forward=batch.first_forward,
         )
     except NonFiniteError as e:
         raise NonFiniteError(
             f"step {batch.step}: {e} (lane {lane.name}); metrics up to step {batch.step - 1} are kept"
         ) from None
+    finally:
+        batch.first_forward = None  # its graph holds the mini-batch's activations
 
 
 def metrics_phase(lane: Lane, batch: StepBatch) -> dict:

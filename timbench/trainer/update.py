@@ -50,17 +50,24 @@ def update_policy(
     epochs: int,
     grad_clip: float,
     temperature: float,
+    first_forward: TrainerOutput | None = None,
 ) -> list[dict]:
     """`epochs` passes over `mini_batches`, one optimizer step each; returns one metrics row per step.
 
     Each row holds actor/loss, actor/grad_norm (before clipping) and the objective's metrics.
     Raises NonFiniteError (nothing applied) when the loss or the grad norm is NaN/inf.
+    `first_forward`: the first mini-batch's forward on the current weights, already run with autograd on (the
+    recompute's first chunk): the first optimizer step backpropagates through it instead of running it again.
+    The exact kernels give the same bits with or without autograd, so only the time changes.
     """
     params = list(model.parameters())
     rows = []
     for _ in range(epochs):
         for mb in mini_batches:
-            out = sequence_logprobs(model, compute, mb.seqs, temperature, replay=mb.replay, support=mb.support)
+            if first_forward is not None:  # the weights have not moved since it ran: no step has been taken yet
+                out, first_forward = first_forward, None
+            else:
+                out = sequence_logprobs(model, compute, mb.seqs, temperature, replay=mb.replay, support=mb.support)
             loss, metrics = objective(out, mb.rows)
             opt.zero_grad(set_to_none=True)
             loss.backward()
