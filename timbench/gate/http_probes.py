@@ -24,6 +24,7 @@ import math
 import torch
 
 from ..engine import SamplingParams
+from ..metrics.schema import K3_KL
 from .hf_trainer import HfTrainer, log_softmax_at
 from .probes import Probe, _requests
 
@@ -78,7 +79,7 @@ def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Pr
         "tokens": int(diff.numel()),
         "mean_abs_diff": float(diff.mean()),
         "max_abs_diff": float(diff.max()),
-        "k3_kl": mismatch_metrics(lp_t, lp_e)["rollout_corr/k3_kl"],
+        "k3_kl": mismatch_metrics(lp_t, lp_e)[K3_KL],
         "frac_tokens_differ": float((diff != 0).double().mean()),
     }
     if checked:

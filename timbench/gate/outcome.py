@@ -20,6 +20,8 @@ import math
 import tempfile
 from pathlib import Path
 
+from ..metrics.schema import ACCURACY_T1, REWARD_MEAN
+
 RL_TASK = "add-4d-v1"
 """The task of the shipped warm starts the gate's tiny models are."""
 
@@ -61,13 +63,13 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
         read = lambda name: [json.loads(line) for line in (Path(d) / name).read_text().splitlines()]  # noqa: E731
         rows, evals = read("metrics.jsonl"), read("eval.jsonl")
         summary = json.loads((Path(d) / "summary.json").read_text())
-    rewards = [r["critic/rewards/mean"] for r in rows]
+    rewards = [r[REWARD_MEAN] for r in rows]
     w = p["window"]
     return {
         "start": math.fsum(rewards[:w]) / w,
         "final": math.fsum(rewards[-w:]) / w if len(rewards) >= w else 0.0,
         "collapse": detect_collapse(rows, evals, summary),
-        "eval_t1": [e["accuracy_t1"] for e in evals],
+        "eval_t1": [e[ACCURACY_T1] for e in evals],
     }
 
 

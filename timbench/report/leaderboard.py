@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..grid.layout import PENDING
+from ..metrics.schema import MEAN_K3_KL, MEAN_MEAN_ABS_DELTA
 from ..util import manifest
 from ..util.atomic import atomic_write
 from . import stats
@@ -163,11 +164,9 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                 "collapses": sum(1 for r in scored if r["collapse/collapsed"]),
                 # over the scored cells, so every column of a row describes the same cells
                 "mean_abs_delta": stats.mean(
-                    [r["mean/mismatch/mean_abs_delta"] for r in scored if r["mean/mismatch/mean_abs_delta"] is not None]
+                    [r[MEAN_MEAN_ABS_DELTA] for r in scored if r[MEAN_MEAN_ABS_DELTA] is not None]
                 ),
-                "mean_k3_kl": stats.mean(
-                    [r["mean/rollout_corr/k3_kl"] for r in scored if r["mean/rollout_corr/k3_kl"] is not None]
-                ),
+                "mean_k3_kl": stats.mean([r[MEAN_K3_KL] for r in scored if r[MEAN_K3_KL] is not None]),
                 "tolerance": tim_tolerance(mine),
                 # failed runs and remedies that trained on nothing, marked apart from their (capped) score
                 "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r)),
@@ -331,8 +330,8 @@ def tables(grid: Grid, rows: list[dict], command: str, groups: list[SeedGroup] |
                 collapse,
                 fmt(r["final_accuracy_t1"]),
                 fmt(r["relative_accuracy_t1"]),
-                fmt(r["mean/mismatch/mean_abs_delta"]),
-                fmt(r["mean/rollout_corr/k3_kl"]),
+                fmt(r[MEAN_MEAN_ABS_DELTA]),
+                fmt(r[MEAN_K3_KL]),
                 fmt(r["cum/drift/diff_mean"]),
                 fmt(r["collapse/kl_lead_steps"]),
             ]

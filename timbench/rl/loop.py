@@ -16,7 +16,7 @@ import torch
 from ..engine import make_engine
 from ..evaluate import evaluate, evaluate_both
 from ..kernels.reduce import fsum
-from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 from ..model import Qwen3ForCausalLM, load_checkpoint
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
@@ -197,7 +197,7 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
                 session.evaluate(done)
             if done % loaded.checkpoint_every == 0 or done == loaded.steps:
                 session.save(done)
-            bar.set_postfix(reward=f"{metrics['critic/rewards/mean']:.3f}", k3=f"{metrics['rollout_corr/k3_kl']:.1e}")
+            bar.set_postfix(reward=f"{metrics[REWARD_MEAN]:.3f}", k3=f"{metrics[K3_KL]:.1e}")
     except NonFiniteError as e:
         status, error = "failed", str(e)
     except BaseException as e:  # a crash or a kill: the status says so; rerunning resumes from the checkpoint

@@ -18,6 +18,7 @@ import re
 from html import escape
 from pathlib import Path
 
+from ..metrics.schema import MEAN_MEAN_ABS_DELTA
 from ..report.collapse import rule_from_dict
 from ..report.endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
 from ..report.leaderboard import fmt, fmt_interval
@@ -137,9 +138,8 @@ def _figures(d: PaperData, variants: dict, verdict: dict[str, str] | None = None
 
     real = [c for c in d.real() if d.cells.get((c, "none", "recompute"))]
     both = [c for c in d.real() if d.cells.get((c, "none", "recompute")) and d.cells.get((c, "none", "bypass"))]
-    strongest = sorted(
-        both, key=lambda c: -(over_seeds(d.setting(c), lambda r: r.get("mean/mismatch/mean_abs_delta")).mean or 0)
-    )[:2]
+    mean_delta = {c: over_seeds(d.setting(c), lambda r: r.get(MEAN_MEAN_ABS_DELTA)).mean or 0 for c in both}
+    strongest = sorted(both, key=lambda c: -mean_delta[c])[:2]
 
     # F3 shows the real conditions that lost accuracy (the claim is counted on them), most damaged first; noise
     # settings only fill the row when fewer than four real ones did (their KL level is the noise dial).
@@ -423,7 +423,8 @@ def _html(
         f"regenerate: `{command}`",
         "cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) + f" of {len(rows)}",
         f"seeds used (finished, per setting; every sub-claim below reads these): {seeds}",
-        "Verdicts are decided by the rules in timbench/studies/paper_claims.py and timbench/report/verdict_rules.py from the "
+        "Verdicts are decided by the rules in timbench/studies/paper_claims.py and timbench/report/verdict_rules.py "
+        "from the "
         "committed cells; intervals are 95% Student t over seeds (paired by seed where two settings are "
         "compared), Wilson for rates.",
     ] + preamble(d)

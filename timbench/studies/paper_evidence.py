@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from ..metrics.schema import GRAD_NORM, K3_KL, REWARD_MEAN
 from ..report.collapse import moving_average
 from ..report.leaderboard import fmt, fmt_interval
 from ..report.results import CellRun, column
@@ -197,13 +198,13 @@ def collapses(rows: list[dict]) -> tuple[int, int]:
 
 
 def max_grad_ratio(cell: CellRun, ref: CellRun | None) -> float | None:
-    g, gr = column(cell.metrics, "actor/grad_norm"), (column(ref.metrics, "actor/grad_norm") if ref else [])
+    g, gr = column(cell.metrics, GRAD_NORM), (column(ref.metrics, GRAD_NORM) if ref else [])
     return max(g) / max(gr) if g and gr and max(gr) > 0 else None
 
 
 def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
     """The smoothed reward climbed above its first full-window value before the collapse step."""
-    rewards = moving_average(column(cell.metrics, "critic/rewards/mean"), smooth)
+    rewards = moving_average(column(cell.metrics, REWARD_MEAN), smooth)
     step = row.get("collapse/step")
     if step is None or len(rewards) < smooth:
         return False
@@ -212,8 +213,8 @@ def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
 
 def kl_alarm_step(cell: CellRun, smooth: int) -> int | None:
     """First step at which the smoothed k3_kl exceeds KL_RISE x its mean over steps 0-4."""
-    k3 = moving_average(column(cell.metrics, "rollout_corr/k3_kl"), smooth)
-    first = column(cell.metrics, "rollout_corr/k3_kl")[:5]
+    k3 = moving_average(column(cell.metrics, K3_KL), smooth)
+    first = column(cell.metrics, K3_KL)[:5]
     base = math.fsum(first) / len(first) if first else 0.0
     return next((i for i, v in enumerate(k3) if base > 0 and v > KL_RISE * base), None)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+
 DEFAULT_MODEL = "tiny-dense"  # the one definition (timbench.warmstart.run imports it)
 
 
@@ -38,8 +40,8 @@ def _cmd(args) -> int:
     )
     print(
         f"{args.out}: {card['task']} {card['model']} steps={card['steps']} "
-        f"wall={card['wall_time_s']}s acc_t1={card['accuracy_t1']:.3f} "
-        f"acc_greedy={card['accuracy_greedy']:.3f} (n={card['eval_n']})"
+        f"wall={card['wall_time_s']}s acc_t1={card[ACCURACY_T1]:.3f} "
+        f"acc_greedy={card[ACCURACY_GREEDY]:.3f} (n={card['eval_n']})"
     )
     return 0
 

@@ -14,6 +14,7 @@ import shlex
 import time
 from pathlib import Path
 
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
 from .run import ENGINE_SPEC
 
 
@@ -91,8 +92,8 @@ def make_proxy(
         "task_version": t_obj.version,
         "model": name,
         "seed": seed,
-        "accuracy_t1": pruned_eval["accuracy_t1"],
-        "accuracy_greedy": pruned_eval["accuracy_greedy"],
+        ACCURACY_T1: pruned_eval[ACCURACY_T1],
+        ACCURACY_GREEDY: pruned_eval[ACCURACY_GREEDY],
         "mean_response_tokens_t1": pruned_eval["mean_response_tokens_t1"],
         "eval_n": eval_n,
         "eval_seed": seed,
@@ -134,7 +135,7 @@ def make_proxy(
             },
             "frequencies": freqs.tolist(),
             "kept_experts": kept_experts(freqs, keep),
-            "accuracy_before_recovery": {k: pruned_eval[k] for k in ("accuracy_t1", "accuracy_greedy")},
+            "accuracy_before_recovery": {k: pruned_eval[k] for k in (ACCURACY_T1, ACCURACY_GREEDY)},
         },
     )
     if out is not None:

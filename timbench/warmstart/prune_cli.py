@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
 from .cli import _band_arg
 
 
@@ -27,9 +28,9 @@ def _cmd(args) -> int:
     before = card["pruning"]["accuracy_before_recovery"]
     print(
         f"{args.out}: {card['model']} kept {card['pruning']['kept_experts']} "
-        f"pruned acc_t1={before['accuracy_t1']:.3f}"
+        f"pruned acc_t1={before[ACCURACY_T1]:.3f}"
         + (f", recovered in {card['steps']} steps" if card["recovery"] else "")
-        + f" acc_t1={card['accuracy_t1']:.3f} acc_greedy={card['accuracy_greedy']:.3f} (n={card['eval_n']})"
+        + f" acc_t1={card[ACCURACY_T1]:.3f} acc_greedy={card[ACCURACY_GREEDY]:.3f} (n={card['eval_n']})"
     )
     return 0
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..kernels.reduce import fsum, masked_sum
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
 from ..util.threads import set_threads
 from .cli import DEFAULT_MODEL  # noqa: E402  (one definition, in the torch-free CLI module)
 
@@ -151,8 +152,8 @@ def warmstart(
         "seed": seed,
         "steps": step,
         "wall_time_s": round(wall, 1),
-        "accuracy_t1": final["accuracy_t1"],
-        "accuracy_greedy": final["accuracy_greedy"],
+        ACCURACY_T1: final[ACCURACY_T1],
+        ACCURACY_GREEDY: final[ACCURACY_GREEDY],
         "mean_response_tokens_t1": final["mean_response_tokens_t1"],
         "eval_n": eval_n,
         "eval_seed": seed,
@@ -289,9 +290,9 @@ def _train_to_band(
             if acc < band[0] and step != max_steps:
                 continue
             full = evaluate_both(net, t_obj, eval_set, seed=seed, engine=engine)
-            if _in_band(full["accuracy_t1"], band):
+            if _in_band(full[ACCURACY_T1], band):
                 return full, history, step, loss_v
-            _check_not_past_band(full["accuracy_t1"], band, what, step, eval_n, eval_every, max_steps)
+            _check_not_past_band(full[ACCURACY_T1], band, what, step, eval_n, eval_every, max_steps)
     finally:
         bar.close()
     raise AssertionError("unreachable: the last step always evaluates")  # pragma: no cover

@@ -9,6 +9,7 @@ resolution, with no timestamp in the metadata, so the same input gives the same 
 
 from __future__ import annotations
 
+from ...metrics.schema import ACCURACY_T1, GRAD_NORM, K3_KL, REWARD_MEAN
 from ..results import CellRun
 from .style import legend, plt, png_bytes  # noqa: F401  (png_bytes: part of this module's API)
 
@@ -103,8 +104,8 @@ def reward_accuracy_figure(cells: list[CellRun]):
     return _band_rows(
         cells,
         [
-            ("training reward", "critic/rewards/mean", "metrics", False, "-"),
-            ("eval accuracy T=1", "accuracy_t1", "evals", False, "-"),
+            ("training reward", REWARD_MEAN, "metrics", False, "-"),
+            ("eval accuracy T=1", ACCURACY_T1, "evals", False, "-"),
         ],
     )
 
@@ -114,8 +115,8 @@ def kl_grad_figure(cells: list[CellRun]):
     return _band_rows(
         cells,
         [
-            ("k3 KL (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", True, "-"),
-            ("grad norm", "actor/grad_norm", "metrics", False, "-"),
+            ("k3 KL (log; 0 drawn at 1e-9)", K3_KL, "metrics", True, "-"),
+            ("grad norm", GRAD_NORM, "metrics", False, "-"),
         ],
     )
 
