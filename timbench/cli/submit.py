@@ -3,6 +3,9 @@
 timbench submit my_remedy.py:MyRemedy --track quick [--out DIR] [--set remedy_args.C=3] [--workers N]
 timbench track run quick [--out results/tracks/quick] [--workers N]   # the committed remedies' results
 timbench track list
+
+It lives in the command layer, not in timbench.submit: it hands the library the runners' `run_cells`, and only the
+command layer imports the runners (timbench.submit.run takes what it runs as an argument).
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ def _remedy_args(items: list[str]) -> dict:
 def _cmd_submit(args) -> int:
     from ..grid.cli import default_workers
     from ..runners.driver import run_cells
+    from ..submit.run import submit
     from ..util.atomic import check_output_dir
-    from .run import submit
 
     if args.out:
         check_output_dir(args.out)
@@ -59,9 +62,9 @@ def _cmd_track_run(args) -> int:
     from ..report.leaderboard import write_report
     from ..report.seeds import NOTHING_TRAINED
     from ..runners.driver import run_cells
+    from ..submit.run import mark_nothing_trained
+    from ..submit.track import load_track, write_manifest
     from ..util.atomic import check_output_dir
-    from .run import mark_nothing_trained
-    from .track import load_track, write_manifest
 
     track = load_track(args.track)
     # Like every regeneration: under build/ unless told --out results/... (the committed results submit reads).
@@ -88,7 +91,7 @@ def _cmd_track_run(args) -> int:
 
 def _cmd_track_list(args) -> int:
     from ..grid.spec import expand
-    from .track import MANIFEST, TRACKS_DIR, load_track
+    from ..submit.track import MANIFEST, TRACKS_DIR, load_track
 
     for p in sorted(TRACKS_DIR.glob("*.yaml")):
         t = load_track(str(p))
