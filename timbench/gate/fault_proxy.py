@@ -33,7 +33,7 @@ from .fake_server import LoopbackService
 
 
 def _bf16(x: float) -> float:
-    import torch
+    import torch  # deferred: torch is heavy
 
     return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
 

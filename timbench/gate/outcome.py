@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 
 from ..metrics.schema import ACCURACY_T1, REWARD_MEAN
+from ..report.collapse import detect_collapse
+from ..report.stats import mean_interval
 
 RL_TASK = "add-4d-v1"
 """The task of the shipped warm starts the gate's tiny models are."""
@@ -28,12 +30,11 @@ RL_TASK = "add-4d-v1"
 
 def one_run(preset: str, spec, seed: int, p: dict) -> dict:
     """One short RL run in a temporary directory: its per-step rewards, eval accuracies and collapse verdict."""
-    import torch
+    import torch  # deferred: torch is heavy
 
-    from ..report.collapse import detect_collapse
-    from ..rl.config import from_dict
-    from ..rl.loop import NonFiniteError, run
-    from ..util.threads import set_threads
+    from ..rl.config import from_dict  # deferred: torch is heavy
+    from ..rl.loop import NonFiniteError, run  # deferred: torch is heavy
+    from ..util.threads import set_threads  # deferred: torch is heavy
 
     cfg = {
         "task": RL_TASK,
@@ -76,8 +77,7 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
 def rl_outcome(make, model, p: dict, params, spec, runner=one_run):
     """`seeds` short RL runs (seeds suite seed + 0, 1, ...) on model `p["model"]`: learns, no collapse, mean
     final reward >= the lower bound of the stored reference's 95% interval (module docstring)."""
-    from ..report.stats import mean_interval
-    from .probes import Probe  # probes imports this module to register the probe
+    from .probes import Probe  # cycle: probes imports this module (to register the probe)
 
     name, ref = p["model"], p["reference"]
     if name not in ref:

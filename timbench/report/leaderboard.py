@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..grid.layout import PENDING
 from ..metrics.schema import MEAN_K3_KL, MEAN_MEAN_ABS_DELTA
+from ..tasks import UnknownTaskError, get_task
 from ..util import manifest
 from ..util.atomic import atomic_write
 from . import stats
@@ -198,8 +199,6 @@ def _scored_on(rows: list[dict]) -> str:
 
 
 def _task_line(rows: list[dict]) -> str:
-    from ..tasks import UnknownTaskError, get_task
-
     parts = []
     for name in sorted({str(r["task"]) for r in rows}):
         try:
@@ -409,10 +408,15 @@ def figures(
     """(file name, caption, figure builder) for every figure of the report; `highlight`: a submitted remedy."""
     groups = seed_groups(rows) if groups is None else groups
     # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
-    from .figures.cells import delta_distribution_figure, delta_histogram_figure, dose_response_figure, has_histograms
-    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure
-    from .figures.forest import forest_figure
-    from .figures.heatmap import relative_accuracy_heatmap
+    from .figures.cells import (  # deferred: matplotlib is heavy
+        delta_distribution_figure,
+        delta_histogram_figure,
+        dose_response_figure,
+        has_histograms,
+    )
+    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure  # deferred: matplotlib is heavy
+    from .figures.forest import forest_figure  # deferred: matplotlib is heavy
+    from .figures.heatmap import relative_accuracy_heatmap  # deferred: matplotlib is heavy
 
     cells = grid.cells
     out = [
@@ -454,7 +458,7 @@ def figures(
             lambda: dose_response_figure(rows),
         ),
     ]
-    from .figures.survival import survival_figure
+    from .figures.survival import survival_figure  # deferred: matplotlib is heavy
 
     out.append(
         (
@@ -500,7 +504,7 @@ def write_report(
     atomic_write(written["summary.csv"], summary_csv(rows))
     seed_rows = [group_csv_row(g) for g in groups]
     atomic_write(written["seeds.csv"], csv_text(seed_rows, tuple(seed_rows[0]) if seed_rows else GROUP))
-    from .figures.curves import png_bytes
+    from .figures.curves import png_bytes  # deferred: matplotlib is heavy
 
     pngs = []
     for name, caption, build in figures(grid, rows, groups, highlight):

@@ -10,8 +10,10 @@ status.json says whether the run is running, finished or failed (and why).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..engine import make_engine
 from ..evaluate import evaluate, evaluate_both
@@ -22,6 +24,8 @@ from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
 from ..spec.keys import ZERO_MISMATCH, quantized_reference
 from ..trainer import NonFiniteError
+from ..util.atomic import atomic_write
+from ..util.dirlock import DirLock
 from ..util.threads import set_threads
 from ..warmstart.shipped import resolve_checkpoint
 from .config import Loaded, RunConfig, load
@@ -149,16 +153,12 @@ def run(cfg: RunConfig | Loaded, out, progress: bool = True, plugin_timeout: flo
     one-line error instead of truncating the first one's logs. `plugin_timeout` bounds each call of a plug-in
     remedy's hooks (seconds, 0 = none; timbench.remedies.deadline): a hung plug-in fails the run.
     """
-    from ..util.dirlock import DirLock
-
     loaded = load(cfg)
     with DirLock(out, "timbench train"), last_words(lambda reason: _record_kill(out, reason)):
         return _run(loaded, out, progress, plugin_timeout)
 
 
 def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
-    from tqdm import tqdm
-
     set_threads(loaded.threads)
     # Some CPU backward kernels (index_put_/scatter with accumulate) otherwise add in a
     # run-dependent order: measured, two identical runs drifted by 1e-8 in step 0's update.
@@ -222,10 +222,6 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
 def _record_kill(out, reason: str) -> None:
     """A plug-in outlived its limit and the process is about to end (remedies.deadline): status failed, and
     error.txt saying so (there is no traceback to keep)."""
-    from pathlib import Path
-
-    from ..util.atomic import atomic_write
-
     atomic_write(Path(out) / "error.txt", f"PluginTimeout: {reason}\n")
     write_status(out, "failed", f"PluginTimeout: {reason}")
 

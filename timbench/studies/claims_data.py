@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..util import manifest
+from .paper import paper_data
 from .paper_claims import PaperData
 
 Setting = tuple[str, str, str]
@@ -77,8 +78,6 @@ def _align_rows(path: Path) -> list[dict]:
 
 def load_evidence(dirs: list[str | Path]) -> Evidence:
     """Load every DIR; a missing one, or one with neither cells.json nor align_*.json, is a one-line error."""
-    from .paper import paper_data
-
     grids, steps, align = {}, {}, []
     for raw in dirs:
         path = Path(raw)

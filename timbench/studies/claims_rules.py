@@ -27,6 +27,7 @@ from .claims_registry import (
     step_mean,
     untestable,
 )
+from .early_warning import Candidate, Run, score_candidate
 from .paper_claims import (
     KL_LEAD,
     NOT,
@@ -380,8 +381,6 @@ def triage(ev: Evidence) -> list[Sub]:
     grid that logs it, warns >= 1 step early in >= 2/3 of all collapsed runs, and its verdict is `warns`
     (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the
     control, not central) the A > 0 ratio does not rise the same way."""
-    from .early_warning import Candidate, Run, score_candidate
-
     key, ctl = "tim/neg_adv_imbalance", "tim/pos_adv_imbalance"
     runs, nv = [], []
     for name, d in ev.grids.items():

@@ -47,6 +47,7 @@ from ..report.results import load_results
 from ..report.stats import mean_interval, wilson
 from ..report.verdict_rules import WARNS, decide, warning_vs_false_alarms
 from ..util.atomic import atomic_write
+from .early_warning_md import markdown
 
 SYNTHETIC = "noise"
 """The condition kind that is synthetic (zero-mean noise on the logits): reported apart, never calibrates."""
@@ -304,8 +305,6 @@ def early_warning(dirs: list[str | Path]) -> dict:
 
 
 def write_early_warning(dirs: list[str | Path], out: str | Path, command: str | None = None) -> dict[str, Path]:
-    from .early_warning_md import markdown
-
     out = Path(out)
     command = command or "timbench early-warning " + " ".join(map(str, dirs)) + f" --out {out}"
     doc = early_warning(dirs)

@@ -16,7 +16,7 @@ from ..metrics.schema import GRAD_NORM, K3_KL, REWARD_MEAN
 from ..report.collapse import moving_average
 from ..report.leaderboard import fmt, fmt_interval
 from ..report.results import CellRun, column
-from ..report.stats import POWER, Interval, detectable, mean_interval
+from ..report.stats import POWER, Interval, detectable, mean_interval, wilson
 from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED, combine, decide
 
 UNTESTED = NOT_TESTED
@@ -258,8 +258,6 @@ def _by_seed(cells: list[CellRun]) -> dict:
 
 def _setting_text(rows: list[dict]) -> str:
     """rel with its interval, own gain with its interval, and the collapse rate with its Wilson interval."""
-    from ..report.stats import wilson
-
     k, n = collapses(rows)
     return (
         f"rel {_ci(over_seeds(rows, rel))}, own gain {_ci(over_seeds(rows, gain))}, {k}/{n} collapsed "

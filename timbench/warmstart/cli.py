@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..tasks import DEFAULT_TASK
+from ..util.atomic import check_output_dir
 
 DEFAULT_MODEL = "tiny-dense"  # the one definition (timbench.warmstart.run imports it)
 
 
 def _band_arg(text: str) -> tuple[float, float]:
-    from .run import WarmstartError, parse_band
+    from .run import WarmstartError, parse_band  # deferred: torch is heavy
 
     try:
         return parse_band(text)
@@ -19,8 +21,7 @@ def _band_arg(text: str) -> tuple[float, float]:
 
 
 def _cmd(args) -> int:
-    from ..util.atomic import check_output_dir
-    from .run import warmstart
+    from .run import warmstart  # deferred: torch is heavy
 
     check_output_dir(args.out)  # before minutes of training, not after
     card = warmstart(
@@ -48,8 +49,6 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register `timbench warmstart` on the CLI's subparsers."""
-    from ..tasks import DEFAULT_TASK
-
     w = sub.add_parser("warmstart", help="supervised warm start of a preset on a task, stopped inside an accuracy band")
     w.add_argument("--task", default=DEFAULT_TASK, help=f"task name (default {DEFAULT_TASK})")
     w.add_argument(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..tasks import DEFAULT_TASK
+from ..util.atomic import check_output_dir
 from .cli import _band_arg
 
 
 def _cmd(args) -> int:
-    from ..util.atomic import check_output_dir
-    from .proxy import make_proxy
+    from .proxy import make_proxy  # deferred: torch is heavy
 
     check_output_dir(args.out)  # before the calibration and the recovery, not after
     card = make_proxy(
@@ -37,8 +38,6 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register `timbench prune-experts` on the CLI's subparsers."""
-    from ..tasks import DEFAULT_TASK
-
     p = sub.add_parser("prune-experts", help="a smaller MoE proxy: keep each layer's most frequently routed experts")
     p.add_argument(
         "--model",

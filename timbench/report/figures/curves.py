@@ -49,7 +49,7 @@ def _no_data(fig, what: str):
 def mode_settings(cells: list[CellRun]) -> dict[str, list]:
     """mode -> one seed-band Setting per condition: every seed of the representative's remedy (`none` when the
     grid has it), reference first, so each curve is a mean with its 95% interval over seeds."""
-    from .paper import Setting
+    from .paper import Setting  # cycle: timbench.report.figures.paper imports this module
 
     colors = condition_colors(cells)
     out = {}
@@ -81,7 +81,7 @@ def mode_settings(cells: list[CellRun]) -> dict[str, list]:
 def _band_rows(cells: list[CellRun], panels: list[tuple], width: float = 5.2):
     """One row per mode, one panel per (title, key, rows, log) with every condition's seed band; the legend
     of each row goes where its first panel has no data (or outside)."""
-    from .paper import Setting, draw_band
+    from .paper import Setting, draw_band  # cycle: timbench.report.figures.paper imports this module
 
     by_mode = mode_settings(cells)
     fig, axes = _grid_axes(max(len(by_mode), 1), len(panels), width=width)
