@@ -19,21 +19,24 @@ from __future__ import annotations
 import math
 
 from ..metrics.schema import ACCURACY_T1
+from ..util.registry import Registry
 
-ENDPOINTS = {
-    "final": "final eval accuracy T=1",
-    "last3": "mean eval accuracy T=1 over the last 3 evaluations",
-    "last-half": "mean eval accuracy T=1 over the last half of the run (step >= steps/2)",
-    "auc": "area under the eval accuracy T=1 curve / run length",
-}
+ENDPOINTS: Registry[str] = Registry("endpoint")
+ENDPOINTS.update(
+    {
+        "final": "final eval accuracy T=1",
+        "last3": "mean eval accuracy T=1 over the last 3 evaluations",
+        "last-half": "mean eval accuracy T=1 over the last half of the run (step >= steps/2)",
+        "auc": "area under the eval accuracy T=1 curve / run length",
+    }
+)
 """Endpoint name -> what it is, in words."""
 DEFAULT = "last-half"
 
 
 def check_endpoint(name, where: str = "endpoint") -> str:
     """The name if it is an endpoint, else a one-line ValueError naming the valid ones."""
-    if name not in ENDPOINTS:
-        raise ValueError(f"{where}: unknown endpoint {name!r}; valid: {', '.join(ENDPOINTS)}")
+    ENDPOINTS.lookup(name, where)
     return name
 
 

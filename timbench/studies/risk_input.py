@@ -31,8 +31,7 @@ ALIGN_KEYS = {s.align: name for name, s in STATS.items() if s.align and name in 
 
 
 def parse_number(name: str, raw) -> float:
-    if name not in STATS:
-        raise ValueError(f"unknown statistic {name!r}; valid: {', '.join(STATS)}")
+    STATS.lookup(name)
     try:
         v = float(raw)
     except (TypeError, ValueError):
