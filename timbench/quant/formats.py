@@ -82,7 +82,8 @@ FORMATS: Registry[FloatFormat] = Registry(
             2.0**-16,
             -14,
             15,
-            "OCP FP8 E5M2 (torch.float8_e5m2): IEEE-like with inf/NaN, max 1.75*2^15 = 57344; subnormals down to 2^-16.",
+            "OCP FP8 E5M2 (torch.float8_e5m2): IEEE-like with inf/NaN, max 1.75*2^15 = 57344; "
+            "subnormals down to 2^-16.",
         ),
         "e2m1": FloatFormat(
             "e2m1",
@@ -94,7 +95,8 @@ FORMATS: Registry[FloatFormat] = Registry(
             0.5,
             0,
             2,
-            "OCP FP4 E2M1 (the MXFP4/NVFP4 element): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no inf/NaN.",
+            "OCP FP4 E2M1 (the MXFP4/NVFP4 element): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; "
+            "no inf/NaN.",
         ),
         "e8m0": FloatFormat(
             "e8m0",
