@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-BACKENDS: dict[str, str] = {"local": "timbench.runners.local:run_local", "ray": "timbench.runners.ray_runner:run_ray"}
+from timbench.util.registry import Registry
+
+BACKENDS: Registry[str] = Registry(
+    "backend", {"local": "timbench.runners.local:run_local", "ray": "timbench.runners.ray_runner:run_ray"}
+)
 
 
 def get_backend(name: str) -> Callable:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")
-    module, _, fn = BACKENDS[name].partition(":")
+    module, _, fn = BACKENDS.lookup(name).partition(":")
     return getattr(importlib.import_module(module), fn)

@@ -10,10 +10,11 @@ import random
 from statistics import mean
 from typing import Any
 
+from timbench.util.registry import Registry
+
 from .base import Task
 
 DEFAULT_TASK = "add-4d-v1"
-_REGISTRY: dict[str, type[Task]] = {}
 
 
 class UnknownTaskError(KeyError):
@@ -23,15 +24,14 @@ class UnknownTaskError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+_REGISTRY: Registry[type[Task]] = Registry("task", error=UnknownTaskError, valid_label="valid names", sort=True)
+
+
 def register(cls: type[Task]) -> type[Task]:
     """Class decorator: make `cls` available as `get_task(cls.name)`."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no name")
-    other = _REGISTRY.get(cls.name)
-    if other is not None and other is not cls:
-        raise ValueError(f"task name {cls.name!r} registered twice ({other.__name__}, {cls.__name__})")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.register(cls.name, cls)
 
 
 def task_names() -> list[str]:
@@ -40,11 +40,7 @@ def task_names() -> list[str]:
 
 def get_task(name: str) -> Task:
     """A fresh instance of the registered task `name`."""
-    try:
-        cls = _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise UnknownTaskError(f"unknown task {name!r}; valid names: {', '.join(task_names())}") from None
-    return cls()
+    return _REGISTRY.lookup(name)()
 
 
 def response_stats(task: Task, n: int = 256) -> dict[str, float]:

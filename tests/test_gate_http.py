@@ -149,7 +149,7 @@ def test_each_proxy_fault_fails_the_gate_naming_its_probe(server, suite, tmp_pat
 def test_stale_fault_needs_a_stale_server(server):
     with pytest.raises(ValueError, match="stale=URL"):
         FaultProxy(server.url, "stale_checkpoint")
-    with pytest.raises(ValueError, match="unknown HTTP fault 'nope'; valid: none, "):
+    with pytest.raises(ValueError, match=r"unknown HTTP fault 'nope'; did you mean 'none'\? valid: none, "):
         FaultProxy(server.url, "nope")
 
 

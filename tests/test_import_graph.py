@@ -56,17 +56,25 @@ def _imported_modules(path: Path, package: list[str]) -> set[str]:
     return out
 
 
-def test_the_library_never_imports_the_runners():
-    """Runners sit above the library. Only the command-line layer (the `cli.py` modules, which
-    parse arguments and pick a backend) may import them; everything else gets what it runs passed in."""
+def test_the_library_never_imports_the_runners_or_the_command_layer():
+    """Runners sit above the library and the command layer (timbench/cli/) above both: only timbench/cli/ imports
+    the runners (it hands `grid run`, `submit` and `track run` a backend), and nothing below imports timbench.cli;
+    everything else gets what it runs passed in."""
     offenders = sorted(
         f"{p.relative_to(ROOT)} imports {m}"
         for p in LIBRARY.rglob("*.py")
-        if p.name != "cli.py"
+        if p.relative_to(LIBRARY).parts[0] != "cli"
         for m in _imported_modules(p, ["timbench", *p.relative_to(LIBRARY).parent.parts])
-        if m == "timbench.runners" or m.startswith("timbench.runners.")
+        if m.startswith(("timbench.runners", "timbench.cli")) and m.split(".")[1] in ("runners", "cli")
     )
     assert not offenders, offenders
+    runner_side = sorted(
+        f"{p.relative_to(ROOT)} imports {m}"
+        for p in (ROOT / "runners").rglob("*.py")
+        for m in _imported_modules(p, ["timbench", "runners", *p.relative_to(ROOT / "runners").parent.parts])
+        if m == "timbench.cli" or m.startswith("timbench.cli.")
+    )
+    assert not runner_side, runner_side
 
 
 def test_the_import_scan_sees_relative_and_function_local_imports(tmp_path):

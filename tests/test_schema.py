@@ -77,3 +77,47 @@ def test_every_committed_logged_key_is_a_schema_name():
             seen |= set(json.loads((run / "summary.json").read_text()))
     assert {schema.K3_KL, schema.ACCURACY_T1} <= seen and schema.is_known("mismatch/extreme_frac_3")
     assert not [k for k in seen if not schema.is_known(k)]
+
+
+def _named_constants() -> dict[str, str]:
+    """Metric name -> the schema constant that names it (STEP's "step" and the bare prefixes aside: "step" is also
+    a status, checkpoint and cell field, and a prefix is not a name)."""
+    return {
+        v: k
+        for k, v in vars(schema).items()
+        if k.isupper() and isinstance(v, str) and ("/" in v or v.startswith("accuracy")) and not v.endswith("/")
+    }
+
+
+def _named_literals(path: Path, named: dict[str, str]) -> list[str]:
+    return [
+        f"{path.name}:{node.lineno}: {node.value!r} (schema.{named[node.value]})"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in named
+    ]
+
+
+def test_library_code_writes_no_named_metric_as_a_literal():
+    """A metric the schema names is imported from it everywhere in timbench/, runners/ and tasks/ (a rename is one
+    edit, and a typo is a NameError at import, not an empty column)."""
+    named = _named_constants()
+    assert named[schema.K3_KL] == "K3_KL" and named[schema.MEAN_MEAN_ABS_DELTA] == "MEAN_MEAN_ABS_DELTA"
+    found = [
+        f"{p.parent.relative_to(ROOT)}/{hit}"
+        for d in ("timbench", "runners", "tasks")
+        for p in sorted((ROOT / d).rglob("*.py"))
+        if p != ROOT / "timbench/metrics/schema.py"
+        for hit in _named_literals(p, named)
+    ]
+    assert not found, "metric names written as literals (import them from timbench.metrics.schema):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_literal_scan_sees_a_literal(tmp_path):
+    f = tmp_path / "probe.py"
+    f.write_text('x = {"rollout_corr/k3_kl": 1, "mean/mismatch/mean_abs_delta": 2}\ny = f"{x}/rollout_corr/k3_kl"\n')
+    assert _named_literals(f, _named_constants()) == [
+        "probe.py:1: 'rollout_corr/k3_kl' (schema.K3_KL)",
+        "probe.py:1: 'mean/mismatch/mean_abs_delta' (schema.MEAN_MEAN_ABS_DELTA)",
+    ]

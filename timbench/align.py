@@ -16,6 +16,7 @@ import torch
 
 from .engine import Request, SamplingParams, make_engine
 from .metrics.mismatch import mismatch_metrics, routing_agreement
+from .metrics.schema import K3_KL, P99_ABS_DELTA, PROBS_DIFF_MAX
 from .model import Compute, Qwen3ForCausalLM
 from .spec.keys import parse_spec
 from .trainer import sequence_logprobs
@@ -89,10 +90,10 @@ def align(
         "max_abs_diff": float(diff.max()),
         "mean_abs_diff": float(diff.mean()),
         "frac_tokens_differ": float((diff != 0).double().mean()),
-        "k3_kl": m["rollout_corr/k3_kl"],
+        "k3_kl": m[K3_KL],
         "kl": m["rollout_corr/kl"],
-        "p99_abs_diff": m["mismatch/p99_abs_delta"],
-        "probs_diff_max": m["training/rollout_probs_diff_max"],
+        "p99_abs_diff": m[P99_ABS_DELTA],
+        "probs_diff_max": m[PROBS_DIFF_MAX],
     }
     if agree:
         report["routing_agreement"] = routing_agreement(

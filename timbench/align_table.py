@@ -21,6 +21,7 @@ from .spec.keys import parse_spec
 from .util import manifest
 from .util.atomic import atomic_write
 from .util.readfile import read_yaml
+from .util.threads import set_threads
 
 _KEYS = {"models", "seed", "conditions", "batches"}
 _COND_KEYS = {"name", "engine", "trainer", "models", "kind"}
@@ -57,8 +58,6 @@ def read_table(path: str | Path) -> dict:
 
 
 def _worker_init(threads: int) -> None:
-    from .util.threads import set_threads
-
     set_threads(threads)
 
 
@@ -120,7 +119,7 @@ def run_table(path: str | Path, out: str | Path, progress=print, workers: int = 
     _MODELS.clear()
     atomic_write(out / f"{Path(path).stem}.md", to_markdown(rows, path))
     if any("kind" in r for r in rows):  # a table that names kinds gets its |delta| axis figure
-        from .report.figures.align import save_delta_axis
+        from .report.figures.align import save_delta_axis  # deferred: matplotlib is heavy
 
         save_delta_axis(rows, out / f"{Path(path).stem}.png", f"timbench align --table {path}")
     # last: the table's files in the dir's manifest (a reader refuses an edited one; a table killed half-way fails)

@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 
 from .engine import Request
+from .model import ModelConfig
 from .tokenizer import CharTokenizer
 
 TOKENIZER = CharTokenizer()
@@ -62,8 +63,6 @@ def max_new_tokens(task, context: int | None = None) -> int:
     """Token budget for a task's responses: ceil(1.5 x longest solution incl. EOS)
     over a fixed sample of 512 problems, capped so the longest prompt still fits
     in `context` (the model's max_position_embeddings, 256 by default)."""
-    from .model import ModelConfig
-
     ctx = context or ModelConfig().max_position_embeddings
     max_prompt, max_resp = _task_lengths(task)
     budget = math.ceil(max_resp * MAX_NEW_TOKENS_FACTOR)

@@ -28,6 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .util.atomic import atomic_write
+from .warmstart.shipped import default_checkpoint
+
 if TYPE_CHECKING:  # torch is imported where it is used, so `timbench --help` stays torch-free
     import torch
 
@@ -64,21 +67,20 @@ def _batch(vocab: int, n: int = 16, seed: int = 0) -> list[tuple[list[int], list
 
 def _rewards(n: int) -> torch.Tensor:
     """0/1 rewards in groups of 8 whose success counts run 0, 1, ..., 8 (then repeat): every group std."""
-    import torch
+    import torch  # deferred: torch is heavy
 
     return torch.tensor([float(i % 8 < (i // 8) % 9) for i in range(n)], dtype=torch.float32)
 
 
 def update_case(model_name: str, dtype: str) -> dict[str, str]:
     """Forward, advantages, loss, gradients, clip and two AdamW steps of one case, hashed in that order."""
-    import torch
+    import torch  # deferred: torch is heavy
 
-    from .model import Compute, load_checkpoint
-    from .rl.algorithms import grpo_advantage, ppo_clip_loss
-    from .spec.keys import parse_spec
-    from .trainer import sequence_logprobs
-    from .trainer.optim import AdamW, clip_grad_norm
-    from .warmstart.shipped import default_checkpoint
+    from .model import Compute, load_checkpoint  # deferred: torch is heavy
+    from .rl.algorithms import grpo_advantage, ppo_clip_loss  # deferred: torch is heavy
+    from .spec.keys import parse_spec  # deferred: torch is heavy
+    from .trainer import sequence_logprobs  # deferred: torch is heavy
+    from .trainer.optim import AdamW, clip_grad_norm  # deferred: torch is heavy
 
     model = load_checkpoint(default_checkpoint("add-4d-v1", model_name))
     compute = Compute.from_spec(parse_spec(f"kernels=exact,dtype={dtype}"))
@@ -109,8 +111,8 @@ def update_case(model_name: str, dtype: str) -> dict[str, str]:
 
 def run_case(overrides: list[str], threads: int, root: Path) -> dict[str, str]:
     """A 2-step RL run; sha256 of the files it logs."""
-    from .rl.config import load_config
-    from .rl.loop import run
+    from .rl.config import load_config  # deferred: torch is heavy
+    from .rl.loop import run  # deferred: torch is heavy
 
     run(load_config(None, RUN_BASE + overrides + [f"threads={threads}"]), root, progress=False)
     return {f: hashlib.sha256((root / f).read_bytes()).hexdigest()[:16] for f in ("metrics.jsonl", "eval.jsonl")}
@@ -135,7 +137,7 @@ def machine() -> dict:
 
 def fingerprint(threads: int = 1, runs: bool = True) -> dict[str, str]:
     """Every hash, keys in computation order (cases, then runs)."""
-    import torch
+    import torch  # deferred: torch is heavy
 
     torch.set_num_threads(threads)
     out: dict[str, str] = {}
@@ -177,13 +179,11 @@ def add_parser(sub) -> None:
 
 
 def _cmd(args) -> int:
-    import torch
+    import torch  # deferred: torch is heavy
 
     got = fingerprint(args.threads)
     doc = {"machine": machine(), "torch": torch.__version__, "hashes": got}
     if args.write:
-        from .util.atomic import atomic_write
-
         atomic_write(args.write, json.dumps(doc, indent=1) + "\n")
     if args.check:
         diff = first_difference(load_golden(), got)

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+from ..util.atomic import atomic_write, check_output_dir
 
 
 def _cmd(args) -> int:
-    from ..util.atomic import atomic_write, check_output_dir
-
     if args.table:
-        from .table import run_table
+        from .table import run_table  # deferred: torch is heavy
 
         out = args.out or "build/diagnose"  # a regeneration: results/diagnose only when told --out results/diagnose
         check_output_dir(out)
         run_table(args.table, out, progress=lambda m: print(m, file=sys.stderr))
         return 0
-    from ..model import load_model
-    from ..spec.keys import parse_spec
-    from .run import diagnose
-    from .table import resolve_model
+    from ..model import load_model  # deferred: torch is heavy
+    from ..spec.keys import parse_spec  # deferred: torch is heavy
+    from .run import diagnose  # deferred: torch is heavy
+    from .table import resolve_model  # deferred: torch is heavy
 
     engine = parse_spec(args.engine, "engine spec", side="engine")
     trainer = parse_spec(args.trainer, "trainer spec", side="trainer")
@@ -28,9 +29,7 @@ def _cmd(args) -> int:
     model = load_model(resolve_model(args.model), seed=args.seed)
     report = diagnose(model, engine, trainer, seed=args.seed, temperature=args.temperature, per_key=not args.no_keys)
     if args.out:
-        from pathlib import Path
-
-        from .figures import draw_all
+        from .figures import draw_all  # deferred: matplotlib is heavy
 
         out = Path(args.out)
         atomic_write(out / "diagnose.json", json.dumps(report, indent=1, sort_keys=True) + "\n")

@@ -18,7 +18,7 @@ from .engine import Engine
 
 def _vllm(config: ModelConfig, spec: Spec, max_num_seqs: int, max_len: int | None):
     try:
-        from .vllm_engine import VllmEngine
+        from .vllm_engine import VllmEngine  # deferred: optional (may be absent)
     except ImportError as e:
         raise ValueError(f"engine=vllm needs the vllm extra (pip install -e '.[vllm]'): {e}") from None
     return VllmEngine(config, spec, max_num_seqs=max_num_seqs, max_len=max_len)

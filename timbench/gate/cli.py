@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .check import check, load_report
+
 
 def add_parser(sub) -> None:
     g = sub.add_parser(
@@ -85,9 +87,8 @@ def add_parser(sub) -> None:
 
 
 def _run(args) -> int:
-    from .check import check, load_report
-    from .run import run_gate
-    from .suite import load_suite
+    from .run import run_gate  # deferred: torch is heavy
+    from .suite import load_suite  # deferred: torch is heavy
 
     http = args.engine.strip().startswith("openai=")
     if http != bool(args.trainer):
@@ -105,7 +106,7 @@ def _run(args) -> int:
     base = where and _baseline(load_report(where), suite, where)  # read first: --out may be the baseline's dir
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if http:
-        from .http_run import run_http_gate
+        from .http_run import run_http_gate  # deferred: torch is heavy
 
         report = run_http_gate(args.engine, args.trainer, suite, args.out, args.allow_remote, progress=say)
     else:
@@ -157,8 +158,6 @@ def _baseline(base: dict, suite, where) -> dict:
 
 
 def _check(args) -> int:
-    from .check import check, load_report
-
     code, found = check(load_report(args.baseline), load_report(args.candidate))
     if args.json:
         print(json.dumps({"exit": code, "findings": found}))
@@ -168,8 +167,8 @@ def _check(args) -> int:
 
 
 def _faults(args) -> int:
-    from .run import detection_matrix
-    from .suite import load_suite
+    from .run import detection_matrix  # deferred: torch is heavy
+    from .suite import load_suite  # deferred: torch is heavy
 
     if args.clean_runs < 0:
         raise ValueError(f"--clean-runs must be >= 0, got {args.clean_runs}")
@@ -190,7 +189,7 @@ def _faults(args) -> int:
 
 
 def _matrix(args) -> int:
-    from .matrix import write
+    from .matrix import write  # deferred: torch is heavy
 
     doc = write(args.dirs, args.out)
     print(f"gate matrix: {', '.join(r['name'] + ' ' + r['verdict'] for r in doc['releases'])} ({args.out}/matrix.md)")

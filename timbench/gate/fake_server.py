@@ -18,6 +18,7 @@ logprobs of the full tempered distribution, not renormalised over the kept set),
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,8 +36,6 @@ class LoopbackServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), handler)
 
     def handle_error(self, request, client_address):
-        import sys
-
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
 
@@ -73,10 +72,10 @@ class FakeServer(LoopbackService):
         top_p_logprobs: str = "renormalised",
         routes: tuple[str, ...] | None = None,
     ):
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # deferred: tokenizers is heavy
 
-        from ..engine import Engine
-        from ..model import load_checkpoint
+        from ..engine import Engine  # deferred: torch is heavy
+        from ..model import load_checkpoint  # deferred: torch is heavy
 
         self.dir = Path(checkpoint)
         self.model = load_checkpoint(self.dir)
@@ -100,7 +99,7 @@ class FakeServer(LoopbackService):
         }
 
     def completion(self, body: dict) -> dict:
-        from ..engine import Request, SamplingParams
+        from ..engine import Request, SamplingParams  # deferred: torch is heavy
 
         prompt = body["prompt"]
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
@@ -134,7 +133,7 @@ class FakeServer(LoopbackService):
                 else None
             )
             if full_t is not None:  # raw: vLLM's raw_logprobs (temperature 1, before any processing)
-                from ..diagnose.forward import score
+                from ..diagnose.forward import score  # deferred: torch is heavy
 
                 seqs = [(prompt, c.token_ids)]
                 lps = [float(x) for x in score(self.model, self.engine.spec, seqs, full_t).logprobs[0]]
@@ -183,9 +182,9 @@ class FakeServer(LoopbackService):
 
     def _prompt_rows(self, prompt: list[int]) -> list:
         """vLLM's prompt_logprobs: None, then per prompt token k >= 1 its raw logprob, rank and the top-1."""
-        import torch
+        import torch  # deferred: torch is heavy
 
-        from ..kernels.logprobs import token_logprobs_all
+        from ..kernels.logprobs import token_logprobs_all  # deferred: torch is heavy
 
         c = self.engine.compute
         with torch.inference_mode():

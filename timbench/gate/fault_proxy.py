@@ -29,11 +29,12 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler
 
+from ..util.registry import Registry
 from .fake_server import LoopbackService
 
 
 def _bf16(x: float) -> float:
-    import torch
+    import torch  # deferred: torch is heavy
 
     return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
 
@@ -71,16 +72,19 @@ def _trim_bos(ch: dict, echo: bool) -> None:
             lp["token_logprobs"][0] = None
 
 
-FAULTS = {
-    "none": (None, None),
-    "zero_logprobs": (None, _zero),
-    "shifted_logprobs": (None, _shift),
-    "temperature_twice": (lambda body: {**body, "temperature": float(body.get("temperature", 1.0)) ** 2}, None),
-    "bf16_logprobs": (None, _round),
-    "raw_logprobs": (None, None),  # FaultProxy._raw: it needs the upstream
-    "stale_checkpoint": (None, None),  # FaultProxy.forward: another upstream
-    "bos_twice": (None, None),  # FaultProxy.forward: the prompt and its prompt logprobs
-}
+FAULTS: Registry[tuple] = Registry(
+    "HTTP fault",
+    {
+        "none": (None, None),
+        "zero_logprobs": (None, _zero),
+        "shifted_logprobs": (None, _shift),
+        "temperature_twice": (lambda body: {**body, "temperature": float(body.get("temperature", 1.0)) ** 2}, None),
+        "bf16_logprobs": (None, _round),
+        "raw_logprobs": (None, None),  # FaultProxy._raw: it needs the upstream
+        "stale_checkpoint": (None, None),  # FaultProxy.forward: another upstream
+        "bos_twice": (None, None),  # FaultProxy.forward: the prompt and its prompt logprobs
+    },
+)
 """fault -> (what it does to a /v1/completions request body, what it does to each choice's `logprobs`)."""
 EXPECTED_PROBE = {
     "zero_logprobs": "logprob_semantics",
@@ -98,8 +102,7 @@ class FaultProxy(LoopbackService):
     def __init__(
         self, upstream: str, fault: str = "none", timeout: float = 120.0, stale: str | None = None, bos_id: int = 1
     ):
-        if fault not in FAULTS:
-            raise ValueError(f"unknown HTTP fault {fault!r}; valid: {', '.join(FAULTS)}")
+        FAULTS.lookup(fault)
         if (fault == "stale_checkpoint") != (stale is not None):
             raise ValueError("the stale_checkpoint fault takes stale=URL (a server holding other weights), and only it")
         self.upstream, self.fault, self.timeout = upstream.rstrip("/"), fault, timeout

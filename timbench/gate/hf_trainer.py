@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,8 +73,8 @@ def checkpoint_hash(d: Path) -> str:
 
 class HfTrainer:
     def __init__(self, spec: HfSpec):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # deferred: transformers is heavy
+        from transformers.utils import logging as hf_logging  # deferred: transformers is heavy
 
         self.spec = spec
         bar = hf_logging.is_progress_bar_enabled()
@@ -153,8 +154,6 @@ def check_tokenizer(trainer: HfTrainer, client, model: str) -> list[str]:
 
     def server_text(i):
         return client.post("/detokenize", {"model": model, "tokens": [i]}).get("prompt")
-
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         theirs = list(pool.map(server_text, ids))

@@ -23,7 +23,10 @@ import math
 
 import torch
 
+from ..align import workload
 from ..engine import SamplingParams
+from ..metrics.mismatch import mismatch_metrics
+from ..metrics.schema import K3_KL
 from .hf_trainer import HfTrainer, log_softmax_at
 from .probes import Probe, _requests
 
@@ -57,9 +60,6 @@ def _sampled(rows: torch.Tensor, tokens) -> torch.Tensor:
 def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Probe:
     """Mean / max |delta|, k3, the fraction of tokens that differ and argmax flips between the server's logprobs
     and the trainer's on the same tokens; passes when mean |delta| <= the suite's bound."""
-    from ..align import workload
-    from ..metrics.mismatch import mismatch_metrics
-
     comps = []
     for call in workload(params.seed, trainer.vocab_size, engine.max_len, tuple(p["batches"])):
         comps += engine.generate(call, params)
@@ -78,7 +78,7 @@ def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Pr
         "tokens": int(diff.numel()),
         "mean_abs_diff": float(diff.mean()),
         "max_abs_diff": float(diff.max()),
-        "k3_kl": mismatch_metrics(lp_t, lp_e)["rollout_corr/k3_kl"],
+        "k3_kl": mismatch_metrics(lp_t, lp_e)[K3_KL],
         "frac_tokens_differ": float((diff != 0).double().mean()),
     }
     if checked:

@@ -19,12 +19,21 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
+from .. import __version__
 from ..engine import SamplingParams
+from ..fingerprint import machine
+from ..studies.risk_data import gather
+from ..submit.track import code_hash
 from ..util import manifest
+from ..util.atomic import atomic_write
 from ..util.provenance import git_revision
 from . import http_probes
+from .hf_trainer import HfTrainer, check_tokenizer, checkpoint_hash, parse_hf_spec
 from .html import render_gate_html
-from .http_engine import NotTested, weight_sync_reason
+from .http_client import Client, parse_openai_spec
+from .http_engine import HttpEngine, NotTested, discover, weight_sync_reason
 from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
@@ -46,13 +55,7 @@ class _Stub:
 
 
 def identity(spec, offer, trainer, suite: Suite) -> dict:
-    import torch
-    import transformers
-
-    from .. import __version__
-    from ..fingerprint import machine
-    from ..submit.track import code_hash
-    from .hf_trainer import checkpoint_hash
+    import transformers  # deferred: transformers is heavy
 
     ident = {
         "engine_spec": str(spec),
@@ -90,10 +93,6 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
 
 def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, progress=None):
     """(engine, trainer, spec): the server discovered and the trainer loaded and checked against it."""
-    from .hf_trainer import HfTrainer, check_tokenizer, parse_hf_spec
-    from .http_client import Client, parse_openai_spec
-    from .http_engine import HttpEngine, discover
-
     say = progress or (lambda m: None)
     spec = parse_openai_spec(engine_spec, allow_remote)
     hf = parse_hf_spec(trainer_spec)
@@ -116,8 +115,6 @@ def run_http_gate(
 ) -> dict:
     """Run the suite's probes that apply over HTTP; write gate.json, gate.md and gate.html to `out`; return the
     report."""
-    from ..util.atomic import atomic_write
-
     t0 = time.perf_counter()
     engine, trainer, spec = connect(engine_spec, trainer_spec, allow_remote, progress)
     name = trainer.spec.dir.name
@@ -186,8 +183,6 @@ def run_http_gate(
 
 def committed_rows() -> list:
     """The committed grids' risk rows, or none where this install has no results/ (a wheel, not a checkout)."""
-    from ..studies.risk_data import gather
-
     try:
         return gather()
     except FileNotFoundError:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..util.atomic import atomic_write
 from .check import check, load_report
 from .run import format_numbers
 
@@ -257,8 +258,6 @@ def _num(x) -> str:
 
 def write(dirs, out) -> dict:
     """Build the matrix over `dirs` and write matrix.json / matrix.md under `out` (atomically)."""
-    from ..util.atomic import atomic_write
-
     doc, text = build(dirs)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

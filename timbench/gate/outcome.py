@@ -20,18 +20,21 @@ import math
 import tempfile
 from pathlib import Path
 
+from ..metrics.schema import ACCURACY_T1, REWARD_MEAN
+from ..report.collapse import detect_collapse
+from ..report.stats import mean_interval
+
 RL_TASK = "add-4d-v1"
 """The task of the shipped warm starts the gate's tiny models are."""
 
 
 def one_run(preset: str, spec, seed: int, p: dict) -> dict:
     """One short RL run in a temporary directory: its per-step rewards, eval accuracies and collapse verdict."""
-    import torch
+    import torch  # deferred: torch is heavy
 
-    from ..report.collapse import detect_collapse
-    from ..rl.config import from_dict
-    from ..rl.loop import NonFiniteError, run
-    from ..util.threads import set_threads
+    from ..rl.config import from_dict  # deferred: torch is heavy
+    from ..rl.loop import NonFiniteError, run  # deferred: torch is heavy
+    from ..util.threads import set_threads  # deferred: torch is heavy
 
     cfg = {
         "task": RL_TASK,
@@ -61,21 +64,20 @@ def one_run(preset: str, spec, seed: int, p: dict) -> dict:
         read = lambda name: [json.loads(line) for line in (Path(d) / name).read_text().splitlines()]  # noqa: E731
         rows, evals = read("metrics.jsonl"), read("eval.jsonl")
         summary = json.loads((Path(d) / "summary.json").read_text())
-    rewards = [r["critic/rewards/mean"] for r in rows]
+    rewards = [r[REWARD_MEAN] for r in rows]
     w = p["window"]
     return {
         "start": math.fsum(rewards[:w]) / w,
         "final": math.fsum(rewards[-w:]) / w if len(rewards) >= w else 0.0,
         "collapse": detect_collapse(rows, evals, summary),
-        "eval_t1": [e["accuracy_t1"] for e in evals],
+        "eval_t1": [e[ACCURACY_T1] for e in evals],
     }
 
 
 def rl_outcome(make, model, p: dict, params, spec, runner=one_run):
     """`seeds` short RL runs (seeds suite seed + 0, 1, ...) on model `p["model"]`: learns, no collapse, mean
     final reward >= the lower bound of the stored reference's 95% interval (module docstring)."""
-    from ..report.stats import mean_interval
-    from .probes import Probe  # probes imports this module to register the probe
+    from .probes import Probe  # cycle: probes imports this module (to register the probe)
 
     name, ref = p["model"], p["reference"]
     if name not in ref:

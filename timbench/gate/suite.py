@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.readfile import read_yaml
 from .probes import PROBES
+from .shapes import valid_models
+from .suite_values import check_values
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES_DIR = ROOT / "bench" / "gates"
@@ -32,9 +37,6 @@ class Suite:
 def content_hash(doc: dict) -> str:
     """sha256 of a suite document as parsed (comments and layout do not count; `baseline`, a path to compare
     with, is not part of the test)."""
-    import hashlib
-    import json
-
     return hashlib.sha256(
         json.dumps({k: v for k, v in doc.items() if k != "baseline"}, sort_keys=True, default=str).encode()
     ).hexdigest()
@@ -51,15 +53,11 @@ def load_suite(name_or_path: str) -> Suite:
             f"unknown gate suite {name_or_path!r}; valid: {', '.join(known) or 'none found'} "
             "(or a path to a suite .yaml)"
         )
-    from ..util.readfile import read_yaml
-
     doc = read_yaml(path, "gate suite") or {}
     need = ("name", "version", "models", "probes")
     missing = [k for k in need if k not in doc]
     if missing:
         raise ValueError(f"gate suite {path}: missing key(s) {missing}; a suite has {', '.join(need)}")
-    from .shapes import valid_models
-
     bad = sorted(set(doc["models"]) - set(valid_models())) if isinstance(doc["models"], list) else doc["models"]
     if bad:
         raise ValueError(
@@ -71,8 +69,6 @@ def load_suite(name_or_path: str) -> Suite:
     unknown = sorted(set(doc["probes"]) - set(PROBES))
     if unknown:
         raise ValueError(f"gate suite {path}: unknown probe(s) {unknown}; valid: {', '.join(PROBES)}")
-    from .suite_values import check_values
-
     check_values(doc, f"gate suite {path}")
     baseline = doc.get("baseline")
     if baseline is not None and not isinstance(baseline, str):

@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 
+from .cost import cell_seconds, fmt_seconds, wall_seconds
+from .verify import add_verify_parser
+
 
 def _cmd_plan(args) -> int:
-    from .cost import cell_seconds, fmt_seconds, wall_seconds
-    from .spec import expand, load_grid
+    from .spec import expand, load_grid  # deferred: torch is heavy
 
     grid = load_grid(args.grid)
     cells = expand(grid)
@@ -83,7 +85,7 @@ def add_plan_parser(grid_sub) -> None:
 
 
 def _cmd_merge(args) -> int:
-    from .merge import merge
+    from .merge import merge  # deferred: torch is heavy
 
     info = merge(args.sources, args.out)
     print(
@@ -109,7 +111,5 @@ def add_parser(sub):
     grid_sub = g.add_subparsers(dest="grid_command", required=True)
     add_plan_parser(grid_sub)
     add_merge_parser(grid_sub)
-    from .verify import add_verify_parser
-
     add_verify_parser(grid_sub)
     return grid_sub

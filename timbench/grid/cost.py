@@ -22,6 +22,9 @@ from __future__ import annotations
 import functools
 import heapq
 
+from ..tasks import get_task
+from ..tasks.registry import response_stats
+
 BASELINE_STEP_S = 2.0
 """Seconds per baseline step (32x8 = 256 responses on add-4d-v1, one thread)."""
 BASELINE_SEQS = 32 * 8
@@ -43,9 +46,6 @@ CELL_OVERHEAD_S = 2.0
 
 @functools.cache
 def mean_response_tokens(task: str) -> float:
-    from ..tasks import get_task
-    from ..tasks.registry import response_stats
-
     return response_stats(get_task(task))["mean_response_tokens"]
 
 
@@ -53,7 +53,7 @@ def model_factor(name: str) -> float:
     """Cost of preset `name`'s RL step relative to tiny-dense: measured (MODEL_FACTOR), MoE MOE_FACTOR, an
     unmeasured dense preset its parameter count over tiny-dense's (an upper bound: small-dense measured 2.3x
     at 3.2x), a checkpoint outside the presets 1."""
-    from ..model import PRESETS
+    from ..model import PRESETS  # deferred: torch is heavy
 
     preset = PRESETS.get(name)
     if name in MODEL_FACTOR or preset is None:

@@ -15,7 +15,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from ..util.readfile import read_json
+from ..util.readfile import read_json, read_yaml
 
 
 def _cpu_independent(cell: dict) -> bool:
@@ -72,7 +72,7 @@ def _rows(path: Path, steps: int) -> list[dict]:
 def replay(results: str | Path, cell: dict, steps: int = 1) -> list[str]:
     """Run the first `steps` steps of `cell` now and compare with the committed `results/runs/<id>/metrics.jsonl`;
     returns the differences (empty: the committed result reproduces at this code)."""
-    from .layout import run_dir
+    from .layout import run_dir  # deferred: torch is heavy
 
     return _replay_config(cell["config"], run_dir(results, cell["id"]) / "metrics.jsonl", steps, f"cell {cell['id']}")
 
@@ -80,8 +80,6 @@ def replay(results: str | Path, cell: dict, steps: int = 1) -> list[str]:
 def replay_run(run: str | Path, steps: int = 1) -> list[str]:
     """The same for one run directory (`timbench train --out DIR`: its config.yaml and metrics.jsonl); a run whose
     arithmetic depends on the CPU (fast kernels, another engine) cannot be compared bit for bit: ValueError."""
-    from ..util.readfile import read_yaml
-
     run = Path(run)
     cfg = read_yaml(run / "config.yaml", "run config")
     if not isinstance(cfg, dict):
@@ -95,8 +93,8 @@ def replay_run(run: str | Path, steps: int = 1) -> list[str]:
 
 
 def _replay_config(config: dict, metrics: Path, steps: int, what: str) -> list[str]:
-    from ..rl.config import from_dict
-    from ..rl.loop import run
+    from ..rl.config import from_dict  # deferred: torch is heavy
+    from ..rl.loop import run  # deferred: torch is heavy
 
     committed = _rows(metrics, steps)
     if not committed:

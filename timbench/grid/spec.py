@@ -29,8 +29,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..remedies.identity import is_file_spec, remedy_identity
+from ..report.endpoint import check_endpoint
 from ..rl.config import RunConfig, from_dict
 from ..util.readfile import read_yaml
+from ..warmstart.shipped import default_checkpoint
 from .conditions import Condition, load_conditions, parse_conditions
 
 SHIPPED_CONDITIONS = Path(__file__).with_name("conditions.yaml")
@@ -273,8 +276,6 @@ def parse_grid(doc: dict, source: str = "grid", grid_dir: Path | None = None) ->
     variants = _remedy_variants(doc.get("remedy_variants") or {}, source)
     endpoint = doc.get("endpoint")
     if endpoint is not None:
-        from ..report.endpoint import check_endpoint
-
         check_endpoint(endpoint, f"{source}: endpoint")
     return GridSpec(
         name=name,
@@ -300,8 +301,6 @@ def load_grid(path: str | Path) -> GridSpec:
 def file_plugins(grid: GridSpec) -> list[str]:
     """The plug-in remedy files (`path.py:Class`) a grid names, on its remedy axis or in its variants: code that
     `grid run` imports and runs with the caller's rights."""
-    from ..remedies.identity import is_file_spec
-
     specs = list(grid.axes.remedy) + [v["remedy"] for v in grid.remedy_variants.values()]
     return sorted({s for s in specs if is_file_spec(s)})
 
@@ -321,8 +320,6 @@ def cell_id(axes: dict) -> str:
 
 def _remedy_label(spec: str, grid_name: str) -> str:
     """The remedy axis value cells, ids and reports show: remedies.identity.remedy_identity (one-line errors)."""
-    from ..remedies.identity import remedy_identity
-
     try:
         return remedy_identity(spec)
     except (ValueError, FileNotFoundError) as e:
@@ -335,8 +332,7 @@ def _excluded(axes: dict, exclude: list[dict]) -> bool:
 
 def _checkpoint_problem(cfg: RunConfig) -> str | None:
     """Plan-time check that the warm start exists (a missing one would fail every step of the run)."""
-    from ..model import PRESETS
-    from ..warmstart.shipped import default_checkpoint
+    from ..model import PRESETS  # deferred: tokenizers is heavy
 
     if cfg.preset not in PRESETS:
         return f"unknown model preset {cfg.preset!r}; valid: {', '.join(PRESETS)}"

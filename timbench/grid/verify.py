@@ -31,7 +31,13 @@ def report_files(out: Path) -> list[str]:
 
 def verify(out: str | Path, adopt: bool = False) -> tuple[list[str], int]:
     """(problems, stamped): one line per problem left; how many manifests `adopt` wrote."""
-    from .layout import cell_binding, done_problems, load_cells, read_status, run_dir  # here: --help stays torch-free
+    from .layout import (  # deferred: torch is heavy (--help stays torch-free)
+        cell_binding,
+        done_problems,
+        load_cells,
+        read_status,
+        run_dir,
+    )
 
     out = Path(out)
     cells = load_cells(out)["cells"]

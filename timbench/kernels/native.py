@@ -49,9 +49,9 @@ def no_hugepage_arrays() -> None:
     inside a 1.8 ms matmul, several times per RL step. Speed only; no value changes.
     """
     try:
-        from numpy._core import multiarray
+        from numpy._core import multiarray  # deferred: optional (may be absent)
     except ImportError:  # numpy 1.x
-        from numpy.core import multiarray
+        from numpy.core import multiarray  # deferred: optional (may be absent)
     setter = getattr(multiarray, "_set_madvise_hugepage", None)
     if setter is not None:
         setter(False)

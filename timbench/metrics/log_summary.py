@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from .schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX, REWARD_MEAN
+from .schema import ACCURACY_GREEDY, ACCURACY_T1, FINAL_REWARD_MEAN, K3_KL, MEAN_ABS_DELTA, PROBS_DIFF_MAX, REWARD_MEAN
 
 MEAN_KEYS = (K3_KL, PROBS_DIFF_MAX, MEAN_ABS_DELTA, "drift/diff_mean", "drift/diff_abs_mean")
 
@@ -30,7 +30,7 @@ def _aggregates(rows: list[dict], evals: list[dict]) -> dict:
     if rows:
         for k in MEAN_KEYS:
             out[f"mean/{k}"] = lambda k=k: sum(r[k] for r in rows) / len(rows)
-        out["final/critic/rewards/mean"] = lambda: rows[-1][REWARD_MEAN]
+        out[FINAL_REWARD_MEAN] = lambda: rows[-1][REWARD_MEAN]
     return out
 
 

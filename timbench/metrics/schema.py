@@ -29,6 +29,12 @@ TIM_TV_MEAN = "tim/tv_mean"
 TIM_TV_MAX = "tim/tv_max"
 TIM_TOP1_AGREEMENT = "tim/top1_agreement"
 
+# Summary columns the reports read by name (a step key under one of SUMMARY_PREFIXES, below).
+MEAN_MEAN_ABS_DELTA = "mean/" + MEAN_ABS_DELTA
+MEAN_K3_KL = "mean/" + K3_KL
+MAX_PROBS_DIFF_MAX = "max/" + PROBS_DIFF_MAX
+FINAL_REWARD_MEAN = "final/" + REWARD_MEAN
+
 METRIC_NAMES = {
     "remedy/token_masked_frac": "rollout_corr/rollout_rs_masked_fraction",
     "remedy/seq_masked_frac": "rollout_corr/rollout_rs_seq_masked_fraction",
@@ -42,7 +48,7 @@ METRIC_NAMES = {
 STEP_KEYS: dict[str, str] = {
     STEP: "RL step (1-based)",
     "actor/entropy": "mean token entropy of the policy",
-    "actor/grad_norm": "gradient norm before clipping",
+    GRAD_NORM: "gradient norm before clipping",
     "actor/loss": "total actor loss",
     "actor/pg_loss": "policy-gradient loss",
     "actor/ppo_kl": "PPO approx KL",

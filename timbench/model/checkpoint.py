@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from ..tokenizer import CharTokenizer
 from ..util.atomic import atomic_path
 from ..util.readfile import read_json
+from ..warmstart.shipped import available_checkpoints, shipped_checkpoint
 from .config import PRESETS, ModelConfig, preset
 from .qwen3 import Qwen3ForCausalLM
 
@@ -99,8 +100,6 @@ def load_model(name_or_path: str, seed: int = 0) -> Qwen3ForCausalLM:
     (`add-4d-v1-tiny-dense`, see `timbench.warmstart.shipped`) or any other path a checkpoint."""
     if Path(name_or_path).exists():
         return load_checkpoint(name_or_path)
-    from ..warmstart.shipped import available_checkpoints, shipped_checkpoint
-
     if name_or_path in available_checkpoints():
         return load_checkpoint(shipped_checkpoint(name_or_path))
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..tokenizer import CharTokenizer
 from ..util.coerce import field_kind
+from ..util.registry import Registry
 
 _TOK = CharTokenizer()
 
@@ -138,30 +139,36 @@ class ModelConfig:
         return emb + d + self.num_hidden_layers * (attn + mlp + 2 * d)
 
 
-PRESETS: dict[str, ModelConfig] = {
-    "tiny-dense": ModelConfig(),
-    "tiny-moe": ModelConfig(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128),
-    # Expert-pruned proxies of tiny-moe (timbench.model.prune; shipped warm starts made by
-    # `timbench prune-experts`): the same layers, 4 or 2 experts per layer, still top-2.
-    "tiny-moe-e4": ModelConfig(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128),
-    "tiny-moe-e2": ModelConfig(model_type="qwen3_moe", num_experts=2, num_experts_per_tok=2, moe_intermediate_size=128),
-    # The wider/deeper dense proxy (do dense verdicts survive a change of size?): tiny-dense scaled 1.5x in width
-    # and depth with its shape kept (intermediate = 2 x hidden, head_dim 32, heads * head_dim = hidden), 3.2x
-    # the parameters (1.94M, a 7.8 MB fp32 checkpoint, near tiny-moe's 7.2 MB). 2 KV heads, not 3, so a real
-    # tp=2 shards whole heads (3 query / 1 KV per rank); the simulated tp (kernels/tensor_parallel.py) only
-    # splits the row-parallel widths 192 and 384, which 2 and 4 divide, but a real tp=4 (the tp4 conditions)
-    # would not split 6 query heads: tp4 on this preset is the arithmetic only. 192 and 384 are
-    # multiples of the 16/32-element NVFP4/MX blocks; the 128-element int4 groups tile 384 but leave a
-    # 64-element last group along 192 (padded by replication, quant/rules.py; vLLM's Marlin would want
-    # K % 128 == 0, so int4 on this preset is an approximation; the 4-bit verdicts here use nvfp4).
-    "small-dense": ModelConfig(
-        hidden_size=192, intermediate_size=384, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2
-    ),
-}
+PRESETS: Registry[ModelConfig] = Registry("model preset", valid_suffix=" or a checkpoint path")
+PRESETS.update(
+    {
+        "tiny-dense": ModelConfig(),
+        "tiny-moe": ModelConfig(
+            model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128
+        ),
+        # Expert-pruned proxies of tiny-moe (timbench.model.prune; shipped warm starts made by
+        # `timbench prune-experts`): the same layers, 4 or 2 experts per layer, still top-2.
+        "tiny-moe-e4": ModelConfig(
+            model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128
+        ),
+        "tiny-moe-e2": ModelConfig(
+            model_type="qwen3_moe", num_experts=2, num_experts_per_tok=2, moe_intermediate_size=128
+        ),
+        # The wider/deeper dense proxy (do dense verdicts survive a change of size?): tiny-dense scaled 1.5x in width
+        # and depth with its shape kept (intermediate = 2 x hidden, head_dim 32, heads * head_dim = hidden), 3.2x
+        # the parameters (1.94M, a 7.8 MB fp32 checkpoint, near tiny-moe's 7.2 MB). 2 KV heads, not 3, so a real
+        # tp=2 shards whole heads (3 query / 1 KV per rank); the simulated tp (kernels/tensor_parallel.py) only
+        # splits the row-parallel widths 192 and 384, which 2 and 4 divide, but a real tp=4 (the tp4 conditions)
+        # would not split 6 query heads: tp4 on this preset is the arithmetic only. 192 and 384 are
+        # multiples of the 16/32-element NVFP4/MX blocks; the 128-element int4 groups tile 384 but leave a
+        # 64-element last group along 192 (padded by replication, quant/rules.py; vLLM's Marlin would want
+        # K % 128 == 0, so int4 on this preset is an approximation; the 4-bit verdicts here use nvfp4).
+        "small-dense": ModelConfig(
+            hidden_size=192, intermediate_size=384, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2
+        ),
+    }
+)
 
 
 def preset(name: str) -> ModelConfig:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown model preset {name!r}; valid: {', '.join(PRESETS)} or a checkpoint path") from None
+    return PRESETS.lookup(name)

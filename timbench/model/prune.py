@@ -22,6 +22,9 @@ import re
 
 import torch
 
+from ..spec.keys import parse_spec
+from ..trainer.forward import pack
+from ..warmstart.run import sft_batch
 from .config import ModelConfig
 from .qwen3 import Compute, Qwen3ForCausalLM
 
@@ -42,8 +45,6 @@ def calibration_set(task, n: int = CALIBRATION_N, seed: int = CALIBRATION_SEED, 
     Prompt and reference solution are what the warm start imitated, so the routes counted are the
     ones the policy takes on the task's own text.
     """
-    from ..warmstart.run import sft_batch
-
     if n < 1:
         raise ValueError(f"calibration set size must be >= 1, got {n}")
     seqs = sft_batch(task.train_batch(seed, 0, n))
@@ -61,9 +62,6 @@ def expert_frequencies(model: Qwen3ForCausalLM, batches, compute: Compute | None
     `batches` is an iterable of lists of (prompt ids, response ids); `compute` defaults to
     `CALIBRATION_SPEC`. Counts are integers, so their sum has no order to vary.
     """
-    from ..spec.keys import parse_spec
-    from ..trainer.forward import pack
-
     cfg = model.config
     _check_moe(cfg)
     c = compute or Compute.from_spec(parse_spec(CALIBRATION_SPEC, "calibration spec", side="trainer"))

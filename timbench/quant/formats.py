@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..util.registry import Registry
+
 Tensor = torch.Tensor
 
 
@@ -54,57 +56,63 @@ class FloatFormat:
     doc: str
 
 
-FORMATS: dict[str, FloatFormat] = {
-    "e4m3": FloatFormat(
-        "e4m3",
-        4,
-        3,
-        7,
-        448.0,
-        2.0**-6,
-        2.0**-9,
-        -6,
-        8,
-        "OCP FP8 E4M3FN (torch.float8_e4m3fn): no inf, one NaN code (S.1111.111), so the top "
-        "binade reaches 1.75*2^8 = 448; subnormals down to 2^-9.",
-    ),
-    "e5m2": FloatFormat(
-        "e5m2",
-        5,
-        2,
-        15,
-        57344.0,
-        2.0**-14,
-        2.0**-16,
-        -14,
-        15,
-        "OCP FP8 E5M2 (torch.float8_e5m2): IEEE-like with inf/NaN, max 1.75*2^15 = 57344; subnormals down to 2^-16.",
-    ),
-    "e2m1": FloatFormat(
-        "e2m1",
-        2,
-        1,
-        1,
-        6.0,
-        1.0,
-        0.5,
-        0,
-        2,
-        "OCP FP4 E2M1 (the MXFP4/NVFP4 element): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no inf/NaN.",
-    ),
-    "e8m0": FloatFormat(
-        "e8m0",
-        8,
-        0,
-        127,
-        2.0**127,
-        2.0**-127,
-        0.0,
-        -127,
-        127,
-        "OCP E8M0 (the MX shared scale): unsigned powers of two 2^-127..2^127, code 0xFF is NaN, no zero, no sign.",
-    ),
-}
+FORMATS: Registry[FloatFormat] = Registry(
+    "format",
+    {
+        "e4m3": FloatFormat(
+            "e4m3",
+            4,
+            3,
+            7,
+            448.0,
+            2.0**-6,
+            2.0**-9,
+            -6,
+            8,
+            "OCP FP8 E4M3FN (torch.float8_e4m3fn): no inf, one NaN code (S.1111.111), so the top "
+            "binade reaches 1.75*2^8 = 448; subnormals down to 2^-9.",
+        ),
+        "e5m2": FloatFormat(
+            "e5m2",
+            5,
+            2,
+            15,
+            57344.0,
+            2.0**-14,
+            2.0**-16,
+            -14,
+            15,
+            "OCP FP8 E5M2 (torch.float8_e5m2): IEEE-like with inf/NaN, max 1.75*2^15 = 57344; "
+            "subnormals down to 2^-16.",
+        ),
+        "e2m1": FloatFormat(
+            "e2m1",
+            2,
+            1,
+            1,
+            6.0,
+            1.0,
+            0.5,
+            0,
+            2,
+            "OCP FP4 E2M1 (the MXFP4/NVFP4 element): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; "
+            "no inf/NaN.",
+        ),
+        "e8m0": FloatFormat(
+            "e8m0",
+            8,
+            0,
+            127,
+            2.0**127,
+            2.0**-127,
+            0.0,
+            -127,
+            127,
+            "OCP E8M0 (the MX shared scale): unsigned powers of two 2^-127..2^127, code 0xFF is NaN, no zero, no sign.",
+        ),
+    },
+    error=QuantError,
+)
 
 
 def check_finite(x: Tensor, what: str) -> None:
@@ -116,10 +124,7 @@ def check_finite(x: Tensor, what: str) -> None:
 
 
 def get_format(fmt: str) -> FloatFormat:
-    f = FORMATS.get(fmt)
-    if f is None:
-        raise QuantError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
-    return f
+    return FORMATS.lookup(fmt)
 
 
 def pow2(e: Tensor) -> Tensor:

@@ -30,6 +30,7 @@ import torch
 
 from timbench.quant import rules as R
 from timbench.quant.formats import QuantError, check_finite, round_unchecked
+from timbench.util.registry import Registry
 
 Tensor = torch.Tensor
 
@@ -84,245 +85,250 @@ _MXFP8 = _grouped(lambda x3: R.mx(x3, R.E4M3), 32)
 _MXFP4 = _grouped(lambda x3: R.mx(x3, R.E2M1), 32)
 _NV = "e4m3 per 16 x fp32 global"
 
-WEIGHT_QUANT: dict[str, Scheme] = {
-    s.name: s
-    for s in [
-        Scheme(
-            "fp8",
-            "weight",
-            "e4m3",
-            8,
-            (1, -1),
-            "fp32 per channel",
-            "compressed-tensors FP8 W8A8 channel-wise (llm-compressor FP8_DYNAMIC) in vLLM",
-            "scale = max(row amax / 448, fp32 eps) (compressed-tensors calculate_qparams); "
-            "q = e4m3(w / scale). vLLM's online `--quantization fp8` uses one per-tensor scale.",
-            lambda w: R.fp8_rowwise(w, R.FP32_EPS),
-        ),
-        Scheme(
-            "fp8_block",
-            "weight",
-            "e4m3",
-            8,
-            (128, 128),
-            "fp32 per block",
-            "vLLM `fp8` with weight_block_size [128, 128] (DeepSeek-V3 / Qwen3-FP8 checkpoints; FP8-RL)",
-            "DeepGEMM per_block_cast_to_fp8: a = max(block amax, 1e-4), q = e4m3(w * 448 / a), "
-            "dequant q * a / 448; partial edge blocks allowed.",
-            lambda w: R.fp8_block2d(w, 128, 128),
-        ),
-        Scheme(
-            "mxfp8",
-            "weight",
-            "e4m3",
-            8,
-            (1, 32),
-            "e8m0 per 32",
-            "vLLM `mxfp8`; compressed-tensors W8A8-MXFP8 (OCP MXFP8)",
-            "OCP MX v1.0: X = 2^(floor(log2 amax) - 8), q = e4m3(w / X) saturating.",
-            _MXFP8,
-        ),
-        Scheme(
-            "mxfp4",
-            "weight",
-            "e2m1",
-            4,
-            (1, 32),
-            "e8m0 per 32",
-            "vLLM `mxfp4` (gpt-oss checkpoints; OCP MXFP4)",
-            "OCP MX v1.0: X = 2^(floor(log2 amax) - 2), q = e2m1(w / X) saturating.",
-            _MXFP4,
-        ),
-        Scheme(
-            "nvfp4",
-            "weight",
-            "e2m1",
-            4,
-            (1, 16),
-            _NV,
-            "vLLM `modelopt_fp4` (NVIDIA ModelOpt NVFP4 checkpoints; compressed-tensors NVFP4)",
-            "gs = 448*6 / tensor amax; s = e4m3(gs * block amax / 6); q = e2m1(w / (s / gs)); "
-            "dequant q * s / gs (vLLM ref_nvfp4_quant).",
-            _nvfp4_tensor,
-        ),
-        Scheme(
-            "int8",
-            "weight",
-            "int8",
-            8,
-            (1, -1),
-            "fp32 per channel",
-            "W8A8-INT8 (SmoothQuant; ModelOpt/TensorRT-LLM narrow range; compressed-tensors uses "
-            "amax/127.5 on [-128, 127])",
-            "scale = row amax / 127, q = clamp(round(w / scale), -127, 127).",
-            lambda w: R.int_symmetric(w, R.amax(w, -1), 127.0, -127, 127),
-        ),
-        Scheme(
-            "int4",
-            "weight",
-            "int4",
-            4,
-            (1, 128),
-            "fp32 per group of 128",
-            "symmetric W4A16, group 128, narrow range (ModelOpt/TensorRT-LLM int4 convention)",
-            "scale = group amax / 7, q = clamp(round(w / scale), -7, 7). GPTQ and "
-            "compressed-tensors W4A16 instead use amax / 7.5 on [-8, 7] (`int4_gptq`); AutoAWQ is "
-            "asymmetric with a zero point (`int4_awq`).",
-            _int_groups(128, 7.0, -7, 7),
-        ),
-        Scheme(
-            "int4_gptq",
-            "weight",
-            "int4",
-            4,
-            (1, 128),
-            "fp32 per group of 128",
-            "vLLM `gptq`/`gptq_marlin` sym=True, compressed-tensors W4A16 (zero point 8)",
-            "scale = group amax / 7.5, q = clamp(round(w / scale), -8, 7) (GPTQ Quantizer sym; "
-            "compressed-tensors calculate_qparams).",
-            _int_groups(128, 7.5, -8, 7),
-        ),
-        Scheme(
-            "int4_awq",
-            "weight",
-            "int4",
-            4,
-            (1, 128),
-            "fp32 + zero point per group of 128",
-            "vLLM `awq`/`awq_marlin` (AutoAWQ GEMM checkpoints, zero_point=True)",
-            "scale = max(max - min, 1e-5) / 15, zero = clamp(-round(min / scale), 0, 15), "
-            "q = clamp(round(w / scale) + zero, 0, 15) (AWQ pseudo_quantize_tensor; no activation-"
-            "aware search, only the grid).",
-            _awq_groups(128),
-        ),
-    ]
-}
+WEIGHT_QUANT: Registry[Scheme] = Registry(
+    "weight_quant",
+    {
+        s.name: s
+        for s in [
+            Scheme(
+                "fp8",
+                "weight",
+                "e4m3",
+                8,
+                (1, -1),
+                "fp32 per channel",
+                "compressed-tensors FP8 W8A8 channel-wise (llm-compressor FP8_DYNAMIC) in vLLM",
+                "scale = max(row amax / 448, fp32 eps) (compressed-tensors calculate_qparams); "
+                "q = e4m3(w / scale). vLLM's online `--quantization fp8` uses one per-tensor scale.",
+                lambda w: R.fp8_rowwise(w, R.FP32_EPS),
+            ),
+            Scheme(
+                "fp8_block",
+                "weight",
+                "e4m3",
+                8,
+                (128, 128),
+                "fp32 per block",
+                "vLLM `fp8` with weight_block_size [128, 128] (DeepSeek-V3 / Qwen3-FP8 checkpoints; FP8-RL)",
+                "DeepGEMM per_block_cast_to_fp8: a = max(block amax, 1e-4), q = e4m3(w * 448 / a), "
+                "dequant q * a / 448; partial edge blocks allowed.",
+                lambda w: R.fp8_block2d(w, 128, 128),
+            ),
+            Scheme(
+                "mxfp8",
+                "weight",
+                "e4m3",
+                8,
+                (1, 32),
+                "e8m0 per 32",
+                "vLLM `mxfp8`; compressed-tensors W8A8-MXFP8 (OCP MXFP8)",
+                "OCP MX v1.0: X = 2^(floor(log2 amax) - 8), q = e4m3(w / X) saturating.",
+                _MXFP8,
+            ),
+            Scheme(
+                "mxfp4",
+                "weight",
+                "e2m1",
+                4,
+                (1, 32),
+                "e8m0 per 32",
+                "vLLM `mxfp4` (gpt-oss checkpoints; OCP MXFP4)",
+                "OCP MX v1.0: X = 2^(floor(log2 amax) - 2), q = e2m1(w / X) saturating.",
+                _MXFP4,
+            ),
+            Scheme(
+                "nvfp4",
+                "weight",
+                "e2m1",
+                4,
+                (1, 16),
+                _NV,
+                "vLLM `modelopt_fp4` (NVIDIA ModelOpt NVFP4 checkpoints; compressed-tensors NVFP4)",
+                "gs = 448*6 / tensor amax; s = e4m3(gs * block amax / 6); q = e2m1(w / (s / gs)); "
+                "dequant q * s / gs (vLLM ref_nvfp4_quant).",
+                _nvfp4_tensor,
+            ),
+            Scheme(
+                "int8",
+                "weight",
+                "int8",
+                8,
+                (1, -1),
+                "fp32 per channel",
+                "W8A8-INT8 (SmoothQuant; ModelOpt/TensorRT-LLM narrow range; compressed-tensors uses "
+                "amax/127.5 on [-128, 127])",
+                "scale = row amax / 127, q = clamp(round(w / scale), -127, 127).",
+                lambda w: R.int_symmetric(w, R.amax(w, -1), 127.0, -127, 127),
+            ),
+            Scheme(
+                "int4",
+                "weight",
+                "int4",
+                4,
+                (1, 128),
+                "fp32 per group of 128",
+                "symmetric W4A16, group 128, narrow range (ModelOpt/TensorRT-LLM int4 convention)",
+                "scale = group amax / 7, q = clamp(round(w / scale), -7, 7). GPTQ and "
+                "compressed-tensors W4A16 instead use amax / 7.5 on [-8, 7] (`int4_gptq`); AutoAWQ is "
+                "asymmetric with a zero point (`int4_awq`).",
+                _int_groups(128, 7.0, -7, 7),
+            ),
+            Scheme(
+                "int4_gptq",
+                "weight",
+                "int4",
+                4,
+                (1, 128),
+                "fp32 per group of 128",
+                "vLLM `gptq`/`gptq_marlin` sym=True, compressed-tensors W4A16 (zero point 8)",
+                "scale = group amax / 7.5, q = clamp(round(w / scale), -8, 7) (GPTQ Quantizer sym; "
+                "compressed-tensors calculate_qparams).",
+                _int_groups(128, 7.5, -8, 7),
+            ),
+            Scheme(
+                "int4_awq",
+                "weight",
+                "int4",
+                4,
+                (1, 128),
+                "fp32 + zero point per group of 128",
+                "vLLM `awq`/`awq_marlin` (AutoAWQ GEMM checkpoints, zero_point=True)",
+                "scale = max(max - min, 1e-5) / 15, zero = clamp(-round(min / scale), 0, 15), "
+                "q = clamp(round(w / scale) + zero, 0, 15) (AWQ pseudo_quantize_tensor; no activation-"
+                "aware search, only the grid).",
+                _awq_groups(128),
+            ),
+        ]
+    },
+    error=QuantError,
+)
 
-ACT_QUANT: dict[str, Scheme] = {
-    s.name: s
-    for s in [
-        Scheme(
-            "fp8",
-            "act",
-            "e4m3",
-            8,
-            (1, -1),
-            "fp32 per token, dynamic",
-            "vLLM dynamic per-token FP8 (compressed-tensors FP8_DYNAMIC input)",
-            "scale = max(row amax / 448, 1/(448*512)) (dynamic_per_token_scaled_fp8_quant); q = e4m3(x / scale).",
-            lambda x: R.fp8_rowwise(x, R.VLLM_MIN_FP8_SCALE),
-        ),
-        Scheme(
-            "fp8_block",
-            "act",
-            "e4m3",
-            8,
-            (1, 128),
-            "fp32 per 1 x 128 group, dynamic",
-            "vLLM per_token_group_quant_fp8 (DeepSeek-V3 block FP8; FP8-RL)",
-            "scale = max(group amax, 1e-10) / 448, q = e4m3(x / scale); a partial last group "
-            "is allowed (vLLM requires K % 128 == 0).",
-            lambda x: R.fp8_groups(x, 128),
-        ),
-        Scheme(
-            "mxfp8",
-            "act",
-            "e4m3",
-            8,
-            (1, 32),
-            "e8m0 per 32, dynamic",
-            "vLLM `mxfp8` / compressed-tensors W8A8-MXFP8 activations",
-            "as weight mxfp8, per row.",
-            _MXFP8,
-        ),
-        Scheme(
-            "mxfp4",
-            "act",
-            "e2m1",
-            4,
-            (1, 32),
-            "e8m0 per 32, dynamic",
-            "vLLM compressed-tensors W4A4-MXFP4; AMD Quark w4a4_mxfp4",
-            "as weight mxfp4, per row.",
-            _MXFP4,
-        ),
-        Scheme(
-            "nvfp4",
-            "act",
-            "e2m1",
-            4,
-            (1, 16),
-            "e4m3 per 16 x fp32 per-token global",
-            "vLLM `modelopt_fp4` W4A4 (served with a static calibrated per-tensor input scale)",
-            "as weight nvfp4 but gs = 448*6 / row amax, so rows stay batch-invariant.",
-            _nvfp4_rows,
-        ),
-        Scheme(
-            "int8",
-            "act",
-            "int8",
-            8,
-            (1, -1),
-            "fp32 per token, dynamic",
-            "vLLM dynamic per-token INT8 (dynamic_scaled_int8_quant; W8A8-INT8)",
-            "scale = row amax / 127, q = clamp(round(x / scale), -127, 127).",
-            lambda x: R.int_symmetric(x, R.amax(x, -1), 127.0, -127, 127),
-        ),
-    ]
-}
+ACT_QUANT: Registry[Scheme] = Registry(
+    "act_quant",
+    {
+        s.name: s
+        for s in [
+            Scheme(
+                "fp8",
+                "act",
+                "e4m3",
+                8,
+                (1, -1),
+                "fp32 per token, dynamic",
+                "vLLM dynamic per-token FP8 (compressed-tensors FP8_DYNAMIC input)",
+                "scale = max(row amax / 448, 1/(448*512)) (dynamic_per_token_scaled_fp8_quant); q = e4m3(x / scale).",
+                lambda x: R.fp8_rowwise(x, R.VLLM_MIN_FP8_SCALE),
+            ),
+            Scheme(
+                "fp8_block",
+                "act",
+                "e4m3",
+                8,
+                (1, 128),
+                "fp32 per 1 x 128 group, dynamic",
+                "vLLM per_token_group_quant_fp8 (DeepSeek-V3 block FP8; FP8-RL)",
+                "scale = max(group amax, 1e-10) / 448, q = e4m3(x / scale); a partial last group "
+                "is allowed (vLLM requires K % 128 == 0).",
+                lambda x: R.fp8_groups(x, 128),
+            ),
+            Scheme(
+                "mxfp8",
+                "act",
+                "e4m3",
+                8,
+                (1, 32),
+                "e8m0 per 32, dynamic",
+                "vLLM `mxfp8` / compressed-tensors W8A8-MXFP8 activations",
+                "as weight mxfp8, per row.",
+                _MXFP8,
+            ),
+            Scheme(
+                "mxfp4",
+                "act",
+                "e2m1",
+                4,
+                (1, 32),
+                "e8m0 per 32, dynamic",
+                "vLLM compressed-tensors W4A4-MXFP4; AMD Quark w4a4_mxfp4",
+                "as weight mxfp4, per row.",
+                _MXFP4,
+            ),
+            Scheme(
+                "nvfp4",
+                "act",
+                "e2m1",
+                4,
+                (1, 16),
+                "e4m3 per 16 x fp32 per-token global",
+                "vLLM `modelopt_fp4` W4A4 (served with a static calibrated per-tensor input scale)",
+                "as weight nvfp4 but gs = 448*6 / row amax, so rows stay batch-invariant.",
+                _nvfp4_rows,
+            ),
+            Scheme(
+                "int8",
+                "act",
+                "int8",
+                8,
+                (1, -1),
+                "fp32 per token, dynamic",
+                "vLLM dynamic per-token INT8 (dynamic_scaled_int8_quant; W8A8-INT8)",
+                "scale = row amax / 127, q = clamp(round(x / scale), -127, 127).",
+                lambda x: R.int_symmetric(x, R.amax(x, -1), 127.0, -127, 127),
+            ),
+        ]
+    },
+    error=QuantError,
+)
 
 
 def _kv(fmt):
     return lambda x, scale=1.0: round_unchecked(x / scale, fmt) * scale
 
 
-KV_CACHE: dict[str, Scheme] = {
-    s.name: s
-    for s in [
-        Scheme(
-            "auto",
-            "kv",
-            "none",
-            0,
-            (-1, -1),
-            "none",
-            "vLLM kv_cache_dtype=auto (model dtype)",
-            "no quantization.",
-            lambda x, scale=1.0: x,
-        ),
-        Scheme(
-            "fp8_e4m3",
-            "kv",
-            "e4m3",
-            8,
-            (-1, -1),
-            "fp32 per tensor (k_scale = v_scale = 1.0)",
-            "vLLM kv_cache_dtype=fp8_e4m3 (alias `fp8`), no calibrated scales",
-            "q = e4m3(x / scale) * scale, saturating (vLLM's cache write uses a saturating cast).",
-            _kv(R.E4M3),
-        ),
-        Scheme(
-            "fp8_e5m2",
-            "kv",
-            "e5m2",
-            8,
-            (-1, -1),
-            "fp32 per tensor (scale 1.0)",
-            "vLLM kv_cache_dtype=fp8_e5m2",
-            "q = e5m2(x / scale) * scale, saturating.",
-            _kv(R.E5M2),
-        ),
-    ]
-}
 KV_ALIASES = {"fp8": "fp8_e4m3"}  # vLLM: "fp8" means e4m3 on CUDA
-
-
-def _lookup(registry: dict[str, Scheme], name: str, key: str, aliases: dict | None = None) -> Scheme:
-    aliases = aliases or {}
-    scheme = registry.get(aliases.get(name, name))
-    if scheme is None:
-        raise QuantError(f"unknown {key} {name!r}; valid: {', '.join([*registry, *aliases])}")
-    return scheme
+KV_CACHE: Registry[Scheme] = Registry(
+    "kv_cache_dtype",
+    {
+        s.name: s
+        for s in [
+            Scheme(
+                "auto",
+                "kv",
+                "none",
+                0,
+                (-1, -1),
+                "none",
+                "vLLM kv_cache_dtype=auto (model dtype)",
+                "no quantization.",
+                lambda x, scale=1.0: x,
+            ),
+            Scheme(
+                "fp8_e4m3",
+                "kv",
+                "e4m3",
+                8,
+                (-1, -1),
+                "fp32 per tensor (k_scale = v_scale = 1.0)",
+                "vLLM kv_cache_dtype=fp8_e4m3 (alias `fp8`), no calibrated scales",
+                "q = e4m3(x / scale) * scale, saturating (vLLM's cache write uses a saturating cast).",
+                _kv(R.E4M3),
+            ),
+            Scheme(
+                "fp8_e5m2",
+                "kv",
+                "e5m2",
+                8,
+                (-1, -1),
+                "fp32 per tensor (scale 1.0)",
+                "vLLM kv_cache_dtype=fp8_e5m2",
+                "q = e5m2(x / scale) * scale, saturating.",
+                _kv(R.E5M2),
+            ),
+        ]
+    },
+    error=QuantError,
+    aliases=KV_ALIASES,
+)
 
 
 def _prepare(x: Tensor, name: str) -> Tensor:
@@ -333,7 +339,7 @@ def _prepare(x: Tensor, name: str) -> Tensor:
 
 def quantize_weight(w: Tensor, name: str) -> Tensor:
     """Fake-quantize a weight [N, K] (HF layout) with WEIGHT_QUANT[name]; float32 [N, K]."""
-    scheme = _lookup(WEIGHT_QUANT, name, "weight_quant")
+    scheme = WEIGHT_QUANT.lookup(name)
     if w.dim() != 2:
         raise QuantError(f"quantize {name}: weight must be 2-D [N, K], got shape {tuple(w.shape)}")
     w = _prepare(w, name)
@@ -342,7 +348,7 @@ def quantize_weight(w: Tensor, name: str) -> Tensor:
 
 def quantize_act(x: Tensor, name: str) -> Tensor:
     """Fake-quantize activations [..., K] row by row with ACT_QUANT[name]; float32, same shape."""
-    scheme = _lookup(ACT_QUANT, name, "act_quant")
+    scheme = ACT_QUANT.lookup(name)
     if x.dim() < 1:
         raise QuantError(f"quantize {name}: activations need a last (K) dim, got a scalar")
     x = _prepare(x, name)
@@ -355,7 +361,7 @@ def quantize_kv(x: Tensor, name: str, scale: float = 1.0) -> Tensor:
     """Fake-quantize K or V [..., Hkv, D] with KV_CACHE[name] and a per-tensor scale (vLLM's
     k_scale / v_scale; 1.0 = vLLM's default without calibrated scales); float32. "auto" returns
     x itself."""
-    scheme = _lookup(KV_CACHE, name, "kv_cache_dtype", KV_ALIASES)
+    scheme = KV_CACHE.lookup(name)
     if scheme.name == "auto":
         return x  # unquantized: the same tensor, no checks, no copy
     if not (scale > 0 and scale < float("inf")):

@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import torch
 
+from timbench.quant.schemes import quantize_weight
+
 Tensor = torch.Tensor
 
 
@@ -75,8 +77,6 @@ class QuantCache:
 
     def weight(self, param: Tensor, name: str, dtype: torch.dtype | None = None) -> Tensor:
         """quantize_weight(param, name) as `dtype`, cached (the engine's per-sync weights)."""
-        from timbench.quant.schemes import quantize_weight
-
         return self.get(param, name, lambda w: quantize_weight(w, name), dtype)
 
     def clear(self) -> None:

@@ -13,7 +13,7 @@ def _hooks(h: dict) -> str:
 
 
 def _cmd_list(args) -> int:
-    from .registry import list_remedies
+    from .registry import list_remedies  # deferred: torch is heavy
 
     rows = list_remedies()
     if args.json:

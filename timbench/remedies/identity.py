@@ -42,7 +42,7 @@ def remedy_identity(spec: str) -> str:
     parts = split_file_spec(spec)
     if parts is None:
         return spec
-    from .registry import resolve  # imports the file (and torch): only for plug-in files
+    from .registry import resolve  # deferred: torch is heavy (and it imports the plug-in file)
 
     cls = resolve(spec)
     return f"{cls.name or cls.__name__}@{content_hash(parts[0])}"

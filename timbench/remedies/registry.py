@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ..spec.keys import SPEC_KEYS, parse_spec
+from ..util.registry import Registry
 from .base import REPLAY_MODES, Remedy, describe_params
 from .builtin import BUILTINS
 from .deadline import PluginError
@@ -29,10 +30,12 @@ from .verl import VERL_REMEDIES, Verl
 
 ENTRY_POINT_GROUP = "timbench.remedies"
 
-REMEDIES: dict[str, type[Remedy]] = {
-    cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES, *ROUNDING_REMEDIES, *SUPPORT_REMEDIES)
-}
-"""Built-in remedies by name."""
+REMEDIES: Registry[type[Remedy]] = Registry(
+    "remedy",
+    {cls.name: cls for cls in (*BUILTINS, *DIRECTION_REMEDIES, *ROUNDING_REMEDIES, *SUPPORT_REMEDIES)},
+    group=ENTRY_POINT_GROUP,
+)
+"""Built-in remedies by name; third-party ones come from the entry-point group (`_entry_points`)."""
 
 VOCABULARY: dict[str, type[Remedy]] = {"verl": Verl, **VERL_REMEDIES, **TRL_REMEDIES}
 """verl's and TRL's corrections by their own names (checked before MODULE:CLASS, so `verl:x` is never a module)."""
@@ -41,7 +44,7 @@ VOCAB_PREFIXES = ("verl:", "trl:")
 
 def _entry_points() -> dict:
     # Looked up through the module attribute at call time, so tests (and tools) can substitute it.
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return REMEDIES.load_entry_points()
 
 
 def _valid_specs() -> str:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from pathlib import Path
+
+from ..util.atomic import check_output_dir
+from ..util.dirlock import DirLock
+from .tolerances import Tolerances
 
 
 def _cmd_report(args) -> int:
-    from pathlib import Path
-
-    from ..util.atomic import check_output_dir
-    from .leaderboard import write_report
+    from .leaderboard import write_report  # deferred: torch is heavy
 
     d = args.dir.rstrip("/")
     if not Path(d).is_dir():  # before the lock below, which would create it
@@ -33,8 +35,6 @@ def _cmd_report(args) -> int:
     # grid.yaml in the result dir is the resolved spec, so the grid reruns from the dir alone; the report line
     # names --out only where it is not the default, so it regenerates exactly these files.
     command = f"timbench grid run {d}/grid.yaml --out {d} && timbench grid report {d}"
-    from ..util.dirlock import DirLock
-
     with DirLock(out, "timbench grid report"):  # one writer per directory: a grid run or another report waits
         written = write_report(d, command=command + (f" --out {out}" if out != default else ""), out=out)
     for p in written.values():
@@ -66,7 +66,7 @@ def default_out(source: str, fallback: str) -> str:
 
 
 def _cmd_compare(args) -> int:
-    from .compare import compare, format_verdict, load_tolerances
+    from .compare import compare, format_verdict, load_tolerances  # deferred: torch is heavy
 
     verdict = compare(args.baseline, args.candidate, load_tolerances(args.tolerances), require_bytes=args.bytes)
     print(json.dumps(verdict, sort_keys=True, allow_nan=True) if args.json else format_verdict(verdict))
@@ -75,8 +75,6 @@ def _cmd_compare(args) -> int:
 
 def add_compare_parser(sub) -> None:
     """Register `compare` on the top-level `timbench` subparsers."""
-    from .tolerances import Tolerances
-
     p = sub.add_parser(
         "compare",
         help="regression gate: compare two grid result dirs or two align tables; "

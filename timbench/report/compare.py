@@ -38,6 +38,7 @@ import dataclasses
 from pathlib import Path
 
 from ..grid.layout import experiment_difference, load_cells, run_dir
+from ..metrics.schema import MAX_PROBS_DIFF_MAX, MEAN_K3_KL, MEAN_MEAN_ABS_DELTA
 from ..util.readfile import read_json
 from .seeds import GROUP, SeedGroup, is_finished, seed_groups
 from .stats import Interval, difference_interval, mean_interval, proportion_difference
@@ -104,8 +105,8 @@ def _group_reg(gid: str, check: str, metric: str, b: Interval, c: Interval, limi
     return reg
 
 
-EXACT_KEY = "max/training/rollout_probs_diff_max"
-MISMATCH = {"mean_abs_delta": "mean/mismatch/mean_abs_delta", "k3_kl": "mean/rollout_corr/k3_kl"}
+EXACT_KEY = MAX_PROBS_DIFF_MAX
+MISMATCH = {"mean_abs_delta": MEAN_MEAN_ABS_DELTA, "k3_kl": MEAN_K3_KL}
 
 
 def _cell_checks(b: dict, c: dict) -> list[dict]:

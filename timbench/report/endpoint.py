@@ -18,20 +18,25 @@ from __future__ import annotations
 
 import math
 
-ENDPOINTS = {
-    "final": "final eval accuracy T=1",
-    "last3": "mean eval accuracy T=1 over the last 3 evaluations",
-    "last-half": "mean eval accuracy T=1 over the last half of the run (step >= steps/2)",
-    "auc": "area under the eval accuracy T=1 curve / run length",
-}
+from ..metrics.schema import ACCURACY_T1
+from ..util.registry import Registry
+
+ENDPOINTS: Registry[str] = Registry("endpoint")
+ENDPOINTS.update(
+    {
+        "final": "final eval accuracy T=1",
+        "last3": "mean eval accuracy T=1 over the last 3 evaluations",
+        "last-half": "mean eval accuracy T=1 over the last half of the run (step >= steps/2)",
+        "auc": "area under the eval accuracy T=1 curve / run length",
+    }
+)
 """Endpoint name -> what it is, in words."""
 DEFAULT = "last-half"
 
 
 def check_endpoint(name, where: str = "endpoint") -> str:
     """The name if it is an endpoint, else a one-line ValueError naming the valid ones."""
-    if name not in ENDPOINTS:
-        raise ValueError(f"{where}: unknown endpoint {name!r}; valid: {', '.join(ENDPOINTS)}")
+    ENDPOINTS.lookup(name, where)
     return name
 
 
@@ -39,7 +44,7 @@ def endpoint_value(evals: list[dict], steps: int | None, name: str = DEFAULT) ->
     """The endpoint `name` of one run's eval rows ({step, accuracy_t1}); None without evaluations. A run that
     stopped before the window (a non-finite loss) falls back to its last evaluation."""
     check_endpoint(name)
-    pts = [(int(e["step"]), float(e["accuracy_t1"])) for e in evals if e.get("accuracy_t1") is not None]
+    pts = [(int(e["step"]), float(e[ACCURACY_T1])) for e in evals if e.get(ACCURACY_T1) is not None]
     if not pts:
         return None
     accs = [a for _, a in pts]
@@ -80,7 +85,7 @@ def with_endpoint(
         evals = evals_by_id.get(r["id"]) or []
         e = endpoint_value(evals, steps_by_id.get(r["id"]), name)
         first = next(
-            (float(x["accuracy_t1"]) for x in evals if x.get("accuracy_t1") is not None and int(x["step"]) == 0), None
+            (float(x[ACCURACY_T1]) for x in evals if x.get(ACCURACY_T1) is not None and int(x["step"]) == 0), None
         )
         out.append({**r, "endpoint_t1": e, "gain_t1": None if e is None or first is None else e - first})
     by_id = {r["id"]: r for r in out}

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..grid.layout import PENDING
+from ..metrics.schema import MEAN_K3_KL, MEAN_MEAN_ABS_DELTA
+from ..tasks import UnknownTaskError, get_task
 from ..util import manifest
 from ..util.atomic import atomic_write
 from . import stats
@@ -163,11 +165,9 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                 "collapses": sum(1 for r in scored if r["collapse/collapsed"]),
                 # over the scored cells, so every column of a row describes the same cells
                 "mean_abs_delta": stats.mean(
-                    [r["mean/mismatch/mean_abs_delta"] for r in scored if r["mean/mismatch/mean_abs_delta"] is not None]
+                    [r[MEAN_MEAN_ABS_DELTA] for r in scored if r[MEAN_MEAN_ABS_DELTA] is not None]
                 ),
-                "mean_k3_kl": stats.mean(
-                    [r["mean/rollout_corr/k3_kl"] for r in scored if r["mean/rollout_corr/k3_kl"] is not None]
-                ),
+                "mean_k3_kl": stats.mean([r[MEAN_K3_KL] for r in scored if r[MEAN_K3_KL] is not None]),
                 "tolerance": tim_tolerance(mine),
                 # failed runs and remedies that trained on nothing, marked apart from their (capped) score
                 "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r)),
@@ -199,8 +199,6 @@ def _scored_on(rows: list[dict]) -> str:
 
 
 def _task_line(rows: list[dict]) -> str:
-    from ..tasks import UnknownTaskError, get_task
-
     parts = []
     for name in sorted({str(r["task"]) for r in rows}):
         try:
@@ -331,8 +329,8 @@ def tables(grid: Grid, rows: list[dict], command: str, groups: list[SeedGroup] |
                 collapse,
                 fmt(r["final_accuracy_t1"]),
                 fmt(r["relative_accuracy_t1"]),
-                fmt(r["mean/mismatch/mean_abs_delta"]),
-                fmt(r["mean/rollout_corr/k3_kl"]),
+                fmt(r[MEAN_MEAN_ABS_DELTA]),
+                fmt(r[MEAN_K3_KL]),
                 fmt(r["cum/drift/diff_mean"]),
                 fmt(r["collapse/kl_lead_steps"]),
             ]
@@ -410,10 +408,15 @@ def figures(
     """(file name, caption, figure builder) for every figure of the report; `highlight`: a submitted remedy."""
     groups = seed_groups(rows) if groups is None else groups
     # Imported here: matplotlib costs ~1 s, and build_parser imports this module for every command.
-    from .figures.cells import delta_distribution_figure, delta_histogram_figure, dose_response_figure, has_histograms
-    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure
-    from .figures.forest import forest_figure
-    from .figures.heatmap import relative_accuracy_heatmap
+    from .figures.cells import (  # deferred: matplotlib is heavy
+        delta_distribution_figure,
+        delta_histogram_figure,
+        dose_response_figure,
+        has_histograms,
+    )
+    from .figures.curves import drift_figure, kl_grad_figure, reward_accuracy_figure  # deferred: matplotlib is heavy
+    from .figures.forest import forest_figure  # deferred: matplotlib is heavy
+    from .figures.heatmap import relative_accuracy_heatmap  # deferred: matplotlib is heavy
 
     cells = grid.cells
     out = [
@@ -455,7 +458,7 @@ def figures(
             lambda: dose_response_figure(rows),
         ),
     ]
-    from .figures.survival import survival_figure
+    from .figures.survival import survival_figure  # deferred: matplotlib is heavy
 
     out.append(
         (
@@ -501,7 +504,7 @@ def write_report(
     atomic_write(written["summary.csv"], summary_csv(rows))
     seed_rows = [group_csv_row(g) for g in groups]
     atomic_write(written["seeds.csv"], csv_text(seed_rows, tuple(seed_rows[0]) if seed_rows else GROUP))
-    from .figures.curves import png_bytes
+    from .figures.curves import png_bytes  # deferred: matplotlib is heavy
 
     pngs = []
     for name, caption, build in figures(grid, rows, groups, highlight):

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..metrics.schema import MEAN_K3_KL, MEAN_MEAN_ABS_DELTA
 from .stats import Interval, clip, kaplan_meier, mean_interval, median_survival, wilson
 
 GROUP = ("task", "model", "condition", "remedy", "mode", "algorithm")
 """What a seed group shares: every axis but the seed."""
-MEAN_METRICS = {
-    "mean_abs_delta": "mean/mismatch/mean_abs_delta",
-    "k3_kl": "mean/rollout_corr/k3_kl",
-    "cum_drift": "cum/drift/diff_mean",
-}
+MEAN_METRICS = {"mean_abs_delta": MEAN_MEAN_ABS_DELTA, "k3_kl": MEAN_K3_KL, "cum_drift": "cum/drift/diff_mean"}
 """Group field -> the summary column averaged over seeds."""
 
 

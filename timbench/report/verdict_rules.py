@@ -41,7 +41,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .stats import ALPHA, POWER, Interval, detectable, fisher_exact, holm, mean_interval, t_test, tost, wilson
+from .stats import (
+    ALPHA,
+    POWER,
+    Interval,
+    detectable,
+    fisher_exact,
+    holm,
+    mean_interval,
+    proportion_difference,
+    t_test,
+    tost,
+    wilson,
+)
 
 REPRODUCED, REVERSED, NOT = "reproduced", "reversed", "not reproduced"
 EQUIVALENT = "equivalent"
@@ -121,7 +133,7 @@ class Test:
 
     def text(self) -> str:
         """The test's numbers in one line: estimate, interval, p (adjusted), power, margin, why not tested."""
-        from .leaderboard import fmt, fmt_interval
+        from .leaderboard import fmt, fmt_interval  # deferred: torch is heavy
 
         parts = [f"{self.label}: {fmt_interval(self.interval)}"]
         if self.blocked:
@@ -191,8 +203,6 @@ def paired_no_difference(
 
 def rate_vs_control(label: str, k: int, n: int, k0: int, n0: int) -> Test:
     """Rate k/n claimed above its control's k0/n0 (Fisher's exact test; Newcombe interval of the difference)."""
-    from .stats import proportion_difference
-
     iv = proportion_difference(k0, n0, k, n) if n and n0 else Interval(None)
     t = Test(
         "rate",
@@ -229,7 +239,7 @@ def rate_vs_threshold(label: str, k: int, n: int, share: float) -> Test:
 
 
 def _wilson(k: int, n: int) -> str:
-    from .leaderboard import fmt_interval
+    from .leaderboard import fmt_interval  # deferred: torch is heavy
 
     return fmt_interval(wilson(k, n)) if n else "-"
 

@@ -22,6 +22,7 @@ import torch
 from ..kernels.pointwise import fexp, fsqrt
 from ..kernels.reduce import fmean, fstd, fsum
 from ..metrics.ratios import k1, k2, k3, log_ratio, masked_mean, masked_sum, select, seq_mean
+from ..util.registry import Registry
 
 _GSPO_CLAMP = 10.0  # verl's GSPO clamps the combined log-ratio at +10 only (timbench.metrics.ratios clamps at +-20)
 
@@ -112,12 +113,15 @@ def _over_seqs(seq_vals: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return masked_mean(seq_vals, m.any(-1))
 
 
-AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = {
-    "token-mean": lambda L, m, c: masked_mean(L, m),
-    "seq-mean-token-sum": lambda L, m, c: _over_seqs(masked_sum(L, m, -1), m),
-    "seq-mean-token-mean": lambda L, m, c: _over_seqs(seq_mean(L, m), m),
-    "seq-mean-token-sum-norm": lambda L, m, c: _over_seqs(masked_sum(L, m, -1) / c, m),
-}
+AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = Registry(
+    "loss aggregation",
+    {
+        "token-mean": lambda L, m, c: masked_mean(L, m),
+        "seq-mean-token-sum": lambda L, m, c: _over_seqs(masked_sum(L, m, -1), m),
+        "seq-mean-token-mean": lambda L, m, c: _over_seqs(seq_mean(L, m), m),
+        "seq-mean-token-sum-norm": lambda L, m, c: _over_seqs(masked_sum(L, m, -1) / c, m),
+    },
+)
 
 
 def agg_loss(
@@ -133,10 +137,7 @@ def agg_loss(
     seq-mean-token-sum-norm verl divides sum_{i,t} by T without the 1/N (a batch-size-dependent scale);
     this follows the Dr.GRPO paper and TRL's dr_grpo, which divide by N * max_len.
     """
-    try:
-        fn = AGGREGATIONS[agg]
-    except KeyError:
-        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(AGGREGATIONS)}") from None
+    fn = AGGREGATIONS.lookup(agg)
     return fn(loss_mat, mask.bool(), float(norm_const if norm_const is not None else mask.shape[-1]))
 
 
@@ -280,13 +281,16 @@ def _k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 # Each estimator is ratios' k1 / k2 / k3 of log r = ref_logprobs - logprobs (r = pi_ref / pi_theta).
-KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "k1": lambda lp, ref: k1(ref - lp),
-    "abs": lambda lp, ref: k1(ref - lp).abs(),
-    "k2": lambda lp, ref: k2(ref - lp),
-    "k3": _k3,
-}
-_KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+KL_ESTIMATORS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "KL estimator",
+    {
+        "k1": lambda lp, ref: k1(ref - lp),
+        "abs": lambda lp, ref: k1(ref - lp).abs(),
+        "k2": lambda lp, ref: k2(ref - lp),
+        "k3": _k3,
+    },
+    aliases={"kl": "k1", "mse": "k2", "low_var_kl": "k3"},  # verl's names
+)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
@@ -296,11 +300,7 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "
     k3 (low_var_kl) = exp(ref_logprobs - logprobs) - (ref_logprobs - logprobs) - 1, log-ratio clamped +-20,
     result +-10.
     """
-    key = _KL_ALIASES.get(kind, kind)
-    if key not in KL_ESTIMATORS:
-        valid = ", ".join([*KL_ESTIMATORS, *_KL_ALIASES])
-        raise ValueError(f"unknown KL estimator {kind!r}; valid: {valid}")
-    return KL_ESTIMATORS[key](logprobs, ref_logprobs)
+    return KL_ESTIMATORS.lookup(kind)(logprobs, ref_logprobs)
 
 
 # ---------------------------------------------------------------- registry
@@ -330,61 +330,63 @@ class Algorithm:
         return {"eps_low": self.eps_low, "eps_high": self.eps_high, "agg": self.agg}
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    a.name: a
-    for a in [
-        Algorithm(
-            "grpo",
-            grpo_advantage,
-            ppo_clip_loss,
-            doc="GRPO (arXiv 2402.03300): group-normalised advantage, PPO clip 0.2; token-mean as verl's "
-            "default (the paper's seq-mean-token-mean is one agg= away)",
-        ),
-        Algorithm(
-            "dapo",
-            grpo_advantage,
-            ppo_clip_loss,
-            eps_high=0.28,
-            dynamic_sampling=True,
-            doc="DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling",
-        ),
-        Algorithm(
-            "drgrpo",
-            drgrpo_advantage,
-            ppo_clip_loss,
-            agg="seq-mean-token-sum-norm",
-            doc="Dr.GRPO (arXiv 2503.20783): no std in the advantage, constant length normaliser",
-        ),
-        Algorithm("rloo", rloo_advantage, ppo_clip_loss, doc="RLOO (arXiv 2402.14740): leave-one-out group baseline"),
-        Algorithm(
-            "reinforce",
-            reinforce_advantage,
-            ppo_clip_loss,
-            doc="REINFORCE with a batch-mean baseline; with one update per batch r = 1 and the "
-            "clipped loss's gradient is -A grad logp",
-        ),
-        Algorithm(
-            "reinforce_pp",
-            reinforce_pp_advantage,
-            ppo_clip_loss,
-            doc="REINFORCE++ (arXiv 2501.03262): batch-whitened outcome reward, PPO clip 0.2",
-        ),
-        Algorithm(
-            "gspo",
-            grpo_advantage,
-            gspo_loss,
-            eps_low=3e-4,
-            eps_high=4e-4,
-            agg="seq-mean-token-mean",
-            doc="GSPO (arXiv 2507.18071): sequence-level geometric-mean ratio, clip 3e-4/4e-4",
-        ),
-    ]
-}
+ALGORITHMS: Registry[Algorithm] = Registry(
+    "algorithm",
+    {
+        a.name: a
+        for a in [
+            Algorithm(
+                "grpo",
+                grpo_advantage,
+                ppo_clip_loss,
+                doc="GRPO (arXiv 2402.03300): group-normalised advantage, PPO clip 0.2; token-mean as verl's "
+                "default (the paper's seq-mean-token-mean is one agg= away)",
+            ),
+            Algorithm(
+                "dapo",
+                grpo_advantage,
+                ppo_clip_loss,
+                eps_high=0.28,
+                dynamic_sampling=True,
+                doc="DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling",
+            ),
+            Algorithm(
+                "drgrpo",
+                drgrpo_advantage,
+                ppo_clip_loss,
+                agg="seq-mean-token-sum-norm",
+                doc="Dr.GRPO (arXiv 2503.20783): no std in the advantage, constant length normaliser",
+            ),
+            Algorithm(
+                "rloo", rloo_advantage, ppo_clip_loss, doc="RLOO (arXiv 2402.14740): leave-one-out group baseline"
+            ),
+            Algorithm(
+                "reinforce",
+                reinforce_advantage,
+                ppo_clip_loss,
+                doc="REINFORCE with a batch-mean baseline; with one update per batch r = 1 and the "
+                "clipped loss's gradient is -A grad logp",
+            ),
+            Algorithm(
+                "reinforce_pp",
+                reinforce_pp_advantage,
+                ppo_clip_loss,
+                doc="REINFORCE++ (arXiv 2501.03262): batch-whitened outcome reward, PPO clip 0.2",
+            ),
+            Algorithm(
+                "gspo",
+                grpo_advantage,
+                gspo_loss,
+                eps_low=3e-4,
+                eps_high=4e-4,
+                agg="seq-mean-token-mean",
+                doc="GSPO (arXiv 2507.18071): sequence-level geometric-mean ratio, clip 3e-4/4e-4",
+            ),
+        ]
+    },
+)
 
 
 def get_algorithm(name: str) -> Algorithm:
     """The registered Algorithm called `name`; ValueError listing the valid names otherwise."""
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(ALGORITHMS)}") from None
+    return ALGORITHMS.lookup(name)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
+from pathlib import Path
 
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S
+from ..remedies.identity import is_file_spec
+from ..util.atomic import atomic_write, check_output_dir
+from ..util.readfile import read_yaml
 
 
 def _cmd_train(args) -> int:
-    from ..util.atomic import check_output_dir
-    from .config import load_config
-    from .loop import NonFiniteError, run
+    from .config import load_config  # deferred: torch is heavy
+    from .loop import NonFiniteError, run  # deferred: torch is heavy
 
     check_output_dir(args.out)
     overrides = list(args.set or []) + ([f"remedy={args.remedy}"] if args.remedy else [])
@@ -29,11 +33,7 @@ def _cmd_train(args) -> int:
     except (ValueError, KeyError, OSError):
         raise  # the CLI's one-line errors (bad input, refused writes), exit 2
     except Exception as e:  # noqa: BLE001 - e.g. a plug-in remedy that raises: one line, the traceback kept
-        import traceback
-        from pathlib import Path
-
-        from ..util.atomic import atomic_write
-        from .rundir import one_line
+        from .rundir import one_line  # deferred: torch is heavy
 
         where = Path(args.out) / "error.txt"
         atomic_write(where, traceback.format_exc())
@@ -51,11 +51,6 @@ def _refuse_a_results_plugin(args, overrides: list[str]) -> None:
     """Refuse (one line) a config taken from a run directory (someone else's results) that names a plug-in file,
     unless --allow-plugins: `train` would import and run that file. A remedy given on the command line is the
     caller's own choice."""
-    from pathlib import Path
-
-    from ..remedies.identity import is_file_spec
-    from ..util.readfile import read_yaml
-
     if args.config is None or args.allow_plugins or any(o.startswith("remedy=") for o in overrides):
         return
     here = Path(args.config).resolve().parent

@@ -21,10 +21,13 @@ from typing import Any
 
 import yaml
 
+from ..remedies import load_remedy
 from ..replica import check_replica
 from ..spec.keys import Spec, parse_spec
+from ..tasks import get_task
 from ..util.coerce import coerce, field_kind
 from ..util.readfile import read_yaml
+from .algorithms import ALGORITHMS, get_algorithm
 
 MODES = ("recompute", "bypass")
 MAX_EVAL_N = 4096
@@ -246,10 +249,6 @@ def load(cfg: RunConfig | Loaded) -> Loaded:
     """The one step that loads the task, algorithm and remedy a config names (a Loaded passes through)."""
     if isinstance(cfg, Loaded):
         return cfg
-    from ..remedies import load_remedy
-    from ..tasks import get_task
-    from .algorithms import ALGORITHMS, get_algorithm
-
     task = get_task(cfg.task)
     algorithm = get_algorithm(cfg.algorithm)
     if cfg.clip_ratio_c is not None and not algorithm.dual_clip:

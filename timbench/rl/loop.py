@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import gc
 import math
+from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..engine import make_engine
 from ..evaluate import evaluate, evaluate_both
 from ..kernels.reduce import fsum
-from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 from ..model import Qwen3ForCausalLM, load_checkpoint
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
 from ..spec.keys import ZERO_MISMATCH, quantized_reference
 from ..trainer import NonFiniteError
+from ..util.dirlock import DirLock
 from ..util.threads import set_threads
 from ..warmstart.shipped import resolve_checkpoint
 from .config import Loaded, RunConfig, load
@@ -150,16 +153,12 @@ def run(cfg: RunConfig | Loaded, out, progress: bool = True, plugin_timeout: flo
     one-line error instead of truncating the first one's logs. `plugin_timeout` bounds each call of a plug-in
     remedy's hooks (seconds, 0 = none; timbench.remedies.deadline): a hung plug-in fails the run.
     """
-    from ..util.dirlock import DirLock
-
     loaded = load(cfg)
     with DirLock(out, "timbench train"), last_words(lambda reason: _record_kill(out, reason)):
         return _run(loaded, out, progress, plugin_timeout)
 
 
 def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
-    from tqdm import tqdm
-
     set_threads(loaded.threads)
     # Some CPU backward kernels (index_put_/scatter with accumulate) otherwise add in a
     # run-dependent order: measured, two identical runs drifted by 1e-8 in step 0's update.
@@ -203,7 +202,7 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
                 session.evaluate(done)
             if done % loaded.checkpoint_every == 0 or done == loaded.steps:
                 session.save(done)
-            bar.set_postfix(reward=f"{metrics['critic/rewards/mean']:.3f}", k3=f"{metrics['rollout_corr/k3_kl']:.1e}")
+            bar.set_postfix(reward=f"{metrics[REWARD_MEAN]:.3f}", k3=f"{metrics[K3_KL]:.1e}")
     except NonFiniteError as e:
         status, error = "failed", str(e)
     except BaseException as e:  # a crash or a kill: the status says so; rerunning resumes from the checkpoint
@@ -230,8 +229,6 @@ def _run(loaded: Loaded, out, progress: bool, plugin_timeout: float) -> dict:
 def _record_kill(out, reason: str) -> dict:
     """A plug-in outlived its limit and the process is about to end (remedies.deadline): the files to leave,
     status failed and error.txt saying so (there is no traceback to keep)."""
-    from pathlib import Path
-
     return {
         Path(out) / "error.txt": f"PluginTimeout: {reason}\n",
         Path(out) / "status.json": status_text("failed", f"PluginTimeout: {reason}"),

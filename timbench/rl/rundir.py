@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -84,8 +85,6 @@ def read_checkpoint(data: bytes, where) -> object:
     """A run checkpoint's object, unpickled with torch's weights-only loader: tensors, dicts, lists, tuples,
     numbers, strings and None only, so a crafted file cannot run code when a run resumes (a driver reads the
     checkpoints Ray workers send back the same way). Anything else is a one-line ValueError naming `where`."""
-    import pickle
-
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
     except pickle.UnpicklingError as e:

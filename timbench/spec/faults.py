@@ -131,7 +131,7 @@ class Faulty:
         return comps if self.fault.completions is None else self.fault.completions(comps, len(requests))
 
     def _resampled(self, requests, params):
-        from ..engine import SamplingParams
+        from ..engine import SamplingParams  # deferred: numba is heavy
 
         sample_with, report_with = self.fault.semantics(params or SamplingParams())
         if not hasattr(self.inner, "score") or report_with.top_p < 1:

@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..report.same_run import cell_identity, distinct_dirs
 from ..util import manifest
+from .paper import paper_data
 from .paper_claims import PaperData
 
 Setting = tuple[str, str, str]
@@ -84,9 +86,6 @@ def _align_rows(path: Path) -> list[dict]:
 
 def load_evidence(dirs: list[str | Path]) -> Evidence:
     """Load every DIR; a missing one, or one with neither cells.json nor align_*.json, is a one-line error."""
-    from ..report.same_run import cell_identity, distinct_dirs
-    from .paper import paper_data
-
     grids, steps, align = {}, {}, []
     for raw in distinct_dirs(dirs):
         path = Path(raw)

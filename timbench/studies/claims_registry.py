@@ -19,7 +19,20 @@ from dataclasses import dataclass
 
 from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT_TESTED, Test, paired_effect, paired_no_difference
 from .claims_data import Evidence
-from .paper_claims import CONSISTENT, NOT, REPRODUCED, REVERSED, Sub, collapses, diffs, mean_over_steps, over_seeds, rel
+from .paper_claims import (
+    CONSISTENT,
+    NOT,
+    REPRODUCED,
+    REVERSED,
+    Sub,
+    _setting_text,
+    at_floor,
+    collapses,
+    diffs,
+    mean_over_steps,
+    over_seeds,
+    rel,
+)
 
 NOT_TESTABLE = "not testable here"
 DEMO = "reproduced (demonstration, one seed)"
@@ -86,16 +99,12 @@ def untestable(what: str, would: str = CLAIMS_GRID) -> str:
 
 
 def _setting(rows: list[dict]) -> str:
-    from .paper_claims import _setting_text
-
     return _setting_text(rows)
 
 
 def no_difference(a: list[dict], b: list[dict], d, key=rel, label: str = "paired difference") -> Test:
     """A claim of no difference in relative accuracy: equivalence (TOST) within half the grid's learning range
     (verdict_rules); not tested where the grid's baseline does not learn or both sides sit at the floor."""
-    from .paper_claims import at_floor
-
     lr, learns, _ = d.learning()
     return paired_no_difference(label, diffs(a, b, key), lr / 2 if lr and lr > 0 else None, lr, at_floor(a, b), learns)
 
@@ -103,8 +112,6 @@ def no_difference(a: list[dict], b: list[dict], d, key=rel, label: str = "paired
 def effect(label: str, a: list[dict], b: list[dict], d, key=None) -> Test:
     """A claimed paired difference a - b > 0: of relative accuracy (key None; judged against the grid's learning
     range and floor) or of a per-seed metric `key` (a mismatch measure: no learning range applies)."""
-    from .paper_claims import at_floor
-
     if key is not None:
         return paired_effect(label, diffs(a, b, key), None)
     lr, learns, _ = d.learning()

@@ -7,6 +7,7 @@ Evidence (timbench.studies.claims_data) and returns its sub-claims with their nu
 
 from __future__ import annotations
 
+from ..metrics.schema import MEAN_ABS_DELTA, MEAN_K3_KL
 from ..report.leaderboard import fmt
 from ..report.leaderboard import fmt_interval as _ci
 from ..report.verdict_rules import EQUIVALENT, NO_WARNING, NOT_TESTED, WARNS, warning_vs_false_alarms
@@ -26,6 +27,7 @@ from .claims_registry import (
     step_mean,
     untestable,
 )
+from .early_warning import Candidate, Run, score_candidate
 from .paper_claims import (
     KL_LEAD,
     NOT,
@@ -96,7 +98,7 @@ def fp16(ev: Evidence) -> list[Sub]:
         ]
     f, b, (name, d) = pair
     f16, b16 = d.rows[f], d.rows[b]
-    k3 = lambda r: r.get("mean/rollout_corr/k3_kl")  # noqa: E731
+    k3 = lambda r: r.get(MEAN_K3_KL)  # noqa: E731
     ratio = (over_seeds(b16, k3).mean or 0) / (over_seeds(f16, k3).mean or float("inf"))
     where = f"{name} ({ev.steps[name]} steps): {'/'.join(f[:2])} vs {'/'.join(b[:2])}"
     far = lambda ws: (
@@ -155,7 +157,7 @@ def routing_replay(ev: Evidence) -> list[Sub]:
         return [Sub(t, NOT_TESTABLE, why) for t in ("R3 lowers mismatch", "R3 stabilises MoE RL")]
     cond, name, d = hit
     none, r3, r2 = (d.setting(cond, r) for r in ("none", "routing_replay_r3", "routing_replay_r2"))
-    delta, agree = step_mean("mismatch/mean_abs_delta")(d, cond), step_mean("mismatch/routing_agreement")(d, cond)
+    delta, agree = step_mean(MEAN_ABS_DELTA)(d, cond), step_mean("mismatch/routing_agreement")(d, cond)
     where = f"{name} {cond} ({ev.steps[name]} steps)"
     subs = [
         Sub(
@@ -381,8 +383,6 @@ def triage(ev: Evidence) -> list[Sub]:
     grid that logs it, warns >= 1 step early in >= 2/3 of all collapsed runs, and its verdict is `warns`
     (verdict_rules.warning_vs_false_alarms: the early rate above the false-alarm rate, Fisher's exact test); (3, the
     control, not central) the A > 0 ratio does not rise the same way."""
-    from .early_warning import Candidate, Run, score_candidate
-
     key, ctl = "tim/neg_adv_imbalance", "tim/pos_adv_imbalance"
     runs, nv = [], []
     for name, d in ev.grids.items():

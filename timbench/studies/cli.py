@@ -9,15 +9,16 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..report.cli import default_out
+from ..report.endpoint import ENDPOINTS
+from ..util.atomic import check_output_dir
 
 
 def _written(command: str, out: str, write) -> int:
     """Refuse an unwritable `out` first (one line), then run `write()` and list the files it wrote."""
-    from ..util.atomic import check_output_dir
-
     check_output_dir(out)
     written = write()
     for p in written.values():
@@ -27,7 +28,7 @@ def _written(command: str, out: str, write) -> int:
 
 
 def _cmd_paper(args) -> int:
-    from .paper import write_paper
+    from .paper import write_paper  # deferred: torch is heavy
 
     d = args.dir.rstrip("/")
     out = args.out or default_out(d, "build/paper")
@@ -59,10 +60,6 @@ def add_paper_parser(sub) -> None:
 
 def _endpoint(name: str) -> str:
     """argparse type: an endpoint name (argparse prints the one-line error and exits 2)."""
-    import argparse
-
-    from ..report.endpoint import ENDPOINTS
-
     if name not in ENDPOINTS:
         raise argparse.ArgumentTypeError(f"unknown endpoint {name!r}; valid: {', '.join(ENDPOINTS)}")
     return name
@@ -104,7 +101,7 @@ def add_claims_parser(sub) -> None:
     """Register `timbench claims DIR...`."""
 
     def write_claims(*a, **kw):  # imported on use: the report modules are slow to import
-        from .claims import write_claims
+        from .claims import write_claims  # deferred: torch is heavy
 
         return write_claims(*a, **kw)
 
@@ -123,7 +120,7 @@ def add_early_warning_parser(sub) -> None:
     """Register `timbench early-warning DIR...`."""
 
     def write_early_warning(*a, **kw):
-        from .early_warning import write_early_warning
+        from .early_warning import write_early_warning  # deferred: torch is heavy
 
         return write_early_warning(*a, **kw)
 
@@ -142,7 +139,7 @@ def add_proxy_fidelity_parser(sub) -> None:
     """Register `timbench proxy-fidelity DIR...`."""
 
     def write_fidelity(*a, **kw):
-        from .fidelity import write_fidelity
+        from .fidelity import write_fidelity  # deferred: torch is heavy
 
         return write_fidelity(*a, **kw)
 

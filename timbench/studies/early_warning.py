@@ -33,11 +33,21 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..metrics.schema import (
+    GRAD_NORM,
+    K3_KL,
+    MAX_ABS_DELTA,
+    MEAN_ABS_DELTA,
+    TIM_BITWISE_EQUAL_FRAC,
+    TIM_TOP1_AGREEMENT,
+    TIM_TV_MEAN,
+)
 from ..report.collapse import CollapseRule, detect_collapse, rule_from_dict
 from ..report.results import load_results
 from ..report.stats import mean_interval, wilson
 from ..report.verdict_rules import WARNS, decide, warning_vs_false_alarms
 from ..util.atomic import atomic_write
+from .early_warning_md import markdown
 
 SYNTHETIC = "noise"
 """The condition kind that is synthetic (zero-mean noise on the logits): reported apart, never calibrates."""
@@ -54,18 +64,18 @@ class Candidate:
 
 
 CANDIDATES: tuple[Candidate, ...] = (
-    Candidate("rollout_corr/k3_kl", 1, "k3 KL(pi_old || mu): verl's rollout_corr; the GPU study's rising KL"),
-    Candidate("mismatch/mean_abs_delta", 1, "mean |log pi_old - log mu| (arXiv 2605.14220)"),
-    Candidate("mismatch/max_abs_delta", 1, "max |delta| (the ~1.0 outliers of arXiv 2605.14220)"),
+    Candidate(K3_KL, 1, "k3 KL(pi_old || mu): verl's rollout_corr; the GPU study's rising KL"),
+    Candidate(MEAN_ABS_DELTA, 1, "mean |log pi_old - log mu| (arXiv 2605.14220)"),
+    Candidate(MAX_ABS_DELTA, 1, "max |delta| (the ~1.0 outliers of arXiv 2605.14220)"),
     Candidate("mismatch/extreme_frac_2", 1, "share of tokens with rho outside [1/2, 2] (IcePop's band edge)"),
     Candidate("rollout_corr/chi2_token", 1, "token chi^2 of rho: the variance of the correction weights"),
     Candidate("tim/neg_adv_imbalance", 1, "TRIAGE's (A < 0, delta < 0) imbalance (arXiv 2610.07043)"),
     Candidate("tim/tail_seg_concentration", 1, "TRIAGE: the |delta| tail clusters in a few 64-token segments"),
-    Candidate("tim/tv_mean", 1, "mean total variation engine vs trainer (arXiv 2610.05458)"),
-    Candidate("tim/top1_agreement", -1, "top-1 agreement engine vs trainer (arXiv 2610.05458)"),
+    Candidate(TIM_TV_MEAN, 1, "mean total variation engine vs trainer (arXiv 2610.05458)"),
+    Candidate(TIM_TOP1_AGREEMENT, -1, "top-1 agreement engine vs trainer (arXiv 2610.05458)"),
     Candidate("tim/top5_consistency", -1, "top-5 set overlap engine vs trainer (arXiv 2610.05458)"),
-    Candidate("tim/bitwise_equal_frac", -1, "positions with bitwise-equal distributions (arXiv 2610.05458)"),
-    Candidate("actor/grad_norm", 1, "gradient norm (the collapse rule's spike criterion)"),
+    Candidate(TIM_BITWISE_EQUAL_FRAC, -1, "positions with bitwise-equal distributions (arXiv 2610.05458)"),
+    Candidate(GRAD_NORM, 1, "gradient norm (the collapse rule's spike criterion)"),
     Candidate("actor/pg_clipfrac", 1, "share of tokens PPO clips"),
     Candidate("actor/entropy", -1, "policy entropy falling (entropy collapse)"),
 )
@@ -174,7 +184,7 @@ def score_candidate(c: Candidate, runs: list[Run], calibration: list[Run] | None
 def score_fixed_kl(runs: list[Run], kl_warn: float = CollapseRule().kl_warn) -> dict:
     """The collapse report's fixed KL rule (k3 > kl_warn), scored the same way (a level rule only: a run above
     kl_warn at step 0 is flagged, not warned)."""
-    c = Candidate("rollout_corr/k3_kl", 1, "collapse.CollapseRule.kl_warn")
+    c = Candidate(K3_KL, 1, "collapse.CollapseRule.kl_warn")
     judged = [(r, *warning_step(s, kl_warn, None), s[0][0]) for r in runs if (s := r.series(c)) is not None]
     return _summary(f"rollout_corr/k3_kl > {kl_warn:g} (fixed)", 1, c.source, judged)
 
@@ -302,8 +312,6 @@ def early_warning(dirs: list[str | Path]) -> dict:
 
 
 def write_early_warning(dirs: list[str | Path], out: str | Path, command: str | None = None) -> dict[str, Path]:
-    from .early_warning_md import markdown
-
     out = Path(out)
     command = command or "timbench early-warning " + " ".join(map(str, dirs)) + f" --out {out}"
     doc = early_warning(dirs)

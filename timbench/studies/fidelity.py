@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..remedies.registry import REMEDIES  # imported on use: torch
 from ..report.endpoint import DEFAULT, ENDPOINTS, with_endpoint
 from ..report.results import column, load_results
 from ..report.seeds import SeedGroup, is_finished, seed_groups
@@ -88,7 +89,7 @@ def setting_of(row: dict) -> tuple:
 
 
 def routing_cannot_disagree(model: str) -> bool:
-    from ..model.config import PRESETS  # imported on use: torch
+    from ..model.config import PRESETS  # deferred: torch is heavy
 
     cfg = PRESETS.get(model)
     return cfg is not None and cfg.is_moe and cfg.num_experts <= cfg.num_experts_per_tok
@@ -236,8 +237,6 @@ def decide(spec: dict, m: ModelRuns) -> dict:
 
 def replay_remedies() -> set[str]:
     """Remedies that replay MoE routing (the registry's `replay` hook: R2, R3)."""
-    from ..remedies.registry import REMEDIES  # imported on use: torch
-
     return {n for n, cls in REMEDIES.items() if cls.replay is not None}
 
 
@@ -377,7 +376,7 @@ def write_fidelity(
     dirs: list[str | Path], out: str | Path, command: str | None = None, reference_model: str | None = None
 ) -> dict[str, Path]:
     """Write fidelity.md and fidelity.json for the grid dirs into `out`; returns what was written."""
-    from .fidelity_md import markdown
+    from .fidelity_md import markdown  # cycle: timbench.studies.fidelity_md imports this module
 
     out = Path(out)
     command = command or "timbench proxy-fidelity " + " ".join(map(str, dirs)) + f" --out {out}"

@@ -18,9 +18,13 @@ import re
 from html import escape
 from pathlib import Path
 
+from ..metrics.schema import MEAN_MEAN_ABS_DELTA
 from ..report.collapse import rule_from_dict
 from ..report.endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
-from ..report.leaderboard import fmt, fmt_interval
+from ..report.figures import paper as pp
+from ..report.figures import paper_bars as ppb
+from ..report.html import figure_html, page, table_html
+from ..report.leaderboard import Table, fmt, fmt_interval
 from ..report.results import load_results
 from ..report.seeds import is_finished
 from ..report.summary import summarize
@@ -103,7 +107,7 @@ def paper_data(path: str | Path, endpoint: str | None = None) -> tuple[PaperData
 
 
 def _palette(names: list[str]) -> dict:
-    from ..report.figures.paper import plt
+    from ..report.figures.paper import plt  # deferred: matplotlib is heavy
 
     cmap = plt.get_cmap("tab10")
     return {n: cmap(i % 10) for i, n in enumerate(names)}
@@ -112,9 +116,6 @@ def _palette(names: list[str]) -> dict:
 def _figures(d: PaperData, variants: dict, verdict: dict[str, str] | None = None) -> dict:
     """Claim -> a function drawing its figure; `verdict`: claim -> the headline verdict paper.md prints for it,
     written under each figure's title (the same Verdict objects, so a figure never disagrees with its page)."""
-    from ..report.figures import paper as pp
-    from ..report.figures import paper_bars as ppb
-
     verdict = verdict or {}
 
     def title(claim: str, text: str) -> str:
@@ -137,9 +138,8 @@ def _figures(d: PaperData, variants: dict, verdict: dict[str, str] | None = None
 
     real = [c for c in d.real() if d.cells.get((c, "none", "recompute"))]
     both = [c for c in d.real() if d.cells.get((c, "none", "recompute")) and d.cells.get((c, "none", "bypass"))]
-    strongest = sorted(
-        both, key=lambda c: -(over_seeds(d.setting(c), lambda r: r.get("mean/mismatch/mean_abs_delta")).mean or 0)
-    )[:2]
+    mean_delta = {c: over_seeds(d.setting(c), lambda r: r.get(MEAN_MEAN_ABS_DELTA)).mean or 0 for c in both}
+    strongest = sorted(both, key=lambda c: -mean_delta[c])[:2]
 
     # F3 shows the real conditions that lost accuracy (the claim is counted on them), most damaged first; noise
     # settings only fill the row when fewer than four real ones did (their KL level is the noise dial).
@@ -390,9 +390,6 @@ def _html(
     leaderboard: str | None = None,
 ) -> str:
     """paper.html: per claim its verdict, the paper's statement, the figure and a small table of sub-claims."""
-    from ..report.html import figure_html, page, table_html
-    from ..report.leaderboard import Table
-
     body = []
     for v in vs:
         fig, text = CLAIMS[v.claim]
@@ -470,7 +467,7 @@ def write_paper(
 ) -> dict[str, Path]:
     """Write paper.md, paper.html, paper.json and figures/paper_*.png for the grid dir `path` into `out` (default
     `path`); returns what was written. A grid without the paper's cells is refused (`check_paper_cells`)."""
-    from ..report.figures.curves import png_bytes
+    from ..report.figures.curves import png_bytes  # deferred: matplotlib is heavy
 
     path = Path(path)
     out = Path(out) if out is not None else path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ..metrics.schema import MEAN_MEAN_ABS_DELTA
 from ..report.leaderboard import fmt
 from ..report.verdict_rules import EQUIVALENT, NOT, combine, paired_effect, paired_no_difference, rate_vs_control
 from .paper_evidence import (
@@ -38,7 +39,7 @@ def dose_points(d: PaperData) -> list[dict]:
                 "kind": d.kinds.get(cond),
                 "collapses": k,
                 "seeds": n,
-                "x": over_seeds(rows, lambda r: r.get("mean/mismatch/mean_abs_delta")),
+                "x": over_seeds(rows, lambda r: r.get(MEAN_MEAN_ABS_DELTA)),
                 "y": over_seeds(rows, rel),
                 "sigma": rows[0].get("noise_sigma"),
             }

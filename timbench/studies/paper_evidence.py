@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from ..metrics.schema import GRAD_NORM, K3_KL, REWARD_MEAN
 from ..report.collapse import moving_average
 from ..report.leaderboard import fmt, fmt_interval
 from ..report.results import CellRun, column
-from ..report.stats import POWER, Interval, detectable, mean_interval
+from ..report.stats import POWER, Interval, detectable, mean_interval, wilson
 from ..report.verdict_rules import EQUIVALENT, INCONCLUSIVE, NOT, NOT_TESTED, REPRODUCED, REVERSED, combine, decide
 
 UNTESTED = NOT_TESTED
@@ -197,13 +198,13 @@ def collapses(rows: list[dict]) -> tuple[int, int]:
 
 
 def max_grad_ratio(cell: CellRun, ref: CellRun | None) -> float | None:
-    g, gr = column(cell.metrics, "actor/grad_norm"), (column(ref.metrics, "actor/grad_norm") if ref else [])
+    g, gr = column(cell.metrics, GRAD_NORM), (column(ref.metrics, GRAD_NORM) if ref else [])
     return max(g) / max(gr) if g and gr and max(gr) > 0 else None
 
 
 def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
     """The smoothed reward climbed above its first full-window value before the collapse step."""
-    rewards = moving_average(column(cell.metrics, "critic/rewards/mean"), smooth)
+    rewards = moving_average(column(cell.metrics, REWARD_MEAN), smooth)
     step = row.get("collapse/step")
     if step is None or len(rewards) < smooth:
         return False
@@ -212,8 +213,8 @@ def rose_before_collapse(cell: CellRun, row: dict, smooth: int) -> bool:
 
 def kl_alarm_step(cell: CellRun, smooth: int) -> int | None:
     """First step at which the smoothed k3_kl exceeds KL_RISE x its mean over steps 0-4."""
-    k3 = moving_average(column(cell.metrics, "rollout_corr/k3_kl"), smooth)
-    first = column(cell.metrics, "rollout_corr/k3_kl")[:5]
+    k3 = moving_average(column(cell.metrics, K3_KL), smooth)
+    first = column(cell.metrics, K3_KL)[:5]
     base = math.fsum(first) / len(first) if first else 0.0
     return next((i for i, v in enumerate(k3) if base > 0 and v > KL_RISE * base), None)
 
@@ -257,8 +258,6 @@ def _by_seed(cells: list[CellRun]) -> dict:
 
 def _setting_text(rows: list[dict]) -> str:
     """rel with its interval, own gain with its interval, and the collapse rate with its Wilson interval."""
-    from ..report.stats import wilson
-
     k, n = collapses(rows)
     return (
         f"rel {_ci(over_seeds(rows, rel))}, own gain {_ci(over_seeds(rows, gain))}, {k}/{n} collapsed "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ..metrics.schema import K3_KL
 from ..report.leaderboard import fmt
 from ..report.results import CellRun, column
 from ..report.verdict_rules import (
@@ -165,7 +166,7 @@ def _ratio_text(xs: list) -> str:
 
 def _kl_ratio_end(cell: CellRun) -> float | None:
     """Mean k3_kl over the last 10 steps / its mean over the first 5 (None when the start is 0)."""
-    k3 = column(cell.metrics, "rollout_corr/k3_kl")
+    k3 = column(cell.metrics, K3_KL)
     start, end = k3[:5], k3[-10:]
     return None if not start or math.fsum(start) <= 0 else (math.fsum(end) / len(end)) / (math.fsum(start) / len(start))
 

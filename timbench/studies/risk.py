@@ -233,7 +233,7 @@ def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = N
     """The nearest committed settings to `query` ({statistic: value}) per mode, with outcomes and remedies."""
     bad = sorted(set(query) - set(STATS))
     if bad:
-        raise ValueError(f"unknown statistic {bad[0]!r}; valid: {', '.join(STATS)}")
+        raise ValueError(STATS.unknown(bad[0]))
     us = units(rows)
     check_query(query, us)
     per_mode = {}

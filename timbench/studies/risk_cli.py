@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+from ..util.atomic import atomic_write, check_output_dir
 
 DEFAULT_OUT = "build/risk"
 
@@ -27,7 +30,7 @@ def _int(raw: str, flag: str) -> int:
 
 
 def _queries(args) -> list[tuple[str, dict]]:
-    from . import risk_input
+    from . import risk_input  # deferred: torch is heavy
 
     kinds = [
         k
@@ -57,13 +60,10 @@ def _queries(args) -> list[tuple[str, dict]]:
 
 
 def _validate(args, rows) -> int:
-    from pathlib import Path
-
-    from ..util.atomic import atomic_write, check_output_dir
-    from .risk import safe_levels, the_map, units, validity
-    from .risk_data import mapped
-    from .risk_text import map_markdown, validation_markdown
-    from .risk_validate import validate
+    from .risk import safe_levels, the_map, units, validity  # deferred: torch is heavy
+    from .risk_data import mapped  # deferred: torch is heavy
+    from .risk_text import map_markdown, validation_markdown  # deferred: torch is heavy
+    from .risk_validate import validate  # deferred: torch is heavy
 
     out = (args.out or DEFAULT_OUT).rstrip("/")
     check_output_dir(out)
@@ -97,8 +97,8 @@ def _cmd_risk(args) -> int:
     if args.out and not args.validate:
         raise ValueError("--out is where --validate writes; a query prints its answer")
     queries = _queries(args)
-    from .risk import answer, safe_levels, the_map, units, validity
-    from .risk_data import ROOT, gather
+    from .risk import answer, safe_levels, the_map, units, validity  # deferred: torch is heavy
+    from .risk_data import ROOT, gather  # deferred: torch is heavy
 
     rows = gather(args.results or ROOT)
     if args.validate:
@@ -128,7 +128,7 @@ def _cmd_risk(args) -> int:
             )
         )
     else:
-        from .risk_text import answer_text
+        from .risk_text import answer_text  # deferred: torch is heavy
 
         sys.stdout.write(answer_text(answers, skipped, lim, safe))
     return 0

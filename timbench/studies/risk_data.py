@@ -21,10 +21,22 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..metrics.schema import (
+    K3_KL,
+    MAX_ABS_DELTA,
+    MEAN_ABS_DELTA,
+    P99_ABS_DELTA,
+    PROBS_DIFF_MAX,
+    PROBS_DIFF_MEAN,
+    TIM_TOP1_AGREEMENT,
+    TIM_TV_MAX,
+    TIM_TV_MEAN,
+)
 from ..report.endpoint import DEFAULT, with_endpoint
 from ..report.results import load_results
 from ..report.seeds import is_finished
 from ..report.summary import summarize
+from ..util.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 """The committed results (a checkout or an editable install); `--results DIR` reads another tree."""
@@ -49,34 +61,35 @@ class Stat:
     """The statistic is 1 - the logged value (an agreement turned into a disagreement, so larger = worse)."""
 
 
-STATS = {
-    "mean_abs_delta": Stat(
-        "mismatch/mean_abs_delta", "mean |log pi_train - log pi_rollout| per token", "mean_abs_diff"
-    ),
-    "p99_abs_delta": Stat("mismatch/p99_abs_delta", "99th percentile of |delta| per token", "p99_abs_diff"),
-    "max_abs_delta": Stat("mismatch/max_abs_delta", "largest |delta| in the batch", "max_abs_diff"),
-    "k3_kl": Stat("rollout_corr/k3_kl", "K3 estimate of KL(rollout || train) per token (verl)", "k3_kl"),
-    "k1_kl": Stat("rollout_corr/kl", "K1 estimate of KL per token (verl rollout_corr/kl)", "kl"),
-    "frac_tokens_differ": Stat(
-        "mismatch/frac_tokens_differ", "share of tokens whose logprobs differ at all", "frac_tokens_differ"
-    ),
-    "extreme_frac_2": Stat("mismatch/extreme_frac_2", "share of tokens with a ratio outside [1/2, 2]"),
-    "chi2_token": Stat("rollout_corr/chi2_token", "chi^2 divergence of token ratios (verl)"),
-    "chi2_seq": Stat("rollout_corr/chi2_seq", "chi^2 divergence of sequence ratios (verl)"),
-    "log_ppl_abs_diff": Stat("rollout_corr/log_ppl_abs_diff", "|log perplexity difference| per sequence (verl)"),
-    "probs_diff_max": Stat("training/rollout_probs_diff_max", "largest |p_train - p_rollout| (verl)", "probs_diff_max"),
-    "probs_diff_mean": Stat("training/rollout_probs_diff_mean", "mean |p_train - p_rollout| (verl)"),
-    "drift_abs": Stat("drift/diff_abs_mean", "|C(r_train) - C(r_rollout)|: the objective drift (arXiv 2605.14220)"),
-    "argmax_flips": Stat("tim/top1_agreement", "share of positions whose argmax token differs", complement=True),
-    "top5_changes": Stat("tim/top5_consistency", "share of positions whose top-5 set differs", complement=True),
-    "tv_mean": Stat("tim/tv_mean", "mean total-variation distance of the next-token distributions"),
-    "tv_max": Stat("tim/tv_max", "largest total-variation distance in the batch"),
-    "neg_adv_imbalance": Stat("tim/neg_adv_imbalance", "TRIAGE mass(A<0, delta<0) / mass(A<0, delta>0)"),
-    "pos_adv_imbalance": Stat("tim/pos_adv_imbalance", "the same ratio for A>0 (TRIAGE's control)"),
-    "tail_seg_concentration": Stat(
-        "tim/tail_seg_concentration", "share of the |delta| tail in the worst 10% of 64-token segments (TRIAGE)"
-    ),
-}
+STATS: Registry[Stat] = Registry("statistic")
+STATS.update(
+    {
+        "mean_abs_delta": Stat(MEAN_ABS_DELTA, "mean |log pi_train - log pi_rollout| per token", "mean_abs_diff"),
+        "p99_abs_delta": Stat(P99_ABS_DELTA, "99th percentile of |delta| per token", "p99_abs_diff"),
+        "max_abs_delta": Stat(MAX_ABS_DELTA, "largest |delta| in the batch", "max_abs_diff"),
+        "k3_kl": Stat(K3_KL, "K3 estimate of KL(rollout || train) per token (verl)", "k3_kl"),
+        "k1_kl": Stat("rollout_corr/kl", "K1 estimate of KL per token (verl rollout_corr/kl)", "kl"),
+        "frac_tokens_differ": Stat(
+            "mismatch/frac_tokens_differ", "share of tokens whose logprobs differ at all", "frac_tokens_differ"
+        ),
+        "extreme_frac_2": Stat("mismatch/extreme_frac_2", "share of tokens with a ratio outside [1/2, 2]"),
+        "chi2_token": Stat("rollout_corr/chi2_token", "chi^2 divergence of token ratios (verl)"),
+        "chi2_seq": Stat("rollout_corr/chi2_seq", "chi^2 divergence of sequence ratios (verl)"),
+        "log_ppl_abs_diff": Stat("rollout_corr/log_ppl_abs_diff", "|log perplexity difference| per sequence (verl)"),
+        "probs_diff_max": Stat(PROBS_DIFF_MAX, "largest |p_train - p_rollout| (verl)", "probs_diff_max"),
+        "probs_diff_mean": Stat(PROBS_DIFF_MEAN, "mean |p_train - p_rollout| (verl)"),
+        "drift_abs": Stat("drift/diff_abs_mean", "|C(r_train) - C(r_rollout)|: the objective drift (arXiv 2605.14220)"),
+        "argmax_flips": Stat(TIM_TOP1_AGREEMENT, "share of positions whose argmax token differs", complement=True),
+        "top5_changes": Stat("tim/top5_consistency", "share of positions whose top-5 set differs", complement=True),
+        "tv_mean": Stat(TIM_TV_MEAN, "mean total-variation distance of the next-token distributions"),
+        "tv_max": Stat(TIM_TV_MAX, "largest total-variation distance in the batch"),
+        "neg_adv_imbalance": Stat("tim/neg_adv_imbalance", "TRIAGE mass(A<0, delta<0) / mass(A<0, delta>0)"),
+        "pos_adv_imbalance": Stat("tim/pos_adv_imbalance", "the same ratio for A>0 (TRIAGE's control)"),
+        "tail_seg_concentration": Stat(
+            "tim/tail_seg_concentration", "share of the |delta| tail in the worst 10% of 64-token segments (TRIAGE)"
+        ),
+    }
+)
 """Statistic name (what `--stat NAME=VALUE` takes) -> Stat. mean_abs_delta is the field's default dose."""
 DOSE = "mean_abs_delta"
 

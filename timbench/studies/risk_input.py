@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..gate.check import load_report
+from ..util import manifest
+from ..util.readfile import read_json, read_yaml
 from .risk_data import DOSE, STATS
 
 FILE_STATS = ("mean_abs_delta", "p99_abs_delta", "k3_kl", "k1_kl")
@@ -28,8 +31,7 @@ ALIGN_KEYS = {s.align: name for name, s in STATS.items() if s.align and name in 
 
 
 def parse_number(name: str, raw) -> float:
-    if name not in STATS:
-        raise ValueError(f"unknown statistic {name!r}; valid: {', '.join(STATS)}")
+    STATS.lookup(name)
     try:
         v = float(raw)
     except (TypeError, ValueError):
@@ -69,13 +71,9 @@ def _align_query(row: dict, where: str) -> dict:
 
 def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict]]:
     """The rows of an align table (JSON), or those whose label contains `row`; zero-mismatch rows are skipped."""
-    from ..util.readfile import read_json
-
     p = Path(path)
     if p.suffix == ".md":
         raise ValueError(f"{p}: the Markdown table; pass the JSON next to it ({p.with_suffix('.json')})")
-    from ..util import manifest
-
     manifest.refuse_changed(p.parent, [p.name], "align table")
     doc = read_json(p, "align table")
     rows = [doc] if isinstance(doc, dict) else doc
@@ -97,8 +95,7 @@ def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict
 
 def gate_suites() -> list[str]:
     """Gate suites (bench/gates/*.yaml) that run the alignment probe: the gate.json files `risk` understands."""
-    from ..gate.suite import SUITES_DIR
-    from ..util.readfile import read_yaml
+    from ..gate.suite import SUITES_DIR  # deferred: tokenizers is heavy
 
     out = []
     for f in sorted(SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []:
@@ -110,8 +107,6 @@ def gate_suites() -> list[str]:
 
 def from_gate(path: str | Path) -> list[tuple[str, dict]]:
     """The alignment probe rows of a gate run (one query per model)."""
-    from ..gate.check import load_report
-
     doc = load_report(path)
     suite = doc["identity"].get("suite")
     known = gate_suites()

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .risk_data import DOSE, HORIZON, STATS, RiskRow
 
 LOSS = 0.15
@@ -135,8 +137,6 @@ def _scores(preds: list[tuple]) -> tuple[float | None, float | None]:
 
 def _weighted(preds: list[tuple], w):
     """(accuracy, AUC) of `preds` for each row of weights `w` (draws x rows: how often each row was drawn)."""
-    import numpy as np
-
     y = np.array([p[1] for p in preds], dtype=bool)
     correct = np.array([p[2] == p[1] for p in preds], dtype=float)
     s = np.array([p[3] for p in preds])
@@ -156,8 +156,6 @@ def bootstrap(preds_by_name: dict[str, list[tuple]], ref: str, boot: int = BOOT,
     """95% percentile intervals of each predictor's accuracy and AUC, and of its difference from `ref`'s,
     resampling conditions (groups) with replacement (numpy's seeded generator: the same numbers on every run);
     every predictor's list must cover the same rows in the same order."""
-    import numpy as np
-
     groups = sorted({p[0] for p in preds_by_name[ref]})
     gi = np.array([groups.index(p[0]) for p in preds_by_name[ref]])
     counts = np.random.default_rng(seed).multinomial(len(groups), [1 / len(groups)] * len(groups), size=boot)

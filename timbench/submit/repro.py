@@ -10,6 +10,7 @@ timbench.remedies). Built-ins are covered by tests/test_determinism.py and are n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -26,12 +27,10 @@ SETTINGS = (
 
 def step_digest(spec: str, args: dict, n: int = 64, t: int = 1024, group: int = 8) -> str:
     """sha256 of one remedy step on a seeded synthetic batch (the function each probe process runs)."""
-    import hashlib
+    import numpy as np  # deferred: numpy is heavy
+    import torch  # deferred: torch is heavy
 
-    import numpy as np
-    import torch
-
-    from ..remedies import RemedyBatch, load_remedy
+    from ..remedies import RemedyBatch, load_remedy  # deferred: torch is heavy
 
     rng = np.random.default_rng(0)  # numpy's generator: torch.randn's bits depend on the CPU kernel set
     old = torch.from_numpy(-rng.random((n, t), dtype=np.float32) * 4)

@@ -20,9 +20,14 @@ from pathlib import Path
 
 from ..grid.layout import GridLock, read_status, run_dir, write_status
 from ..grid.merge import merge
+from ..grid.spec import expand
 from ..remedies import load_remedy
 from ..remedies.identity import comparable_cell, other_version, remedy_identity
+from ..report.leaderboard import fmt_interval, remedy_ranking, write_report
+from ..report.results import load_results
 from ..report.seeds import NOTHING_TRAINED
+from ..report.summary import summarize
+from ..rl.config import from_dict
 from ..util.atomic import atomic_write
 from ..util.readfile import read_json
 from .extras import markdown_lines, plugin_metrics
@@ -43,9 +48,6 @@ def _under_results(out: Path) -> bool:
 
 def plan_cells(track, remedy: str, remedy_args: dict) -> list[dict]:
     """The new remedy's cells of the track (cells.json entries), each config validated now (one-line errors)."""
-    from ..grid.spec import expand
-    from ..rl.config import from_dict
-
     label = remedy_identity(remedy)  # a plug-in file's cells are name@hash cells (remedies.identity)
     cells = [c.to_dict() for c in expand(track.spec(["none", remedy])) if c.axes["remedy"] == label]
     for c in cells:
@@ -180,10 +182,6 @@ def regenerate_command(spec: str, track, out: Path, remedy_args: dict) -> str:
 def write_submission(
     out: Path, remedy: str, track, cells: list[dict], committed: Path, command: str | None = None
 ) -> dict:
-    from ..report.leaderboard import fmt_interval, remedy_ranking, write_report
-    from ..report.results import load_results
-    from ..report.summary import summarize
-
     write_report(out, command=command or f"timbench submit {remedy} --track {track.name} --out {out}", highlight=remedy)
     rows = summarize(load_results(out))
     ranked = remedy_ranking(rows)

@@ -21,14 +21,17 @@ timbench.grid.replay), so only code that changes results is refused. Every refus
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import __version__
 from ..eta import Eta
 from ..grid.merge import fingerprint, fingerprint_difference
 from ..grid.replay import replay, replay_cell, summarize
 from ..grid.spec import GridSpec, expand, parse_grid
+from ..tasks import get_task
 from ..util.atomic import atomic_write
 from ..util.readfile import read_json, read_yaml
 
@@ -88,8 +91,6 @@ def load_track(name_or_path: str) -> Track:
 
 def _package_dirs() -> list[Path]:
     # Located, not imported: the library never imports the runners (it only hashes their files here).
-    import importlib.util
-
     return sorted(
         {
             Path(loc).resolve()
@@ -112,14 +113,10 @@ def code_hash() -> str:
 
 
 def _task_versions(cells: list[dict]) -> dict[str, int]:
-    from ..tasks import get_task
-
     return {t: get_task(t).version for t in sorted({c["axes"]["task"] for c in cells})}
 
 
 def manifest(track: Track, cells_doc: dict) -> dict:
-    from .. import __version__
-
     cell = replay_cell(cells_doc["cells"])
     return {
         "track": track.name,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..metrics.schema import GRAD_NORM
 from ..model import Compute, Qwen3ForCausalLM
 from .forward import TrainerOutput, sequence_logprobs
 from .optim import clip_grad_norm
@@ -75,5 +76,5 @@ def update_policy(
             if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
                 raise NonFiniteError(f"non-finite loss={float(loss.detach())} or grad_norm={gn}")
             opt.step()
-            rows.append({"actor/loss": float(loss.detach()), "actor/grad_norm": gn, **metrics})
+            rows.append({"actor/loss": float(loss.detach()), GRAD_NORM: gn, **metrics})
     return rows

@@ -47,7 +47,7 @@ def start_numba_pool() -> None:
     global _started
     if _started:
         return
-    from numba.np.ufunc import parallel
+    from numba.np.ufunc import parallel  # deferred: numba is heavy
 
     parallel._launch_threads()
     single_level_openmp()
@@ -60,6 +60,6 @@ def set_threads(n: int) -> None:
         raise ValueError(f"threads must be >= 1, got {n}")
     start_numba_pool()
     torch.set_num_threads(n)
-    import numba
+    import numba  # deferred: numba is heavy
 
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))

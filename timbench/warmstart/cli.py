@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..tasks import DEFAULT_TASK
+from ..util.atomic import check_output_dir
+
 DEFAULT_MODEL = "tiny-dense"  # the one definition (timbench.warmstart.run imports it)
 
 
 def _band_arg(text: str) -> tuple[float, float]:
-    from .run import WarmstartError, parse_band
+    from .run import WarmstartError, parse_band  # deferred: torch is heavy
 
     try:
         return parse_band(text)
@@ -17,8 +21,7 @@ def _band_arg(text: str) -> tuple[float, float]:
 
 
 def _cmd(args) -> int:
-    from ..util.atomic import check_output_dir
-    from .run import warmstart
+    from .run import warmstart  # deferred: torch is heavy
 
     check_output_dir(args.out)  # before minutes of training, not after
     card = warmstart(
@@ -38,16 +41,14 @@ def _cmd(args) -> int:
     )
     print(
         f"{args.out}: {card['task']} {card['model']} steps={card['steps']} "
-        f"wall={card['wall_time_s']}s acc_t1={card['accuracy_t1']:.3f} "
-        f"acc_greedy={card['accuracy_greedy']:.3f} (n={card['eval_n']})"
+        f"wall={card['wall_time_s']}s acc_t1={card[ACCURACY_T1]:.3f} "
+        f"acc_greedy={card[ACCURACY_GREEDY]:.3f} (n={card['eval_n']})"
     )
     return 0
 
 
 def add_parser(sub) -> None:
     """Register `timbench warmstart` on the CLI's subparsers."""
-    from ..tasks import DEFAULT_TASK
-
     w = sub.add_parser("warmstart", help="supervised warm start of a preset on a task, stopped inside an accuracy band")
     w.add_argument("--task", default=DEFAULT_TASK, help=f"task name (default {DEFAULT_TASK})")
     w.add_argument(

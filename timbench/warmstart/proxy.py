@@ -14,7 +14,11 @@ import shlex
 import time
 from pathlib import Path
 
-from .run import ENGINE_SPEC
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..tasks import get_task
+from ..util.threads import set_threads
+from .run import ENGINE_SPEC, warmstart
+from .shipped import default_checkpoint
 
 
 def _sha256(path: Path) -> str:
@@ -23,8 +27,7 @@ def _sha256(path: Path) -> str:
 
 def resolve_source(model: str, task: str) -> tuple[Path, str | None]:
     """(checkpoint directory, preset name or None): a preset names the shipped warm start of (task, preset)."""
-    from ..model import PRESETS
-    from .shipped import default_checkpoint
+    from ..model import PRESETS  # deferred: tokenizers is heavy
 
     if model in PRESETS:
         return default_checkpoint(task, model), model
@@ -60,8 +63,8 @@ def make_proxy(
     defaults otherwise) until its accuracy is in the band. Returns the card; writes the checkpoint
     (with card.json) to `out` if given.
     """
-    from ..evaluate import evaluate_both
-    from ..model import load_checkpoint, save_checkpoint
+    from ..evaluate import evaluate_both  # deferred: tokenizers is heavy
+    from ..model import load_checkpoint, save_checkpoint  # deferred: tokenizers is heavy
     from ..model.prune import (
         CALIBRATION_SPEC,
         calibration_set,
@@ -69,10 +72,7 @@ def make_proxy(
         expert_frequencies,
         kept_experts,
         prune_experts,
-    )
-    from ..tasks import get_task
-    from ..util.threads import set_threads
-    from .run import warmstart
+    )  # deferred: tokenizers is heavy
 
     if eval_n < 1:
         raise ValueError(f"eval_n must be >= 1, got {eval_n}")
@@ -91,8 +91,8 @@ def make_proxy(
         "task_version": t_obj.version,
         "model": name,
         "seed": seed,
-        "accuracy_t1": pruned_eval["accuracy_t1"],
-        "accuracy_greedy": pruned_eval["accuracy_greedy"],
+        ACCURACY_T1: pruned_eval[ACCURACY_T1],
+        ACCURACY_GREEDY: pruned_eval[ACCURACY_GREEDY],
         "mean_response_tokens_t1": pruned_eval["mean_response_tokens_t1"],
         "eval_n": eval_n,
         "eval_seed": seed,
@@ -134,7 +134,7 @@ def make_proxy(
             },
             "frequencies": freqs.tolist(),
             "kept_experts": kept_experts(freqs, keep),
-            "accuracy_before_recovery": {k: pruned_eval[k] for k in ("accuracy_t1", "accuracy_greedy")},
+            "accuracy_before_recovery": {k: pruned_eval[k] for k in (ACCURACY_T1, ACCURACY_GREEDY)},
         },
     )
     if out is not None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..tasks import DEFAULT_TASK
+from ..util.atomic import check_output_dir
 from .cli import _band_arg
 
 
 def _cmd(args) -> int:
-    from ..util.atomic import check_output_dir
-    from .proxy import make_proxy
+    from .proxy import make_proxy  # deferred: torch is heavy
 
     check_output_dir(args.out)  # before the calibration and the recovery, not after
     card = make_proxy(
@@ -27,17 +29,15 @@ def _cmd(args) -> int:
     before = card["pruning"]["accuracy_before_recovery"]
     print(
         f"{args.out}: {card['model']} kept {card['pruning']['kept_experts']} "
-        f"pruned acc_t1={before['accuracy_t1']:.3f}"
+        f"pruned acc_t1={before[ACCURACY_T1]:.3f}"
         + (f", recovered in {card['steps']} steps" if card["recovery"] else "")
-        + f" acc_t1={card['accuracy_t1']:.3f} acc_greedy={card['accuracy_greedy']:.3f} (n={card['eval_n']})"
+        + f" acc_t1={card[ACCURACY_T1]:.3f} acc_greedy={card[ACCURACY_GREEDY]:.3f} (n={card['eval_n']})"
     )
     return 0
 
 
 def add_parser(sub) -> None:
     """Register `timbench prune-experts` on the CLI's subparsers."""
-    from ..tasks import DEFAULT_TASK
-
     p = sub.add_parser("prune-experts", help="a smaller MoE proxy: keep each layer's most frequently routed experts")
     p.add_argument(
         "--model",

@@ -23,8 +23,12 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..kernels.reduce import fsum, masked_sum
+from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..spec.keys import parse_spec
+from ..tasks import get_task
 from ..util.threads import set_threads
 from .cli import DEFAULT_MODEL  # noqa: E402  (one definition, in the torch-free CLI module)
 
@@ -56,7 +60,7 @@ def _in_band(acc: float, band) -> bool:
 
 def sft_batch(problems) -> list[tuple[tuple[int, ...], list[int]]]:
     """(prompt ids, solution + EOS ids) per problem: what the warm start imitates."""
-    from ..data import encode_prompt, encode_response
+    from ..data import encode_prompt, encode_response  # deferred: tokenizers is heavy
 
     return [(encode_prompt(p.prompt), encode_response(p.solution)) for p in problems]
 
@@ -68,7 +72,7 @@ def sft_objective(out, rows=None) -> tuple[torch.Tensor, dict]:
 
 def sft_loss(model, compute, problems) -> torch.Tensor:
     """Mean cross-entropy over response tokens (solution + EOS) given the prompt."""
-    from ..trainer import sequence_logprobs
+    from ..trainer import sequence_logprobs  # deferred: tokenizers is heavy
 
     return sft_objective(sequence_logprobs(model, compute, sft_batch(problems), temperature=1.0))[0]
 
@@ -100,10 +104,9 @@ def warmstart(
     reached within `max_steps` (or is overshot between two evaluations), UnknownTaskError for a bad
     task, ValueError for bad arguments.
     """
-    from ..engine import make_engine
-    from ..model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint
-    from ..spec.keys import parse_spec
-    from ..trainer.optim import AdamW
+    from ..engine import make_engine  # deferred: tokenizers is heavy
+    from ..model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint  # deferred: tokenizers is heavy
+    from ..trainer.optim import AdamW  # deferred: tokenizers is heavy
 
     t_obj, band = _check_args(
         task,
@@ -151,8 +154,8 @@ def warmstart(
         "seed": seed,
         "steps": step,
         "wall_time_s": round(wall, 1),
-        "accuracy_t1": final["accuracy_t1"],
-        "accuracy_greedy": final["accuracy_greedy"],
+        ACCURACY_T1: final[ACCURACY_T1],
+        ACCURACY_GREEDY: final[ACCURACY_GREEDY],
         "mean_response_tokens_t1": final["mean_response_tokens_t1"],
         "eval_n": eval_n,
         "eval_seed": seed,
@@ -209,8 +212,7 @@ def warmstart(
 def _check_args(task: str, model: str | None, band, **counts: int):
     """The task object and the band as a (lo, hi) tuple; WarmstartError on a bad preset (None: no preset
     to check), band or count."""
-    from ..model import PRESETS
-    from ..tasks import get_task
+    from ..model import PRESETS  # deferred: tokenizers is heavy
 
     t_obj = get_task(task)
     if model is not None and model not in PRESETS:
@@ -246,10 +248,8 @@ def _train_to_band(
 
     The cheap probe runs every `eval_every` steps; the full eval only once the probe reaches the band.
     """
-    from tqdm import tqdm
-
-    from ..evaluate import evaluate, evaluate_both
-    from ..trainer import MiniBatch, update_policy
+    from ..evaluate import evaluate, evaluate_both  # deferred: tokenizers is heavy
+    from ..trainer import MiniBatch, update_policy  # deferred: tokenizers is heavy
 
     history: list[list] = []  # [step, probe accuracy at T=1]
     loss_v = float("nan")
@@ -289,9 +289,9 @@ def _train_to_band(
             if acc < band[0] and step != max_steps:
                 continue
             full = evaluate_both(net, t_obj, eval_set, seed=seed, engine=engine)
-            if _in_band(full["accuracy_t1"], band):
+            if _in_band(full[ACCURACY_T1], band):
                 return full, history, step, loss_v
-            _check_not_past_band(full["accuracy_t1"], band, what, step, eval_n, eval_every, max_steps)
+            _check_not_past_band(full[ACCURACY_T1], band, what, step, eval_n, eval_every, max_steps)
     finally:
         bar.close()
     raise AssertionError("unreachable: the last step always evaluates")  # pragma: no cover

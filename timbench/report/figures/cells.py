@@ -13,13 +13,14 @@ import numpy as np
 
 from ...grid.conditions import KINDS
 from ...metrics.mismatch import ABS_DELTA_BINS
+from ...metrics.schema import ABS_DELTA_HIST, MAX_ABS_DELTA, MEAN_ABS_DELTA, MEAN_MEAN_ABS_DELTA, P99_ABS_DELTA
 from ..results import CellRun, column
 from .curves import _no_data, condition_colors, plt, representatives
 from .style import legend, place_labels
 
 KIND_MARKERS = KINDS  # kind -> marker: the one table of mismatch families (timbench.grid.conditions)
-DELTA_KEYS = ("mismatch/mean_abs_delta", "mismatch/p99_abs_delta", "mismatch/max_abs_delta")
-HIST_KEY = "mismatch/abs_delta_hist"
+DELTA_KEYS = (MEAN_ABS_DELTA, P99_ABS_DELTA, MAX_ABS_DELTA)
+HIST_KEY = ABS_DELTA_HIST
 
 
 def delta_distribution_figure(cells: list[CellRun]):
@@ -119,14 +120,14 @@ def dose_response_figure(rows: list[dict]):
     """
     fig, ax = plt.subplots(figsize=(8.0, 5.0))
     ax.set_xscale("log")
-    pts = [r for r in rows if r["relative_accuracy_t1"] is not None and r["mean/mismatch/mean_abs_delta"] is not None]
+    pts = [r for r in rows if r["relative_accuracy_t1"] is not None and r[MEAN_MEAN_ABS_DELTA] is not None]
     if not pts:
         return _no_data(fig, "cells with accuracy and |delta|")
-    positive = [r["mean/mismatch/mean_abs_delta"] for r in pts if r["mean/mismatch/mean_abs_delta"] > 0]
+    positive = [r[MEAN_MEAN_ABS_DELTA] for r in pts if r[MEAN_MEAN_ABS_DELTA] > 0]
     left = min(positive) / 10 if positive else 1e-9
     seen_kinds, labelled, texts = set(), [], []
     for r in pts:
-        x = r["mean/mismatch/mean_abs_delta"] or left
+        x = r[MEAN_MEAN_ABS_DELTA] or left
         kind = r["kind"] or "?"
         collapsed = bool(r["collapse/collapsed"])
         ax.scatter(
@@ -146,7 +147,7 @@ def dose_response_figure(rows: list[dict]):
             texts.append(
                 f"σ={r['noise_sigma']:g}" if kind == "noise" and r["noise_sigma"] is not None else r["condition"]
             )
-    if any(not r["mean/mismatch/mean_abs_delta"] for r in pts):
+    if any(not r[MEAN_MEAN_ABS_DELTA] for r in pts):
         ax.axvline(left, color="grey", linestyle=":", linewidth=0.8)
         ax.text(left, ax.get_ylim()[0], " mean |delta| = 0 exactly", fontsize=7, rotation=90, va="bottom")
     ax.scatter([], [], marker="o", facecolors="none", edgecolors="red", label="collapsed (hollow red)")

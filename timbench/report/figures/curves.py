@@ -9,6 +9,7 @@ resolution, with no timestamp in the metadata, so the same input gives the same 
 
 from __future__ import annotations
 
+from ...metrics.schema import ACCURACY_T1, GRAD_NORM, K3_KL, REWARD_MEAN
 from ..results import CellRun
 from .style import legend, plt, png_bytes  # noqa: F401  (png_bytes: part of this module's API)
 
@@ -48,7 +49,7 @@ def _no_data(fig, what: str):
 def mode_settings(cells: list[CellRun]) -> dict[str, list]:
     """mode -> one seed-band Setting per condition: every seed of the representative's remedy (`none` when the
     grid has it), reference first, so each curve is a mean with its 95% interval over seeds."""
-    from .paper import Setting
+    from .paper import Setting  # cycle: timbench.report.figures.paper imports this module
 
     colors = condition_colors(cells)
     out = {}
@@ -80,7 +81,7 @@ def mode_settings(cells: list[CellRun]) -> dict[str, list]:
 def _band_rows(cells: list[CellRun], panels: list[tuple], width: float = 5.2):
     """One row per mode, one panel per (title, key, rows, log) with every condition's seed band; the legend
     of each row goes where its first panel has no data (or outside)."""
-    from .paper import Setting, draw_band
+    from .paper import Setting, draw_band  # cycle: timbench.report.figures.paper imports this module
 
     by_mode = mode_settings(cells)
     fig, axes = _grid_axes(max(len(by_mode), 1), len(panels), width=width)
@@ -103,8 +104,8 @@ def reward_accuracy_figure(cells: list[CellRun]):
     return _band_rows(
         cells,
         [
-            ("training reward", "critic/rewards/mean", "metrics", False, "-"),
-            ("eval accuracy T=1", "accuracy_t1", "evals", False, "-"),
+            ("training reward", REWARD_MEAN, "metrics", False, "-"),
+            ("eval accuracy T=1", ACCURACY_T1, "evals", False, "-"),
         ],
     )
 
@@ -114,8 +115,8 @@ def kl_grad_figure(cells: list[CellRun]):
     return _band_rows(
         cells,
         [
-            ("k3 KL (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", True, "-"),
-            ("grad norm", "actor/grad_norm", "metrics", False, "-"),
+            ("k3 KL (log; 0 drawn at 1e-9)", K3_KL, "metrics", True, "-"),
+            ("grad norm", GRAD_NORM, "metrics", False, "-"),
         ],
     )
 

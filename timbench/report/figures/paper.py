@@ -16,19 +16,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ...metrics.schema import ACCURACY_T1, GRAD_NORM, K3_KL, REWARD_MEAN
 from ..collapse import moving_average
 from ..results import CellRun
 from ..stats import Interval, mean_interval
 from .curves import _no_data, plt
 from .style import BAND_ALPHA, clip_band, place_labels
 
-REWARD = "critic/rewards/mean"
-DOMAINS = {
-    REWARD: (0.0, 1.0),
-    "accuracy_t1": (0.0, 1.0),
-    "actor/grad_norm": (0.0, None),
-    "rollout_corr/k3_kl": (0.0, None),
-}
+REWARD = REWARD_MEAN
+DOMAINS = {REWARD: (0.0, 1.0), ACCURACY_T1: (0.0, 1.0), GRAD_NORM: (0.0, None), K3_KL: (0.0, None)}
 """Metric -> (lowest, highest) value it can take; a linear band is clipped to it (None: unbounded)."""
 LOG_FLOOR = 1e-9
 """Smallest value drawn on a log axis; exact zeros and negative band bounds sit here."""
@@ -147,9 +143,9 @@ def curves_figure(settings: list[Setting], title: str, smooth: int):
         settings,
         [
             (f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
-            ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
-            ("rollout_corr/k3_kl (log; 0 drawn at 1e-9)", "rollout_corr/k3_kl", "metrics", 1, True, None),
-            ("actor/grad_norm (0 = nothing to learn)", "actor/grad_norm", "metrics", 1, False, None),
+            ("eval accuracy T=1", ACCURACY_T1, "evals", 1, False, None),
+            ("rollout_corr/k3_kl (log; 0 drawn at 1e-9)", K3_KL, "metrics", 1, True, None),
+            ("actor/grad_norm (0 = nothing to learn)", GRAD_NORM, "metrics", 1, False, None),
         ],
         title,
     )
@@ -161,8 +157,8 @@ def modes_figure(settings: list[Setting], title: str, smooth: int):
         settings,
         [
             (f"training reward (moving avg {smooth})", REWARD, "metrics", smooth, False, None),
-            ("eval accuracy T=1", "accuracy_t1", "evals", 1, False, None),
-            ("actor/grad_norm (0 = nothing to learn)", "actor/grad_norm", "metrics", 1, False, None),
+            ("eval accuracy T=1", ACCURACY_T1, "evals", 1, False, None),
+            ("actor/grad_norm (0 = nothing to learn)", GRAD_NORM, "metrics", 1, False, None),
             ("actor/pg_loss", "actor/pg_loss", "metrics", 1, False, None),
         ],
         title,
@@ -196,13 +192,7 @@ def kl_warning_figure(settings: list[Setting], title: str, smooth: int, threshol
         ax.set_ylabel(f"training reward (moving avg {smooth})")
         ax.set_xlabel("step")
         right = ax.twinx()
-        draw_band(
-            right,
-            Setting("k3_kl / first 5 steps", s.cells, "tab:red"),
-            "rollout_corr/k3_kl",
-            log=True,
-            transform=k3_rel,
-        )
+        draw_band(right, Setting("k3_kl / first 5 steps", s.cells, "tab:red"), K3_KL, log=True, transform=k3_rel)
         draw_band(
             right,
             Setting("|kl| / first 5 steps", s.cells, "tab:blue", "--"),
@@ -235,7 +225,7 @@ def kl_warning_figure(settings: list[Setting], title: str, smooth: int, threshol
                     label=f"seed {r['seed']} reward (collapsed at step {r['collapse/step']})",
                 )
                 right.plot(
-                    *_seed_curve(cell, "rollout_corr/k3_kl", k3_rel),
+                    *_seed_curve(cell, K3_KL, k3_rel),
                     color="tab:red",
                     linewidth=0.8,
                     alpha=0.7,

@@ -8,6 +8,7 @@ white in-bar text. Curves and bands come from timbench.report.figures.paper; bot
 
 from __future__ import annotations
 
+from ...metrics.schema import ACCURACY_T1
 from ..stats import Interval
 from .curves import plt
 from .paper import Setting, _figure_legend, draw_band, empty
@@ -114,7 +115,7 @@ def remedy_figure(settings: list[Setting], bars: list[tuple[str, Interval, str]]
     ax.set_xlabel("final eval accuracy T=1 / zero-mismatch reference (same seed)")
     ax = axes[0][1]
     for s in settings:
-        draw_band(ax, s, "accuracy_t1", rows="evals")
+        draw_band(ax, s, ACCURACY_T1, rows="evals")
     ax.set_xlabel("step")
     ax.set_ylabel("eval accuracy T=1")
     legend(ax)

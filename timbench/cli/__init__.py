@@ -1,5 +1,8 @@
 """The `timbench` command: one subcommand per job, each a thin layer over the library.
 
+This package is the top of the import graph: it may import every other part, the runners included (it hands
+`grid run`, `submit` and `track run` a backend), and nothing imports it (`timbench.cli:main` is the entry point).
+
 Building the parser imports no torch/numba (each command imports its library when it runs, packages export
 lazily: timbench.util.lazy), so `timbench --help`, `--version` and argument errors answer in well under a second.
 """
@@ -11,20 +14,37 @@ import json
 import os
 import sys
 
-from . import __version__
-from .remedies.deadline import PluginError  # stdlib only: --help stays torch-free
-from .util.provenance import dist_version, git_revision
+from .. import __version__
+from ..diagnose.cli import add_parser as add_diagnose
+from ..fingerprint import add_parser as add_fingerprint  # cross-machine golden hashes
+from ..gate.cli import add_parser as add_gate  # the release gate
+from ..grid.cli import add_parser as add_grid
+from ..grid.cli import add_workers_arg, default_workers
+from ..remedies.cli import add_parser as add_remedies
+from ..remedies.deadline import PluginError  # stdlib only: --help stays torch-free
+from ..report.cli import add_compare_parser, add_report_parser
+from ..rl.cli import add_parser as add_train
+from ..runners.cli import add_run_parser
+from ..studies.cli import (
+    add_claims_parser,  # `timbench claims DIR...`: the field's other claims
+    add_early_warning_parser,  # `timbench early-warning DIR...`
+    add_paper_parser,  # `timbench paper DIR`: the paper's F1-F5 verdicts
+    add_proxy_fidelity_parser,  # `timbench proxy-fidelity DIR...`
+)
+from ..studies.risk_cli import add_risk_parser  # `timbench risk`: the risk map over committed grids
+from ..util.atomic import check_output_dir, write_error
+from ..util.provenance import dist_version, git_revision
+from ..warmstart.cli import add_parser as add_warmstart
+from ..warmstart.prune_cli import add_parser as add_prune  # `timbench prune-experts`: expert-pruned proxy models
+from .submit import add_parser as add_submit  # `timbench submit` and `timbench track`
 
 
 def _cmd_align(args) -> int:
     if args.table:
-        from .align_table import run_table
-        from .util.atomic import check_output_dir
+        from ..align_table import run_table  # deferred: torch is heavy
 
         out = args.out or "build/align"
         check_output_dir(out)
-        from .grid.cli import default_workers
-
         run_table(
             args.table,
             out,
@@ -34,12 +54,12 @@ def _cmd_align(args) -> int:
         return 0
     if not 0 <= args.temperature < float("inf"):
         raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature:g}")
-    from .rl.config import check_seed
+    from ..rl.config import check_seed  # deferred: torch is heavy
 
     check_seed(args.seed, "--seed")
-    from .align import align
-    from .model import load_model
-    from .spec.keys import parse_spec
+    from ..align import align  # deferred: torch is heavy
+    from ..model import load_model  # deferred: torch is heavy
+    from ..spec.keys import parse_spec  # deferred: torch is heavy
 
     engine = parse_spec(args.engine, "engine spec", side="engine")
     trainer = parse_spec(args.trainer, "trainer spec", side="trainer")
@@ -86,65 +106,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         help="with --table: output directory (default build/align; --out results/align updates the committed tables)",
     )
-    from .grid.cli import add_workers_arg
-
     add_workers_arg(a)  # with --table: rows in that many processes (threads each: cores // workers)
     a.set_defaults(func=_cmd_align)
 
-    from .diagnose.cli import add_parser as add_diagnose
-
     add_diagnose(sub)
-    from .warmstart.cli import add_parser as add_warmstart
-
     add_warmstart(sub)
-    from .warmstart.prune_cli import add_parser as add_prune  # `timbench prune-experts`: expert-pruned proxy models
-
     add_prune(sub)
-    from .rl.cli import add_parser as add_train
-
     add_train(sub)
-    from .remedies.cli import add_parser as add_remedies
-
     add_remedies(sub)
-    from .report.cli import add_compare_parser, add_report_parser
-
     add_compare_parser(sub)
-    from .grid.cli import add_parser as add_grid
-    from .runners.cli import add_run_parser
-
     grid_sub = add_grid(sub)  # plan; run and report join from their own packages
     add_run_parser(grid_sub)
     add_report_parser(grid_sub)
 
-    from .studies.cli import add_paper_parser  # `timbench paper DIR`: the paper's F1-F5 verdicts
-
     add_paper_parser(sub)
-    from .studies.cli import add_claims_parser  # `timbench claims DIR...`: the field's other claims
-
     add_claims_parser(sub)
-    from .studies.cli import add_early_warning_parser  # `timbench early-warning DIR...`
-
     add_early_warning_parser(sub)
-    from .studies.cli import add_proxy_fidelity_parser  # `timbench proxy-fidelity DIR...`
-
     add_proxy_fidelity_parser(sub)
-    from .studies.risk_cli import add_risk_parser  # `timbench risk`: the risk map over committed grids
-
     add_risk_parser(sub)
-
-    from .submit.cli import add_parser as add_submit  # `timbench submit` and `timbench track`
 
     add_submit(sub)
 
-    from .fingerprint import add_parser as add_fingerprint  # cross-machine golden hashes
-
     add_fingerprint(sub)
-    from .gate.cli import add_parser as add_gate  # the release gate
-
     add_gate(sub)
 
     try:
-        from .tasks.cli import add_parser as add_tasks
+        from ..tasks.cli import add_parser as add_tasks  # deferred: optional (may be absent)
 
         add_tasks(sub)
     except ImportError:  # tasks package not installed alongside (should not happen in a full install)
@@ -189,13 +176,7 @@ def main(argv=None) -> int:
             print(f"timbench {args.command}: error: {e}", file=sys.stderr)
             return 1
         except OSError as e:  # a refused write (disk full, read-only, permissions): one line naming the path
-            from .util.atomic import write_error
-
             print(f"timbench {args.command}: error: {write_error(e, 'at', e.filename or '?')}", file=sys.stderr)
             return 2
     except BrokenPipeError:
         return _closed_pipe()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,15 +3,23 @@
 timbench submit my_remedy.py:MyRemedy --track quick [--out DIR] [--set remedy_args.C=3] [--workers N]
 timbench track run quick [--out results/tracks/quick] [--workers N]   # the committed remedies' results
 timbench track list
+
+It lives in the command layer, not in timbench.submit: it hands the library the runners' `run_cells`, and only the
+command layer imports the runners (timbench.submit.run takes what it runs as an argument).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+from ..grid.cli import add_workers_arg, default_workers
+from ..report.seeds import NOTHING_TRAINED
+from ..util.atomic import check_output_dir
 
 
 def _remedy_args(items: list[str]) -> dict:
-    from ..rl.config import apply_overrides
+    from ..rl.config import apply_overrides  # deferred: torch is heavy
 
     for item in items:
         if not item.startswith("remedy_args."):
@@ -20,10 +28,8 @@ def _remedy_args(items: list[str]) -> dict:
 
 
 def _cmd_submit(args) -> int:
-    from ..grid.cli import default_workers
-    from ..runners.driver import run_cells
-    from ..util.atomic import check_output_dir
-    from .run import submit
+    from ..runners.driver import run_cells  # deferred: torch is heavy
+    from ..submit.run import submit  # deferred: torch is heavy
 
     if args.out:
         check_output_dir(args.out)
@@ -51,17 +57,12 @@ def _cmd_submit(args) -> int:
 
 
 def _cmd_track_run(args) -> int:
-    from pathlib import Path
-
-    from ..grid.cli import default_workers
-    from ..grid.layout import GridLock, cells_document, prepare, read_status
-    from ..grid.spec import expand
-    from ..report.leaderboard import write_report
-    from ..report.seeds import NOTHING_TRAINED
-    from ..runners.driver import run_cells
-    from ..util.atomic import check_output_dir
-    from .run import mark_nothing_trained
-    from .track import load_track, write_manifest
+    from ..grid.layout import GridLock, cells_document, prepare, read_status  # deferred: torch is heavy
+    from ..grid.spec import expand  # deferred: torch is heavy
+    from ..report.leaderboard import write_report  # deferred: torch is heavy
+    from ..runners.driver import run_cells  # deferred: torch is heavy
+    from ..submit.run import mark_nothing_trained  # deferred: torch is heavy
+    from ..submit.track import load_track, write_manifest  # deferred: torch is heavy
 
     track = load_track(args.track)
     # Like every regeneration: under build/ unless told --out results/... (the committed results submit reads).
@@ -87,8 +88,8 @@ def _cmd_track_run(args) -> int:
 
 
 def _cmd_track_list(args) -> int:
-    from ..grid.spec import expand
-    from .track import MANIFEST, TRACKS_DIR, load_track
+    from ..grid.spec import expand  # deferred: torch is heavy
+    from ..submit.track import MANIFEST, TRACKS_DIR, load_track  # deferred: torch is heavy
 
     for p in sorted(TRACKS_DIR.glob("*.yaml")):
         t = load_track(str(p))
@@ -105,8 +106,6 @@ def _cmd_track_list(args) -> int:
 
 
 def add_parser(sub) -> None:
-    from ..grid.cli import add_workers_arg
-
     s = sub.add_parser("submit", help="score a remedy on a track: run its cells only, write the merged leaderboard")
     s.add_argument(
         "remedy",
