@@ -15,9 +15,9 @@ from timbench.gate.probes import PROBES
 from timbench.gate.run import run_gate
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
+from timbench.model.shipped import default_checkpoint
 from timbench.spec.faults import FAULTS
 from timbench.spec.keys import SpecError, parse_spec
-from timbench.warmstart.shipped import default_checkpoint
 
 TINY = """name: tiny
 version: 3

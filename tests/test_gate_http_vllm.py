@@ -29,7 +29,7 @@ except ImportError as e:
     pytest.skip(f"vLLM is not installed (make setup-vllm): {e}", allow_module_level=True)
 
 from timbench.cli import main
-from timbench.warmstart.shipped import default_checkpoint
+from timbench.model.shipped import default_checkpoint
 
 pytestmark = pytest.mark.vllm
 START_S = 600

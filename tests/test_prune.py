@@ -1,4 +1,4 @@
-"""Expert pruning (timbench.model.prune, `timbench prune-experts`): keep = all is the original bitwise, the
+"""Expert pruning (timbench.warmstart.prune, `timbench prune-experts`): keep = all is the original bitwise, the
 kept experts are the most frequent ones, the pruned router routes among them as the original did, a
 pruned checkpoint loads and generates, and bad values are one-line errors."""
 
@@ -14,10 +14,10 @@ from timbench.data import max_new_tokens, requests_for
 from timbench.engine import SamplingParams, make_engine
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
-from timbench.model.prune import calibration_set, expert_frequencies, kept_experts, prune_experts
+from timbench.model.shipped import default_checkpoint
 from timbench.tasks import get_task
 from timbench.trainer.forward import pack
-from timbench.warmstart.shipped import default_checkpoint
+from timbench.warmstart.prune import calibration_set, expert_frequencies, kept_experts, prune_experts
 
 TASK = get_task("add-4d-v1")
 

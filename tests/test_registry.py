@@ -61,9 +61,9 @@ def test_did_you_mean_needs_a_close_string():
 
 
 def test_the_ported_tables_share_the_wording():
+    from timbench.grid.endpoint import check_endpoint
     from timbench.kernels import get_kernels
     from timbench.model.config import preset
-    from timbench.report.endpoint import check_endpoint
     from timbench.rl.algorithms import get_algorithm, kl_penalty
     from timbench.runners import get_backend
 

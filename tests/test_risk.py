@@ -8,10 +8,11 @@ import json
 import pytest
 
 from timbench.cli import main
+from timbench.gate.placement import from_gate
 from timbench.studies import risk_validate as rv
 from timbench.studies.risk import answer, safe_levels, the_map, units, validity
 from timbench.studies.risk_data import ROOT, RiskRow, gather, mapped
-from timbench.studies.risk_input import from_align, from_gate, from_numbers
+from timbench.studies.risk_input import from_align, from_numbers
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from timbench.grid.endpoint import DEFAULT, endpoint_value, label
 from timbench.grid.merge import fingerprint, fingerprint_hash
 from timbench.report import verdict_rules as vr
-from timbench.report.endpoint import DEFAULT, endpoint_value, label
 from timbench.report.stats import fisher_exact, holm, t_test, tost
 
 pytestmark = pytest.mark.unit  # builds no model (make test-unit)

@@ -13,9 +13,9 @@ from timbench.data import encode_prompt
 from timbench.evaluate import evaluate
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, load_checkpoint
+from timbench.model.shipped import available_checkpoints, default_checkpoint
 from timbench.tasks import get_task
 from timbench.warmstart.run import WarmstartError, parse_band
-from timbench.warmstart.shipped import available_checkpoints, default_checkpoint
 
 SHIPPED = [
     ("add-4d-v1", "tiny-dense"),

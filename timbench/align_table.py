@@ -50,7 +50,7 @@ def read_table(path: str | Path) -> dict:
                 "trainer": parse_spec(c.get("trainer"), f"{p}: {c['name']}: trainer", side="trainer"),
             }
         )
-    from .report.same_run import refuse_repeats
+    from .grid.same_run import refuse_repeats
 
     refuse_repeats([c["name"] for c in conditions], "condition", str(p))
     refuse_repeats(t.get("models") or [], "model", str(p))

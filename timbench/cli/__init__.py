@@ -31,11 +31,11 @@ from ..studies.cli import (
     add_paper_parser,  # `timbench paper DIR`: the paper's F1-F5 verdicts
     add_proxy_fidelity_parser,  # `timbench proxy-fidelity DIR...`
 )
-from ..studies.risk_cli import add_risk_parser  # `timbench risk`: the risk map over committed grids
 from ..util.atomic import check_output_dir, write_error
 from ..util.provenance import dist_version, git_revision
 from ..warmstart.cli import add_parser as add_warmstart
 from ..warmstart.prune_cli import add_parser as add_prune  # `timbench prune-experts`: expert-pruned proxy models
+from .risk import add_risk_parser  # `timbench risk`: the risk map over committed grids
 from .submit import add_parser as add_submit  # `timbench submit` and `timbench track`
 
 

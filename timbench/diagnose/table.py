@@ -16,9 +16,9 @@ from pathlib import Path
 from ..grid.conditions import load_conditions
 from ..grid.spec import SHIPPED_CONDITIONS
 from ..model import load_model
+from ..model.shipped import available_checkpoints, default_checkpoint
 from ..util.atomic import atomic_write
 from ..util.readfile import read_yaml
-from ..warmstart.shipped import available_checkpoints, default_checkpoint
 from .figures import draw_all
 from .run import diagnose
 
@@ -43,7 +43,7 @@ def read_table(path) -> dict:
     bad = [n for n in names if n not in known]
     if bad:
         raise ValueError(f"{p}: unknown condition(s) {bad}; valid: {', '.join(known)}")
-    from ..report.same_run import refuse_repeats
+    from ..grid.same_run import refuse_repeats
 
     refuse_repeats(names, "condition", str(p))
     refuse_repeats(t.get("models") or [], "model", str(p))

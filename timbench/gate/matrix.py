@@ -139,7 +139,7 @@ def changes(prev: dict, cur: dict) -> list[str]:
 
 def build(dirs) -> tuple[dict, str]:
     """(matrix.json document, matrix.md text) over the release dirs, in the order given."""
-    from ..report.same_run import distinct_dirs
+    from ..grid.same_run import distinct_dirs
 
     rows = [load_row(d) for d in distinct_dirs(dirs, "release directory")]
     if not rows:

@@ -1,5 +1,8 @@
 """Where a gate run's measured mismatch sits among timbench's committed conditions (`timbench risk` on gate.json).
 
+`from_gate(path)` reads a gate run's gate.json (or its directory) into `timbench risk` queries: the alignment
+probe's rows, one per model, from a suite whose YAML (bench/gates) runs the alignment probe.
+
 `placement(report, rows)` maps each alignment probe row of a gate report (mean |delta|, k3 as `timbench risk`
 reads them: risk_input's gate rows) onto the committed grids (risk_data rows) with `risk.answer`, and keeps, per
 rollout mode, the nearest committed setting and what it did over its seeds. Each finding is one sentence that
@@ -10,9 +13,13 @@ below it, a broken one above it) is not placed: the reason says so. Pure: the ro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..studies.risk import MODES, answer, units, validity
 from ..studies.risk_data import DOSE
 from ..studies.risk_input import _align_query
+from ..util.readfile import read_yaml
+from .check import load_report
 
 SCALE = (
     "at CPU scale (models of {models} on {tasks}, {lo:.3g}-{hi:.3g} committed mean |delta|), with no committed "
@@ -104,3 +111,39 @@ def render_placement(found: list[dict]) -> str:
         lines.append(f"- {f['model']}" + (f" ({q})" if q else "") + ":")
         lines += [f"  - {x}" for x in f["lines"]]
     return "\n".join(lines) + "\n"
+
+
+def gate_suites() -> list[str]:
+    """Gate suites (bench/gates/*.yaml) that run the alignment probe: the gate.json files `risk` understands."""
+    from .suite import SUITES_DIR  # deferred: tokenizers is heavy
+
+    out = []
+    for f in sorted(SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []:
+        doc = read_yaml(f, "gate suite") or {}
+        if isinstance(doc, dict) and "alignment" in (doc.get("probes") or {}):
+            out.append(str(doc.get("name", f.stem)))
+    return out
+
+
+def from_gate(path: str | Path) -> list[tuple[str, dict]]:
+    """The alignment probe rows of a gate run (one query per model)."""
+    doc = load_report(path)
+    suite = doc["identity"].get("suite")
+    known = gate_suites()
+    if suite not in known:
+        raise ValueError(
+            f"{path}: a gate run of suite {suite!r}; `timbench risk` understands the suites with the "
+            f"alignment probe: {', '.join(known)}"
+        )
+    rows = [r for r in doc["probes"] if r.get("probe") == "alignment"]
+    rows = [r for r in rows if isinstance(r.get("numbers"), dict) and "mean_abs_diff" in r["numbers"]]
+    if not rows:
+        raise ValueError(
+            f"{path}: no alignment probe result (suite {suite}); rerun `timbench gate run` with a suite "
+            f"that has it: {', '.join(known)}"
+        )
+    out = []
+    for r in rows:
+        q = _align_query(r["numbers"], f"{path} model {r.get('model')}")
+        out.append((f"gate {suite}, {r.get('model')} (alignment probe)", q))
+    return out

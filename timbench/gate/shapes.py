@@ -11,7 +11,7 @@ what it generates; with near-uniform logits over 151,936 tokens the sampling pro
 from __future__ import annotations
 
 from ..model import ModelConfig, Qwen3ForCausalLM, load_checkpoint
-from ..warmstart.shipped import available_checkpoints, default_checkpoint
+from ..model.shipped import available_checkpoints, default_checkpoint
 
 QWEN3_VOCAB = 151_936
 """Qwen3's vocabulary size (every Qwen3 and Qwen3-MoE config.json on the Hugging Face hub)."""

@@ -191,7 +191,7 @@ def plan_merge(sources: list[Path]) -> tuple[dict, dict[str, Path | None]]:
 
 def merge(sources: list[str | Path], out: str | Path) -> dict:
     """Merge the result dirs `sources` (and `out` itself, if it already holds one) into `out`; a summary dict."""
-    from ..report.same_run import distinct_dirs
+    from .same_run import distinct_dirs
 
     out = Path(out)
     srcs = [Path(s) for s in distinct_dirs(sources, "grid result directory")]

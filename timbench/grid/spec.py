@@ -29,12 +29,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..model.shipped import default_checkpoint
 from ..remedies.identity import is_file_spec, remedy_identity
-from ..report.endpoint import check_endpoint
 from ..rl.config import RunConfig, from_dict
 from ..util.readfile import read_yaml
-from ..warmstart.shipped import default_checkpoint
 from .conditions import Condition, load_conditions, parse_conditions
+from .endpoint import check_endpoint
 
 SHIPPED_CONDITIONS = Path(__file__).with_name("conditions.yaml")
 """The condition table shipped inside the package (package data): every grid's default."""
@@ -104,7 +104,7 @@ class GridSpec:
     """Remedy-axis labels -> {remedy: NAME, remedy_args: {...}, other RunConfig keys}: a remedy with its own
     parameters and config (e.g. PPO clip eps) under one label; the label is what the axis, ids and reports show."""
     endpoint: str | None = None
-    """The pre-registered primary endpoint (timbench.report.endpoint: final | last3 | last-half | auc); None: the
+    """The pre-registered primary endpoint (timbench.grid.endpoint: final | last3 | last-half | auc); None: the
     reports' default (last-half). Written to cells.json and the fingerprint only when declared."""
 
     def to_dict(self) -> dict:

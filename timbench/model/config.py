@@ -146,7 +146,7 @@ PRESETS.update(
         "tiny-moe": ModelConfig(
             model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128
         ),
-        # Expert-pruned proxies of tiny-moe (timbench.model.prune; shipped warm starts made by
+        # Expert-pruned proxies of tiny-moe (timbench.warmstart.prune; shipped warm starts made by
         # `timbench prune-experts`): the same layers, 4 or 2 experts per layer, still top-2.
         "tiny-moe-e4": ModelConfig(
             model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128

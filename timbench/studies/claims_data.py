@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..report.same_run import cell_identity, distinct_dirs
+from ..grid.same_run import cell_identity, distinct_dirs
 from ..util import manifest
 from .paper import paper_data
 from .paper_claims import PaperData
@@ -31,7 +31,7 @@ class Evidence:
     align: list[dict] = field(default_factory=list)
     """Every alignment-table row, each with its table's file name under "table"."""
     repeats: set = field(default_factory=set)
-    """(grid dir, cell id) of each run a grid earlier in the preference order holds too (report.same_run): a rule
+    """(grid dir, cell id) of each run a grid earlier in the preference order holds too (grid.same_run): a rule
     that pools runs over grids counts it there, once."""
 
     def first_copies(self, name: str, rows: list[dict]) -> list[dict]:

@@ -1,5 +1,5 @@
 """The studies' commands: `timbench paper DIR`, `timbench claims DIR...`, `timbench early-warning DIR...` and
-`timbench proxy-fidelity DIR...` (`timbench risk` is timbench.studies.risk_cli).
+`timbench proxy-fidelity DIR...` (`timbench risk` is timbench.cli.risk).
 
     timbench paper results/paper [--out build/paper] [--endpoint final|last3|last-half|auc]
     timbench claims DIR... [--out build/claims]
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..grid.endpoint import ENDPOINTS
 from ..report.cli import default_out
-from ..report.endpoint import ENDPOINTS
 from ..util.atomic import check_output_dir
 
 

@@ -109,8 +109,8 @@ def is_real(r: Run) -> bool:
 
 def load_runs(dirs: list[str | Path]) -> list[Run]:
     """Every finished cell of every grid dir, with its collapse step by the grid's own rule; a run that several
-    dirs hold (report.same_run) counts once, in the first dir given."""
-    from ..report.same_run import cell_identity, distinct_dirs
+    dirs hold (grid.same_run) counts once, in the first dir given."""
+    from ..grid.same_run import cell_identity, distinct_dirs
 
     runs, seen = [], set()
     for d in distinct_dirs(dirs, "grid result directory"):

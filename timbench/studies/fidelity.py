@@ -8,7 +8,7 @@ its finished cells, so every comparison paired by seed stays inside one grid. Pe
   1. collapse, per (condition, remedy): "collapses" when >= 2/3 of the finished seeds collapsed by the grid's own
      collapse rule (report.collapse, applied by report.summary), else "does not collapse";
   2. effect, per mismatched condition (remedy none): its endpoint accuracy T=1 (the grid's endpoint,
-     report.endpoint) minus the same model's baseline;
+     grid.endpoint) minus the same model's baseline;
   3. remedy order, per condition: every pair of its remedies (R3 vs none, R2 vs none, R3 vs R2) on the endpoint
      accuracy and, where the runs log `mismatch/routing_agreement`, on routing disagreement (1 - its mean).
 
@@ -31,8 +31,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..grid.endpoint import DEFAULT, ENDPOINTS, with_endpoint
 from ..remedies.registry import REMEDIES  # imported on use: torch
-from ..report.endpoint import DEFAULT, ENDPOINTS, with_endpoint
 from ..report.results import column, load_results
 from ..report.seeds import SeedGroup, is_finished, seed_groups
 from ..report.stats import Interval, mean
@@ -127,7 +127,7 @@ def load_models(dirs: list[str | Path], reference_model: str | None = None) -> l
     """Every model of the grid dirs, the reference model first (default: the first grid's first model), each from
     the dir holding most of its finished cells (ties: the first given). One-line errors for a dir without a model
     axis and an unknown reference model."""
-    from ..report.same_run import distinct_dirs
+    from ..grid.same_run import distinct_dirs
 
     found: dict[str, list] = {}
     for i, d in enumerate(distinct_dirs(dirs, "grid result directory")):

@@ -18,9 +18,9 @@ import re
 from html import escape
 from pathlib import Path
 
+from ..grid.endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
 from ..metrics.schema import MEAN_MEAN_ABS_DELTA
 from ..report.collapse import rule_from_dict
-from ..report.endpoint import DEFAULT, ENDPOINTS, label, with_endpoint
 from ..report.figures import paper as pp
 from ..report.figures import paper_bars as ppb
 from ..report.html import figure_html, page, table_html
@@ -84,7 +84,7 @@ CLAIMS = {
 
 
 def paper_data(path: str | Path, endpoint: str | None = None) -> tuple[PaperData, list[dict]]:
-    """The grid's settings with every row's endpoint columns (timbench.report.endpoint.with_endpoint) for
+    """The grid's settings with every row's endpoint columns (timbench.grid.endpoint.with_endpoint) for
     `endpoint` (default: the one the grid declared, else the default)."""
     grid = load_results(path)
     by_id = {c.id: c for c in grid.cells}

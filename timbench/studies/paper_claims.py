@@ -6,7 +6,7 @@ difference, Fisher's exact test for a rate against its control, the exact binomi
 correction over the family's tests, and that module's one rule from tests to words: reproduced, reversed,
 equivalent, not reproduced, inconclusive, not tested (fewer than 2 seeds, both arms at the floor, a baseline
 that does not learn, or a smallest detectable difference above the learning range). Every accuracy is the
-grid's endpoint (timbench.report.endpoint; default the mean eval accuracy T=1 over the last half of the run),
+grid's endpoint (timbench.grid.endpoint; default the mean eval accuracy T=1 over the last half of the run),
 relative to the same seed's zero-mismatch run; the learning range is the zero-mismatch run's own relative gain
 (endpoint - the step-0 eval, over the endpoint) and the equivalence margin half of it. Implementation checks
 (zero mismatch gives exactly 0.0) are listed apart and do not count as claims. A claim's headline is its weakest

@@ -48,7 +48,7 @@ class PaperData:
     ref_by_seed: dict = field(default_factory=dict)
     """seed -> the reference cell's summary row."""
     endpoint: str = "last-half"
-    """The endpoint the rows' endpoint_* columns hold (timbench.report.endpoint)."""
+    """The endpoint the rows' endpoint_* columns hold (timbench.grid.endpoint)."""
     declared: str | None = None
     """The endpoint the grid declared before it ran (None: it declares none)."""
 

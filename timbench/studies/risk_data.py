@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..grid.endpoint import DEFAULT, with_endpoint
 from ..metrics.schema import (
     K3_KL,
     MAX_ABS_DELTA,
@@ -32,7 +33,6 @@ from ..metrics.schema import (
     TIM_TV_MAX,
     TIM_TV_MEAN,
 )
-from ..report.endpoint import DEFAULT, with_endpoint
 from ..report.results import load_results
 from ..report.seeds import is_finished
 from ..report.summary import summarize

@@ -1,4 +1,4 @@
-"""The measured mismatch `timbench risk` maps: `--stat NAME=VALUE` numbers, a `timbench align` table, or a gate run.
+"""The measured mismatch `timbench risk` maps: `--stat NAME=VALUE` numbers or a `timbench align` table.
 
 Each reader returns a list of (label, {statistic: value}) queries with the statistic names of risk_data.STATS, or
 raises a one-line ValueError / FileNotFoundError naming what is wrong and what is valid:
@@ -7,8 +7,8 @@ raises a one-line ValueError / FileNotFoundError naming what is wrong and what i
 - an align table: the JSON `timbench align --table` writes (a list of rows) or `timbench align --json` prints (one
   row); each row's mean_abs_diff, p99_abs_diff, k3_kl and kl map to FILE_STATS; rows with zero mismatch are
   left out (nothing to map);
-- a gate run's gate.json (or its directory): the alignment probe's rows (one per model of the suite), from a suite
-  whose YAML (bench/gates) runs the alignment probe.
+- a gate run's gate.json: read by timbench.gate.placement.from_gate (the gate sits above the studies), into the
+  same queries through `_align_query`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..gate.check import load_report
 from ..util import manifest
-from ..util.readfile import read_json, read_yaml
+from ..util.readfile import read_json
 from .risk_data import DOSE, STATS
 
 FILE_STATS = ("mean_abs_delta", "p99_abs_delta", "k3_kl", "k1_kl")
@@ -90,40 +89,4 @@ def from_align(path: str | Path, row: str | None = None) -> list[tuple[str, dict
     if not out:
         what = f" matching --row {row!r}" if row else ""
         raise ValueError(f"{p}: no row{what} with a nonzero mean_abs_diff (zero mismatch needs no map)")
-    return out
-
-
-def gate_suites() -> list[str]:
-    """Gate suites (bench/gates/*.yaml) that run the alignment probe: the gate.json files `risk` understands."""
-    from ..gate.suite import SUITES_DIR  # deferred: tokenizers is heavy
-
-    out = []
-    for f in sorted(SUITES_DIR.glob("*.yaml")) if SUITES_DIR.is_dir() else []:
-        doc = read_yaml(f, "gate suite") or {}
-        if isinstance(doc, dict) and "alignment" in (doc.get("probes") or {}):
-            out.append(str(doc.get("name", f.stem)))
-    return out
-
-
-def from_gate(path: str | Path) -> list[tuple[str, dict]]:
-    """The alignment probe rows of a gate run (one query per model)."""
-    doc = load_report(path)
-    suite = doc["identity"].get("suite")
-    known = gate_suites()
-    if suite not in known:
-        raise ValueError(
-            f"{path}: a gate run of suite {suite!r}; `timbench risk` understands the suites with the "
-            f"alignment probe: {', '.join(known)}"
-        )
-    rows = [r for r in doc["probes"] if r.get("probe") == "alignment"]
-    rows = [r for r in rows if isinstance(r.get("numbers"), dict) and "mean_abs_diff" in r["numbers"]]
-    if not rows:
-        raise ValueError(
-            f"{path}: no alignment probe result (suite {suite}); rerun `timbench gate run` with a suite "
-            f"that has it: {', '.join(known)}"
-        )
-    out = []
-    for r in rows:
-        q = _align_query(r["numbers"], f"{path} model {r.get('model')}")
-        out.append((f"gate {suite}, {r.get('model')} (alignment probe)", q))
     return out

@@ -1,1 +1,3 @@
-"""Warm starts: supervised fine-tuning from scratch, the shipped checkpoints, pruned MoE proxies, and their CLIs."""
+"""Warm starts: supervised fine-tuning from scratch and pruned MoE proxies, with their CLIs.
+
+The shipped checkpoints they make are looked up in timbench.model.shipped."""

@@ -1,6 +1,6 @@
 """A pruned MoE proxy checkpoint: calibrate, prune experts, optionally recover, measure, write with its card.
 
-The pruning itself is `timbench.model.prune`; this is the pipeline behind
+The pruning itself is `timbench.warmstart.prune`; this is the pipeline behind
 `timbench prune-experts`. Pruning the shipped tiny MoE from 8 to 4 or 2 experts drops
 its T=1 accuracy from 0.32 to <= 0.004 (docs/findings/proxy-fidelity.md), so a proxy meant for RL
 gets a short recovery fine-tune with the warm start's own machinery
@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
+from ..model.shipped import default_checkpoint
 from ..tasks import get_task
 from ..util.threads import set_threads
 from .run import ENGINE_SPEC, warmstart
-from .shipped import default_checkpoint
 
 
 def _sha256(path: Path) -> str:
@@ -65,7 +65,7 @@ def make_proxy(
     """
     from ..evaluate import evaluate_both  # deferred: tokenizers is heavy
     from ..model import load_checkpoint, save_checkpoint  # deferred: tokenizers is heavy
-    from ..model.prune import (
+    from .prune import (
         CALIBRATION_SPEC,
         calibration_set,
         check_keep,

@@ -30,7 +30,8 @@ def _int(raw: str, flag: str) -> int:
 
 
 def _queries(args) -> list[tuple[str, dict]]:
-    from . import risk_input  # deferred: torch is heavy
+    from ..gate.placement import from_gate  # deferred: torch is heavy
+    from ..studies import risk_input  # deferred: torch is heavy
 
     kinds = [
         k
@@ -53,17 +54,17 @@ def _queries(args) -> list[tuple[str, dict]]:
     if args.align:
         return risk_input.from_align(args.align, args.row)
     if args.gate:
-        return risk_input.from_gate(args.gate)
+        return from_gate(args.gate)
     if args.validate:
         return []
     return risk_input.from_numbers(args.stat or [], args.mean_abs_delta)
 
 
 def _validate(args, rows) -> int:
-    from .risk import safe_levels, the_map, units, validity  # deferred: torch is heavy
-    from .risk_data import mapped  # deferred: torch is heavy
-    from .risk_text import map_markdown, validation_markdown  # deferred: torch is heavy
-    from .risk_validate import validate  # deferred: torch is heavy
+    from ..studies.risk import safe_levels, the_map, units, validity  # deferred: torch is heavy
+    from ..studies.risk_data import mapped  # deferred: torch is heavy
+    from ..studies.risk_text import map_markdown, validation_markdown  # deferred: torch is heavy
+    from ..studies.risk_validate import validate  # deferred: torch is heavy
 
     out = (args.out or DEFAULT_OUT).rstrip("/")
     check_output_dir(out)
@@ -97,8 +98,8 @@ def _cmd_risk(args) -> int:
     if args.out and not args.validate:
         raise ValueError("--out is where --validate writes; a query prints its answer")
     queries = _queries(args)
-    from .risk import answer, safe_levels, the_map, units, validity  # deferred: torch is heavy
-    from .risk_data import ROOT, gather  # deferred: torch is heavy
+    from ..studies.risk import answer, safe_levels, the_map, units, validity  # deferred: torch is heavy
+    from ..studies.risk_data import ROOT, gather  # deferred: torch is heavy
 
     rows = gather(args.results or ROOT)
     if args.validate:
@@ -128,7 +129,7 @@ def _cmd_risk(args) -> int:
             )
         )
     else:
-        from .risk_text import answer_text  # deferred: torch is heavy
+        from ..studies.risk_text import answer_text  # deferred: torch is heavy
 
         sys.stdout.write(answer_text(answers, skipped, lim, safe))
     return 0

@@ -22,11 +22,11 @@ import re
 
 import torch
 
+from ..model.config import ModelConfig
+from ..model.qwen3 import Compute, Qwen3ForCausalLM
 from ..spec.keys import parse_spec
 from ..trainer.forward import pack
-from ..warmstart.run import sft_batch
-from .config import ModelConfig
-from .qwen3 import Compute, Qwen3ForCausalLM
+from .run import sft_batch
 
 CALIBRATION_SPEC = "kernels=exact,dtype=fp32"
 """The forward that counts routes: the exact kernels, so the counts are the same on every machine."""
