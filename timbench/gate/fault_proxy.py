@@ -16,7 +16,10 @@ layer or client library would:
 - `bos_twice`: a changed tokenizer or template: every completion prompt reaches the server with one more BOS
   (`bos_id`) in front, as a chat template that adds BOS to an already tokenized prompt does; the prompt
   logprobs are trimmed back to the prompt the client sent, so the server stays consistent with itself and
-  only a comparison with the trainer can see it.
+  only a comparison with the trainer can see it;
+- `kept_prefix_cache`: a weight sync that does not flush the prefix cache: /reset_prefix_cache is answered
+  `{"success": true}` and never reaches the server, so prompts prefilled before a sync are served from KV blocks
+  of the old weights (SkyRL #2246). Only the weight-sync probe (`sync_dir=`) can see it.
 
 Prompt logprobs (teacher forcing) pass untouched by the other faults: they are on the rollout path. `none`
 forwards only (the clean reruns). Loopback only; the upstream's answer is parsed as JSON, never executed.
@@ -80,6 +83,7 @@ FAULTS = {
     "raw_logprobs": (None, None),  # FaultProxy._raw: it needs the upstream
     "stale_checkpoint": (None, None),  # FaultProxy.forward: another upstream
     "bos_twice": (None, None),  # FaultProxy.forward: the prompt and its prompt logprobs
+    "kept_prefix_cache": (None, None),  # FaultProxy.forward: /reset_prefix_cache
 }
 """fault -> (what it does to a /v1/completions request body, what it does to each choice's `logprobs`)."""
 EXPECTED_PROBE = {
@@ -90,8 +94,11 @@ EXPECTED_PROBE = {
     "raw_logprobs": "logprob_semantics",
     "stale_checkpoint": "alignment",
     "bos_twice": "alignment",
+    "kept_prefix_cache": "weight_sync",
 }
 """The probe that must name each fault (others may fail too: zero and shifted logprobs also fail alignment)."""
+SYNC_FAULTS = ("kept_prefix_cache",)
+"""Faults on the weight-sync path: seen only by a run with `sync_dir=` against a server that keeps a prefix cache."""
 
 
 class FaultProxy(LoopbackService):
@@ -117,6 +124,8 @@ class FaultProxy(LoopbackService):
     def forward(self, method: str, path: str, headers: dict, body: bytes | None) -> tuple[int, bytes]:
         on_request, on_logprobs = FAULTS[self.fault]
         completions = path == "/v1/completions" and method == "POST"
+        if self.fault == "kept_prefix_cache" and path.split("?")[0] == "/reset_prefix_cache":
+            return 200, json.dumps({"success": True}).encode()
         if self.fault == "bos_twice":
             on_request = _bos_twice(self.bos_id)
         if completions and on_request and body:
