@@ -21,7 +21,8 @@ and within the alignment bound. The note names what the logprobs fit, of: the ne
 sync did not reach the server), and, for a checkpoint with a tied LM head, the new weights with the old LM head
 (a reload that re-materialised the embedding but left the tied head on the old tensor); and whether the prompts
 prefilled before the sync are further from the new weights than fresh ones (a prefix cache not flushed).
-Afterwards the server is reloaded from DIR and must again be within `max_growth` of its first mismatch.
+Afterwards the server is reloaded from DIR and must again be within `max_growth` of its first mismatch. The
+prefix cache is flushed before the first generation too, so both it and the restored one are computed afresh.
 """
 
 from __future__ import annotations
@@ -125,6 +126,11 @@ def write_checkpoint(src: Path, stage: Path, tensors: dict) -> None:
 def sync(client, path: str) -> None:
     """The server reloads its weights in place from `path`, then drops its prefix cache."""
     client.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+    reset(client)
+
+
+def reset(client) -> None:
+    """The server drops its prefix cache."""
     done = client.post("/reset_prefix_cache", {})
     if done.get("success") is False:  # vLLM refuses while requests hold cache blocks
         raise ServerError(f"POST {client.spec.url}/reset_prefix_cache answered success false: the cache was kept")
@@ -159,6 +165,7 @@ def weight_sync(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> 
     src, stage = client.spec.sync_dir, client.spec.sync_dir / STAGE
     load = lambda d: HfTrainer(HfSpec(d, trainer.spec.dtype, trainer.spec.attn))  # noqa: E731
     old = load(src)
+    reset(client)  # the baseline from a flushed cache, as the restored run's (a cache hit can move the last bits)
     pre = _deltas(engine.generate(seen, params), old, t).abs()
     shutil.rmtree(stage, ignore_errors=True)  # an interrupted earlier run's scratch
     try:
