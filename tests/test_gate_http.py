@@ -462,3 +462,25 @@ def test_retries_are_bounded_and_only_for_server_errors():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_production_shape_is_written_as_a_hf_directory_with_a_tokenizer_over_its_vocabulary(tmp_path, monkeypatch):
+    """shapes.save_hf: transformers loads the directory as it is, the model scores every id, and the tokenizer
+    has one token per id (the characters as before, `<|tN|>` past them), so the gate's tokenizer check can cover
+    the whole vocabulary a server samples from."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from timbench.gate import shapes
+    from timbench.model import ModelConfig
+    from timbench.tokenizer import CharTokenizer
+
+    monkeypatch.setitem(shapes.SHAPES, "wide", ModelConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1))
+    d = shapes.save_hf("wide", tmp_path / "wide")
+    tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
+    assert len(tok) == 300 and tok.decode([250]) == "<|t250|>" and tok.decode([299]) == "<|t299|>"
+    text = "The gate scores 12+34=46."
+    assert tok(text, add_special_tokens=False)["input_ids"] == CharTokenizer().encode(text)
+    model = AutoModelForCausalLM.from_pretrained(d, local_files_only=True)
+    assert model.config.vocab_size == 300 and model(input_ids=torch.tensor([[1, 299]])).logits.shape == (1, 2, 300)
+    with pytest.raises(ValueError, match="unknown production shape 'nope'"):
+        shapes.save_hf("nope", tmp_path / "nope")
