@@ -12,7 +12,8 @@ layer or client library would:
 - `raw_logprobs`: raw and processed swapped: each sampled token's logprob replaced by its raw one (temperature 1,
   no top-k / top-p), read from the upstream's prompt logprobs of prompt + response (vLLM's `raw_logprobs` mode);
 - `stale_checkpoint`: /v1/completions forwarded to `stale=URL`, a server holding other weights (a weight sync
-  that never reached the server); discovery and /tokenize still go to the upstream;
+  that never reached the server), under the model name that server serves (vLLM names a model by its path);
+  discovery and /tokenize still go to the upstream;
 - `bos_twice`: a changed tokenizer or template: every completion prompt reaches the server with one more BOS
   (`bos_id`) in front, as a chat template that adds BOS to an already tokenized prompt does; the prompt
   logprobs are trimmed back to the prompt the client sent, so the server stays consistent with itself and
@@ -131,6 +132,8 @@ class FaultProxy(LoopbackService):
         if completions and on_request and body:
             body = json.dumps(on_request(json.loads(body))).encode()
         to = self.stale if completions and self.stale else self.upstream
+        if to == self.stale and body:
+            body = json.dumps({**json.loads(body), "model": self._stale_model(headers)}).encode()
         code, raw = self._send(to + path, method, headers, body)
         if not completions or code != 200 or self.fault not in ("bos_twice", "raw_logprobs") and not on_logprobs:
             return code, raw
@@ -144,6 +147,14 @@ class FaultProxy(LoopbackService):
                 else:
                     on_logprobs(ch["logprobs"])
         return code, json.dumps(doc).encode()
+
+    def _stale_model(self, headers: dict) -> str:
+        """The model id the stale server serves (the first /v1/models lists)."""
+        code, raw = self._send(self.stale + "/v1/models", "GET", headers, None)
+        data = json.loads(raw).get("data") if code == 200 else None
+        if not data:
+            raise OSError(f"stale_checkpoint: {self.stale}/v1/models lists no model (HTTP {code})")
+        return str(data[0]["id"])
 
     def _raw(self, body: dict, lp: dict, headers: dict) -> None:
         """The sampled tokens' raw logprobs: one prefill of prompt + response at temperature 1 (prompt logprobs)."""
