@@ -20,7 +20,7 @@ prompts before the sync: at most `max_growth` times it (exactly 0 when it was 0,
 and within the alignment bound. The note names what the logprobs fit, of: the new weights, the old ones (the
 sync did not reach the server), and, for a checkpoint with a tied LM head, the new weights with the old LM head
 (a reload that re-materialised the embedding but left the tied head on the old tensor); and whether the prompts
-prefilled before the sync are further from the new weights than fresh ones (a prefix cache not flushed).
+prefilled before the sync are further than fresh ones from what the logprobs fit (a prefix cache not flushed).
 Afterwards the server is reloaded from DIR and must again be within `max_growth` of its first mismatch. The
 prefix cache is flushed before the first generation too, so both it and the restored one are computed afresh.
 """
@@ -185,6 +185,7 @@ def weight_sync(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> 
     k_seen = sum(len(c.token_ids) for c in after[:n])
     mad = {k: float(v.abs().mean()) for k, v in d.items()}
     fits = min(mad, key=lambda k: (mad[k], k != "synced"))
+    near = d[fits].abs()  # prefilled vs fresh prompts against what the logprobs fit: a stale head aside
     from ..metrics.mismatch import mismatch_metrics
 
     lp_e = torch.cat([c.logprobs.double() for c in after])
@@ -195,8 +196,8 @@ def weight_sync(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> 
         "mean_abs_diff": mad["synced"],
         "max_abs_diff": float(post.max()),
         "k3_kl": mismatch_metrics(lp_e + d["synced"], lp_e)["rollout_corr/k3_kl"],
-        "mean_abs_diff_prefilled": float(post[:k_seen].mean()),
-        "mean_abs_diff_fresh": float(post[k_seen:].mean()),
+        "mean_abs_diff_prefilled": float(near[:k_seen].mean()),
+        "mean_abs_diff_fresh": float(near[k_seen:].mean()),
         **{f"mean_abs_diff_{k}": v for k, v in mad.items() if k != "synced"},
         "mean_abs_diff_restored": float(back.mean()),
         "fits": fits,
@@ -211,8 +212,8 @@ def weight_sync(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> 
     fr, pf = numbers["mean_abs_diff_fresh"], numbers["mean_abs_diff_prefilled"]
     if pf > growth * fr if fr > 0 else pf > 0:
         note += (
-            f"; prompts prefilled before the sync are {pf:.3g} from the new weights, fresh ones {fr:.3g}: served "
-            "from a prefix cache the sync did not flush"
+            f"; prompts prefilled before the sync are {pf:.3g} from {FITS[fits].split(' (')[0]}, fresh ones "
+            f"{fr:.3g}: served from a prefix cache the sync did not flush"
         )
     if not within(numbers["mean_abs_diff_restored"]):
         note += f"; reloaded from sync_dir, the server is {numbers['mean_abs_diff_restored']:.3g} from its weights"
