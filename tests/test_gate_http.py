@@ -12,7 +12,7 @@ import torch
 
 from timbench.cli import main
 from timbench.gate.fake_server import FakeServer
-from timbench.gate.fault_proxy import EXPECTED_PROBE, FaultProxy
+from timbench.gate.fault_proxy import EXPECTED_PROBE, SYNC_FAULTS, FaultProxy
 from timbench.gate.http_client import is_loopback, parse_openai_spec
 from timbench.gate.http_probes import bf16_exact
 from timbench.model.shipped import default_checkpoint
@@ -94,6 +94,7 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
     got = rows(tmp_path / "a")
     assert got["weight_sync"]["not_tested"] and not got["weight_sync"]["passed"]  # not tested is never passed
     assert "the server lists no routes (/openapi.json)" in got["weight_sync"]["not_tested"]
+    assert "give the engine spec sync_dir=DIR" in got["weight_sync"]["not_tested"]
     for probe in ("determinism", "batch_invariance", "prefill_vs_decode"):
         assert got[probe]["passed"] and got[probe]["numbers"]["max_abs_diff"] == 0.0
     a = got["alignment"]["numbers"]
@@ -115,7 +116,7 @@ def test_clean_server_passes_and_records_what_was_tested(server, full_suite, tmp
     assert "logprob_semantics" in (tmp_path / "a" / "gate.html").read_text()
 
 
-@pytest.mark.parametrize("fault", sorted(EXPECTED_PROBE))
+@pytest.mark.parametrize("fault", sorted(set(EXPECTED_PROBE) - set(SYNC_FAULTS)))  # sync faults: the vLLM test
 def test_each_proxy_fault_fails_the_gate_naming_its_probe(server, suite, tmp_path, capsys, fault, request):
     kw = {"stale": request.getfixturevalue("stale").url} if fault == "stale_checkpoint" else {}
     with FaultProxy(server.url, fault, **kw) as proxy:
@@ -215,7 +216,55 @@ def test_weight_sync_names_the_weight_load_routes_the_server_lists():
             offer = discover(Client(parse_openai_spec(f"openai={s.url}")))
         assert offer.weight_routes == want
         reason = weight_sync_reason(offer)
-        assert reason.startswith("this adapter drives no weight load over HTTP") and says in reason
+        assert reason.startswith("weight sync changes the weights a running server serves") and says in reason
+
+
+SYNC_SUITE = FAST.split("probes:")[0].replace("http-fast", "http-sync") + (
+    "probes:\n  weight_sync: {updates: 2, requests: 2, max_new_tokens: 4}\n"
+)
+SYNC_ROUTES = ("/v1/completions", "/collective_rpc", "/reset_prefix_cache")
+
+
+def _tree(d):
+    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("reload,rc,fits", [("loads", 0, "synced"), ("ignored", 1, "not_synced")])
+def test_weight_sync_over_http_reloads_perturbed_weights_and_restores(tmp_path, capsys, reload, rc, fits):
+    """sync_dir=DIR: the server reloads a perturbed copy of DIR's weights and must then match the HF trainer on
+    them; a server whose reload loads nothing fails, named. DIR's files are never written, and the server is back
+    on them afterwards."""
+    import shutil
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(CKPT, ckpt)
+    before = _tree(ckpt)
+    (tmp_path / "s.yaml").write_text(SYNC_SUITE)
+    with FakeServer(ckpt, routes=SYNC_ROUTES, reload=reload) as s:
+        got = gate(s.url, str(tmp_path / "s.yaml"), tmp_path / "out", f",sync_dir={ckpt}", trainer=f"hf={ckpt}")
+    assert got == rc
+    ws = rows(tmp_path / "out")["weight_sync"]
+    n = ws["numbers"]
+    assert ws["passed"] == (rc == 0) and not ws["not_tested"] and n["fits"] == fits and n["updates"] == 2
+    # every hypothesis is tested (the tied LM head's too: the shipped checkpoints tie it) and told apart
+    mad = {
+        k: n["mean_abs_diff" + ("" if k == "synced" else f"_{k}")] for k in ("synced", "not_synced", "stale_lm_head")
+    }
+    assert all(v > 100 * mad[fits] for k, v in mad.items() if k != fits)
+    if reload == "loads":
+        assert n["mean_abs_diff"] < 1e-4 and n["mean_abs_diff_not_synced"] > 1e-2
+    else:
+        assert "the old weights (the sync did not reach the server)" in ws["note"]
+    assert n["mean_abs_diff_restored"] == n["mean_abs_diff_before"]  # reloaded from DIR: the same logprobs
+    assert _tree(ckpt) == before  # nothing written into DIR's files, the scratch copy removed
+
+
+def test_weight_sync_without_the_routes_is_not_tested(tmp_path):
+    (tmp_path / "s.yaml").write_text(SYNC_SUITE)
+    with FakeServer(CKPT, routes=("/v1/completions",)) as s:
+        assert gate(s.url, str(tmp_path / "s.yaml"), tmp_path / "out", f",sync_dir={CKPT}") == 0
+    why = rows(tmp_path / "out")["weight_sync"]["not_tested"]
+    assert "sync_dir is given, but the server lists no /collective_rpc, /reset_prefix_cache" in why
 
 
 def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
@@ -307,9 +356,13 @@ def _free_port() -> int:
         ("no_trainer", "go together"),
         ("bad_key", "is not one of the keys"),
         ("bad_trainer", "not a Hugging Face checkpoint directory"),
+        ("sync_missing", "is not a directory; it is the checkpoint directory the server was started with"),
+        ("sync_no_weights", "holds no *.safetensors weights"),
+        ("sync_read_only", "is not writable"),
+        ("sync_other_dir", "is not the directory the server serves"),
     ],
 )
-def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, case, want):
+def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, monkeypatch, case, want):
     def run(url, *extra, **kw):
         return gate(url, suite, tmp_path / case, *extra, **kw)
 
@@ -323,6 +376,19 @@ def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, case, want):
         rc = run("http://127.0.0.1:1", ",colour=red")
     elif case == "bad_trainer":
         rc = run("http://127.0.0.1:1", trainer=f"hf={tmp_path}")
+    elif case == "sync_missing":
+        rc = run("http://127.0.0.1:1", f",sync_dir={tmp_path / 'nope'}")
+    elif case == "sync_no_weights":
+        rc = run("http://127.0.0.1:1", f",sync_dir={tmp_path}")
+    elif case == "sync_read_only":  # os.access refuses: root (CI's containers) may write anywhere
+        monkeypatch.setattr("timbench.gate.http_client.os.access", lambda path, mode: False)
+        rc = run("http://127.0.0.1:1", f",sync_dir={CKPT}")
+    elif case == "sync_other_dir":
+        import shutil
+
+        other = shutil.copytree(CKPT, tmp_path / "other")
+        with FakeServer(CKPT) as s:
+            rc = run(s.url, f",sync_dir={other}")
     else:
         kw = {
             "no_logprobs": {"logprobs": False},
@@ -396,3 +462,25 @@ def test_retries_are_bounded_and_only_for_server_errors():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_production_shape_is_written_as_a_hf_directory_with_a_tokenizer_over_its_vocabulary(tmp_path, monkeypatch):
+    """shapes.save_hf: transformers loads the directory as it is, the model scores every id, and the tokenizer
+    has one token per id (the characters as before, `<|tN|>` past them), so the gate's tokenizer check can cover
+    the whole vocabulary a server samples from."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from timbench.gate import shapes
+    from timbench.model import ModelConfig
+    from timbench.tokenizer import CharTokenizer
+
+    monkeypatch.setitem(shapes.SHAPES, "wide", ModelConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1))
+    d = shapes.save_hf("wide", tmp_path / "wide")
+    tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
+    assert len(tok) == 300 and tok.decode([250]) == "<|t250|>" and tok.decode([299]) == "<|t299|>"
+    text = "The gate scores 12+34=46."
+    assert tok(text, add_special_tokens=False)["input_ids"] == CharTokenizer().encode(text)
+    model = AutoModelForCausalLM.from_pretrained(d, local_files_only=True)
+    assert model.config.vocab_size == 300 and model(input_ids=torch.tensor([[1, 299]])).logits.shape == (1, 2, 300)
+    with pytest.raises(ValueError, match="unknown production shape 'nope'"):
+        shapes.save_hf("nope", tmp_path / "nope")

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
         default="kernels=exact,dtype=fp32",
         help="engine spec (timbench.spec.keys), e.g. engine=vllm,dtype=bf16 or fault=batch_leak; or an "
         "OpenAI-compatible server: openai=URL[,model=NAME][,api_key_env=VAR][,timeout=S][,retries=N]"
-        "[,concurrency=N] (with --trainer hf=DIR)",
+        "[,concurrency=N][,sync_dir=DIR] (with --trainer hf=DIR; sync_dir: the server's --model directory, the "
+        "opt-in to the weight-sync probe, which has the server reload perturbed weights)",
     )
     r.add_argument(
         "--trainer",

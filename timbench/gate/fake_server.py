@@ -13,6 +13,11 @@ default `raw_logprobs`), `prompt_scoring` ("prompt_logprobs", "echo": prompt log
 `logprobs`, as OpenAI's legacy API, or "none"), `top_p_logprobs="full"` (with top-k / top-p the sampled tokens'
 logprobs of the full tempered distribution, not renormalised over the kept set), `routes` (the paths its
 /openapi.json lists, as a FastAPI server's; None: no /openapi.json).
+
+Weight sync as vLLM's dev mode offers it: POST /collective_rpc with the method `reload_weights` (optional kwarg
+`weights_path`; else the checkpoint it was started on) loads that checkpoint into the engine, and
+/reset_prefix_cache answers success (the exact engine keeps no prefix cache); /v1/models reports the checkpoint
+directory as `root`. `reload="ignored"` makes it a server whose reload answers 200 and loads nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class FakeServer(LoopbackService):
         prompt_scoring: str = "prompt_logprobs",
         top_p_logprobs: str = "renormalised",
         routes: tuple[str, ...] | None = None,
+        reload: str = "loads",
     ):
         from tokenizers import Tokenizer  # deferred: tokenizers is heavy
 
@@ -84,7 +90,7 @@ class FakeServer(LoopbackService):
         self.tok = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
         self.name, self.logprobs, self.api_key, self.delay = name, logprobs, api_key, delay
         self.swap, self.logprobs_mode, self.prompt_scoring = swap_tokens, logprobs_mode, prompt_scoring
-        self.top_p_logprobs, self.routes = top_p_logprobs, routes
+        self.top_p_logprobs, self.routes, self.reload = top_p_logprobs, routes, reload
         self.lock = threading.Lock()
         self.requests = 0
         self._listen(_handler(self))
@@ -94,7 +100,13 @@ class FakeServer(LoopbackService):
         return {
             "object": "list",
             "data": [
-                {"id": self.name, "object": "model", "owned_by": "timbench-fake", "max_model_len": self.engine.max_len}
+                {
+                    "id": self.name,
+                    "object": "model",
+                    "owned_by": "timbench-fake",
+                    "root": str(self.dir),
+                    "max_model_len": self.engine.max_len,
+                }
             ],
         }
 
@@ -180,6 +192,20 @@ class FakeServer(LoopbackService):
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(c.token_ids)},
         }
 
+    def collective_rpc(self, body: dict) -> dict:
+        """vLLM's dev-mode /collective_rpc, for the one worker method the gate calls (reload_weights)."""
+        from ..model import load_checkpoint
+
+        if body.get("method") != "reload_weights":
+            raise ValueError(f"method {body.get('method')!r}: this server runs reload_weights only")
+        where = (body.get("kwargs") or {}).get("weights_path") or self.dir
+        if self.reload == "loads":
+            model = load_checkpoint(Path(where))
+            with self.lock:
+                self.engine.load_weights(model)
+                self.model = model
+        return {"results": [None]}
+
     def _prompt_rows(self, prompt: list[int]) -> list:
         """vLLM's prompt_logprobs: None, then per prompt token k >= 1 its raw logprob, rank and the top-1."""
         import torch  # deferred: torch is heavy
@@ -256,6 +282,10 @@ def _handler(server: FakeServer):
                     doc = server.tokenize(body)
                 elif self.path == "/detokenize":
                     doc = {"prompt": server._text(list(body["tokens"]))}
+                elif self.path == "/collective_rpc":
+                    doc = server.collective_rpc(body)
+                elif self.path == "/reset_prefix_cache":
+                    doc = {"success": True}
                 else:
                     return self._send(404, {"detail": "Not Found"})
             except LookupError as e:

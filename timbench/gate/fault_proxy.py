@@ -12,11 +12,15 @@ layer or client library would:
 - `raw_logprobs`: raw and processed swapped: each sampled token's logprob replaced by its raw one (temperature 1,
   no top-k / top-p), read from the upstream's prompt logprobs of prompt + response (vLLM's `raw_logprobs` mode);
 - `stale_checkpoint`: /v1/completions forwarded to `stale=URL`, a server holding other weights (a weight sync
-  that never reached the server); discovery and /tokenize still go to the upstream;
+  that never reached the server), under the model name that server serves (vLLM names a model by its path);
+  discovery and /tokenize still go to the upstream;
 - `bos_twice`: a changed tokenizer or template: every completion prompt reaches the server with one more BOS
   (`bos_id`) in front, as a chat template that adds BOS to an already tokenized prompt does; the prompt
   logprobs are trimmed back to the prompt the client sent, so the server stays consistent with itself and
-  only a comparison with the trainer can see it.
+  only a comparison with the trainer can see it;
+- `kept_prefix_cache`: a weight sync that does not flush the prefix cache: /reset_prefix_cache is answered
+  `{"success": true}` and never reaches the server, so prompts prefilled before a sync are served from KV blocks
+  of the old weights (SkyRL #2246). Only the weight-sync probe (`sync_dir=`) can see it.
 
 Prompt logprobs (teacher forcing) pass untouched by the other faults: they are on the rollout path. `none`
 forwards only (the clean reruns). Loopback only; the upstream's answer is parsed as JSON, never executed.
@@ -83,6 +87,7 @@ FAULTS: Registry[tuple] = Registry(
         "raw_logprobs": (None, None),  # FaultProxy._raw: it needs the upstream
         "stale_checkpoint": (None, None),  # FaultProxy.forward: another upstream
         "bos_twice": (None, None),  # FaultProxy.forward: the prompt and its prompt logprobs
+        "kept_prefix_cache": (None, None),  # FaultProxy.forward: /reset_prefix_cache
     },
 )
 """fault -> (what it does to a /v1/completions request body, what it does to each choice's `logprobs`)."""
@@ -94,8 +99,11 @@ EXPECTED_PROBE = {
     "raw_logprobs": "logprob_semantics",
     "stale_checkpoint": "alignment",
     "bos_twice": "alignment",
+    "kept_prefix_cache": "weight_sync",
 }
 """The probe that must name each fault (others may fail too: zero and shifted logprobs also fail alignment)."""
+SYNC_FAULTS = ("kept_prefix_cache",)
+"""Faults on the weight-sync path: seen only by a run with `sync_dir=` against a server that keeps a prefix cache."""
 
 
 class FaultProxy(LoopbackService):
@@ -120,11 +128,15 @@ class FaultProxy(LoopbackService):
     def forward(self, method: str, path: str, headers: dict, body: bytes | None) -> tuple[int, bytes]:
         on_request, on_logprobs = FAULTS[self.fault]
         completions = path == "/v1/completions" and method == "POST"
+        if self.fault == "kept_prefix_cache" and path.split("?")[0] == "/reset_prefix_cache":
+            return 200, json.dumps({"success": True}).encode()
         if self.fault == "bos_twice":
             on_request = _bos_twice(self.bos_id)
         if completions and on_request and body:
             body = json.dumps(on_request(json.loads(body))).encode()
         to = self.stale if completions and self.stale else self.upstream
+        if to == self.stale and body:
+            body = json.dumps({**json.loads(body), "model": self._stale_model(headers)}).encode()
         code, raw = self._send(to + path, method, headers, body)
         if not completions or code != 200 or self.fault not in ("bos_twice", "raw_logprobs") and not on_logprobs:
             return code, raw
@@ -138,6 +150,14 @@ class FaultProxy(LoopbackService):
                 else:
                     on_logprobs(ch["logprobs"])
         return code, json.dumps(doc).encode()
+
+    def _stale_model(self, headers: dict) -> str:
+        """The model id the stale server serves (the first /v1/models lists)."""
+        code, raw = self._send(self.stale + "/v1/models", "GET", headers, None)
+        data = json.loads(raw).get("data") if code == 200 else None
+        if not data:
+            raise OSError(f"stale_checkpoint: {self.stale}/v1/models lists no model (HTTP {code})")
+        return str(data[0]["id"])
 
     def _raw(self, body: dict, lp: dict, headers: dict) -> None:
         """The sampled tokens' raw logprobs: one prefill of prompt + response at temperature 1 (prompt logprobs)."""

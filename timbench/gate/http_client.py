@@ -20,9 +20,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-SPEC_DOC = "openai=URL[,model=NAME][,api_key_env=VAR][,timeout=SECONDS][,retries=N][,concurrency=N]"
+SPEC_DOC = "openai=URL[,model=NAME][,api_key_env=VAR][,timeout=SECONDS][,retries=N][,concurrency=N][,sync_dir=DIR]"
 
 
 class ServerError(ValueError):
@@ -39,6 +40,10 @@ class OpenAISpec:
     timeout: float = 60.0
     retries: int = 2
     concurrency: int = 64
+    sync_dir: Path | None = None
+    """The opt-in to the weight-sync probe: the checkpoint directory the server was started with (`--model DIR`),
+    where the gate may write a perturbed copy of its weights and have the server reload from it
+    (timbench.gate.http_weight_sync); None: the probe is not tested."""
 
     def __str__(self):  # what gate.json records: never the key, only where it came from
         parts = [f"openai={self.url}"] + ([f"model={self.model}"] if self.model else [])
@@ -50,6 +55,7 @@ class OpenAISpec:
                 f"retries={self.retries}",
                 f"concurrency={self.concurrency}",
             ]
+            + ([f"sync_dir={self.sync_dir}"] if self.sync_dir else [])
         )
 
 
@@ -74,7 +80,14 @@ def parse_openai_spec(text: str, allow_remote: bool = False) -> OpenAISpec:
         )
     url = url.removesuffix("/v1")
     kw = {}
-    casts = {"model": str, "api_key_env": str, "timeout": float, "retries": int, "concurrency": int}
+    casts = {
+        "model": str,
+        "api_key_env": str,
+        "timeout": float,
+        "retries": int,
+        "concurrency": int,
+        "sync_dir": sync_dir,
+    }
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep or key not in casts:
@@ -82,6 +95,8 @@ def parse_openai_spec(text: str, allow_remote: bool = False) -> OpenAISpec:
         try:
             kw[key] = casts[key](value)
         except ValueError:
+            if key == "sync_dir":
+                raise
             raise ValueError(f"engine spec: {key}={value!r} is not a {casts[key].__name__}") from None
     spec = OpenAISpec(url, **kw)
     if spec.timeout <= 0 or spec.retries < 0 or spec.concurrency < 1:
@@ -90,6 +105,28 @@ def parse_openai_spec(text: str, allow_remote: bool = False) -> OpenAISpec:
             f"{spec.timeout:g}, retries={spec.retries}, concurrency={spec.concurrency})"
         )
     return spec
+
+
+def sync_dir(text: str) -> Path:
+    """`sync_dir=DIR`: an existing, writable checkpoint directory with safetensors weights (whether it is the one
+    the server serves is checked against the server's answer, `http_weight_sync.check_sync_dir`)."""
+    d = Path(text).expanduser()
+    if not d.is_dir():
+        raise ValueError(
+            f"engine spec: sync_dir={text!r} is not a directory; it is the checkpoint directory the server was "
+            "started with (--model DIR)"
+        )
+    if not any(d.glob("*.safetensors")):
+        raise ValueError(
+            f"engine spec: sync_dir={text!r} holds no *.safetensors weights; the weight-sync probe writes and "
+            "reloads safetensors checkpoints only"
+        )
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"engine spec: sync_dir={text!r} is not writable; the weight-sync probe writes its perturbed copy of "
+            "the weights under it"
+        )
+    return d.resolve()
 
 
 def is_loopback(host: str) -> bool:

@@ -11,11 +11,10 @@ load on it). `score` is teacher forcing through prompt logprobs (vLLM's `prompt_
 lists) before any probe runs; a capability that is missing makes the probes that need it raise `NotTested`,
 reported with the reason, never passed.
 
-Weight sync over HTTP is not driven: the routes that load weights into a running vLLM server are its dev-mode
-ones (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc with a worker method such as `reload_weights`, which reloads the
-server's own model path from disk, /sleep and /wake_up, /reset_prefix_cache), plus /update_weights-style routes
-of RL frameworks' server extensions. None takes the trainer's weights from a client, so `weight_sync_reason`
-names which of WEIGHT_ROUTES the server lists and why the probe is not tested.
+Weight sync over HTTP is driven only on request (`sync_dir=DIR`, timbench.gate.http_weight_sync), through vLLM's
+dev-mode routes (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc `reload_weights`, /reset_prefix_cache); `discover`
+records which of WEIGHT_ROUTES /openapi.json lists (vLLM dev mode, SGLang, RL frameworks' extensions), and
+`weight_sync_reason` names them when the probe is not tested.
 """
 
 from __future__ import annotations
@@ -62,6 +61,8 @@ class Offer:
     server: str = "unknown"
     version: str = "not reported"
     max_model_len: int | None = None
+    root: str | None = None
+    """The served model's path as /v1/models reports it (vLLM's `root`: its --model), or None."""
     token_ids: bool = False
     """Sampled tokens come back as ids (vLLM's return_tokens_as_token_ids)."""
     prompt_logprobs: str | None = None
@@ -115,7 +116,11 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
         raise ServerError(f"the server does not serve model {model!r}; it serves {', '.join(models)}")
     entry = listed[models.index(model)]
     offer = Offer(
-        model, models, server=str(entry.get("owned_by") or "unknown"), max_model_len=entry.get("max_model_len")
+        model,
+        models,
+        server=str(entry.get("owned_by") or "unknown"),
+        max_model_len=entry.get("max_model_len"),
+        root=entry.get("root") if isinstance(entry.get("root"), str) else None,
     )
     try:
         offer.version = str(client.get("/version").get("version", "not reported"))
@@ -161,11 +166,8 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
 
 
 def weight_sync_reason(offer: Offer) -> str:
-    """Why the weight-sync probe is not tested over HTTP, naming the weight-load routes the server lists."""
-    why = (
-        "this adapter drives no weight load over HTTP (a dev-mode /collective_rpc reload_weights reloads the "
-        "server's own model path, not the trainer's weights)"
-    )
+    """Why the weight-sync probe is not tested without the opt-in, naming the weight-load routes the server lists."""
+    why = "weight sync changes the weights a running server serves, so the gate drives it only when asked"
     if offer.weight_routes is None:
         return f"{why}; the server lists no routes (/openapi.json), so its weight-load routes are unknown"
     if not offer.weight_routes:
@@ -308,9 +310,4 @@ class HttpEngine:
         am = [_ids([max(t, key=t.get)])[0] if isinstance(t, dict) and t else -1 for t in tops[len(prompt) : n]]
         return torch.tensor([float(x) if x is not None else math.nan for x in xs], dtype=torch.float64), torch.tensor(
             am if len(am) == len(xs) else [-1] * len(xs)
-        )
-
-    def load_weights(self, state) -> None:
-        raise NotTested(
-            "the server exposes no weight-load endpoint this adapter drives (weight sync over HTTP is not implemented)"
         )

@@ -6,7 +6,8 @@ tokenizer that disagrees is a one-line error. Then every probe of the suite that
 model, labelled by the trainer checkpoint's directory name (so two runs of one checkpoint on two server releases
 compare by `gate check`): determinism, batch invariance (each request alone, then among concurrent requests),
 prefill vs decode (prompt logprobs), alignment against the HF trainer, the sampling probe, and always the
-logprob-semantics probe. A probe the server cannot serve (no prompt logprobs, no weight loading, RL over HTTP)
+logprob-semantics probe, and weight sync where the engine spec asks for it (`sync_dir=`, http_weight_sync). A
+probe the server cannot serve (no prompt logprobs, no weight-load routes or no opt-in, RL over HTTP)
 is a `not_tested` row with the reason: never passed, never failed. gate.json's `placement` and gate.md's last
 section place the alignment probe's mismatch among timbench's committed conditions (gate.placement).
 """
@@ -29,11 +30,12 @@ from ..submit.track import code_hash
 from ..util import manifest
 from ..util.atomic import atomic_write
 from ..util.provenance import git_revision
-from . import http_probes
+from . import http_probes, http_weight_sync
 from .hf_trainer import HfTrainer, check_tokenizer, checkpoint_hash, parse_hf_spec
 from .html import render_gate_html
 from .http_client import Client, parse_openai_spec
-from .http_engine import HttpEngine, NotTested, discover, weight_sync_reason
+from .http_engine import HttpEngine, NotTested, discover
+from .http_weight_sync import check_sync_dir
 from .placement import placement, render_placement
 from .probes import PROBES, Probe
 from .run import NUMERIC_ENV, one_line, render
@@ -41,10 +43,7 @@ from .suite import Suite
 
 SERVER_PROBES = ("determinism", "batch_invariance", "prefill_vs_decode", "sampling_semantics")
 """Suite probes that run over HTTP as they are (the engine factory hands them the HTTP engine)."""
-NOT_OVER_HTTP = {
-    "weight_sync": "",  # http_engine.weight_sync_reason: it names the weight-load routes the server lists
-    "rl_outcome": "RL runs over HTTP would need the server to load each step's weights (not implemented)",
-}
+NOT_OVER_HTTP = {"rl_outcome": "RL runs over HTTP would need the server to load each step's weights (not implemented)"}
 
 
 class _Stub:
@@ -98,6 +97,7 @@ def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, pro
     hf = parse_hf_spec(trainer_spec)
     client = Client(spec)
     offer = discover(client)
+    check_sync_dir(spec, offer)
     for line in offer.lines():
         say(f"[gate http] {line}")
     trainer = HfTrainer(hf)
@@ -126,11 +126,13 @@ def run_http_gate(
         t, error, skipped, r = time.perf_counter(), None, None, Probe(False, {})
         try:
             if probe in NOT_OVER_HTTP:
-                raise NotTested(NOT_OVER_HTTP[probe] or weight_sync_reason(engine.offer))
+                raise NotTested(NOT_OVER_HTTP[probe])
             if probe in SERVER_PROBES:
                 r = PROBES[probe](lambda m: engine, _Stub(engine.config), {**p, "model": name}, params, spec)
             elif probe == "alignment":
                 r = http_probes.alignment(engine, trainer, p, params)
+            elif probe == "weight_sync":
+                r = http_weight_sync.weight_sync(engine, trainer, p, params)
             elif probe == "logprob_semantics":
                 r = http_probes.logprob_semantics(engine, trainer, p, params)
             else:

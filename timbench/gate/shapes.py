@@ -10,6 +10,8 @@ what it generates; with near-uniform logits over 151,936 tokens the sampling pro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..model import ModelConfig, Qwen3ForCausalLM, load_checkpoint
 from ..model.shipped import available_checkpoints, default_checkpoint
 
@@ -66,3 +68,23 @@ def load_model(name: str):
     if name in SHAPES:
         return Qwen3ForCausalLM(SHAPES[name], seed=SEED)
     return load_checkpoint(default_checkpoint("add-4d-v1", name))
+
+
+def save_hf(name: str, directory) -> Path:
+    """A production shape as a Hugging Face directory a server loads as it is (`vllm ... --model DIR`, and the
+    gate's `--trainer hf=DIR`): its random-initialised weights, and timbench's character tokenizer widened to the
+    shape's vocabulary. The ids past the characters decode to `<|tN|>` and no text tokenizes to them (the BPE has
+    no merges), so the gate's tokenizer check covers every id the model can sample, on both sides."""
+    import json
+
+    from ..model.checkpoint import save_checkpoint
+    from ..util.atomic import atomic_write
+
+    if name not in SHAPES:
+        raise ValueError(f"unknown production shape {name!r}; valid: {', '.join(SHAPES)}")
+    d = save_checkpoint(load_model(name), directory)
+    tok = json.loads((d / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab.update({f"<|t{i}|>": i for i in range(len(vocab), SHAPES[name].vocab_size)})
+    atomic_write(d / "tokenizer.json", json.dumps(tok, ensure_ascii=False) + "\n")
+    return d
