@@ -161,7 +161,11 @@ def test_a_remedy_with_failed_cells_ranks_after_every_complete_one():
         ]
     rank = remedy_ranking(rows)
     assert rank[0]["score"] < rank[1]["score"]  # trm_avg: (0.5 + 1.1) / 2 = 0.8 beats none's 0.71
-    assert [(e["remedy"], e["failed"]) for e in rank] == [("none", 0), ("slow", 1), ("trm_avg", 3)]
+    assert [(e["remedy"], e["failed"], e["unfinished"]) for e in rank] == [
+        ("none", 0, 0),
+        ("slow", 0, 1),  # its running cell is not run yet, not failed
+        ("trm_avg", 3, 0),
+    ]
     assert rank[0]["rank"] == "1" and rank[1]["rank"][0] == "2"  # failed remedies rank apart, after every complete one
 
 

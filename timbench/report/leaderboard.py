@@ -139,9 +139,9 @@ def score_interval(scored: list[dict], by_id: dict[str, dict]) -> Interval:
 
 
 def remedy_ranking(rows: list[dict]) -> list[dict]:
-    """One entry per remedy, best score first; a remedy with failed or unfinished cells (`failed` > 0) after every
-    complete one, whatever its score (its capped or missing cells make the score incomparable), then unscored
-    remedies, then by name.
+    """One entry per remedy, best score first; a remedy with failed or unfinished cells (`incomplete` > 0: `failed`
+    plus `unfinished`, the cells still running or pending) after every complete one, whatever its score (its capped
+    or missing cells make the score incomparable), then unscored remedies, then by name.
 
     `rank` is the printed rank by verdict_rules.rank_labels: a tie ("2-4 (tied)") unless the entry's interval
     separates it from its neighbours' (within the complete, the failed and the unscored remedies apart);
@@ -169,15 +169,20 @@ def remedy_ranking(rows: list[dict]) -> list[dict]:
                 ),
                 "mean_k3_kl": stats.mean([r[MEAN_K3_KL] for r in scored if r[MEAN_K3_KL] is not None]),
                 "tolerance": tim_tolerance(mine),
-                # failed runs and remedies that trained on nothing, marked apart from their (capped) score
-                "failed": sum(1 for r in mine if trained_nothing(r) or not is_finished(r)),
+                # failed runs and remedies that trained on nothing, marked apart from their (capped) score; cells
+                # not run yet (a campaign stopped part-way) are counted apart, as they are no failure
+                "failed": sum(
+                    1 for r in mine if trained_nothing(r) or (r["status"] == "failed" and not is_finished(r))
+                ),
+                "unfinished": sum(1 for r in mine if r["status"] in ("running", "pending")),
             }
         )
-    out.sort(key=lambda e: (e["score"] is None, e["failed"] > 0, -(e["score"] or 0.0), e["remedy"]))
+        out[-1]["incomplete"] = out[-1]["failed"] + out[-1]["unfinished"]
+    out.sort(key=lambda e: (e["score"] is None, e["incomplete"] > 0, -(e["score"] or 0.0), e["remedy"]))
     start = 0
     for block in (
-        [e for e in out if e["score"] is not None and not e["failed"]],
-        [e for e in out if e["score"] is not None and e["failed"]],
+        [e for e in out if e["score"] is not None and not e["incomplete"]],
+        [e for e in out if e["score"] is not None and e["incomplete"]],
         [e for e in out if e["score"] is None],
     ):
         ivs = [e["interval"] for e in block]
@@ -217,6 +222,14 @@ def fmt_interval(iv: Interval, digits: int = 3) -> str:
     return f"{fmt(iv.mean, digits)} [{fmt(iv.lo, digits)}, {fmt(iv.hi, digits)}]"
 
 
+def _incomplete(e: dict) -> str:
+    """The ranking's `failed` column: failed cells, and apart from them the cells not run yet."""
+    parts = ([f"failed {e['failed']}"] if e["failed"] else []) + (
+        [f"{e['unfinished']} not run yet"] if e["unfinished"] else []
+    )
+    return ", ".join(parts) or "0"
+
+
 def _ranking_table(rows: list[dict], stamp: str) -> Table:
     ranked = remedy_ranking(rows)
     body = [
@@ -227,7 +240,7 @@ def _ranking_table(rows: list[dict], stamp: str) -> Table:
             fmt_interval(e["interval"]),
             str(e["seeds"]),
             f"{e['collapses']}/{e['cells']}",
-            f"failed {e['failed']}" if e["failed"] else "0",
+            _incomplete(e),
             fmt(e["mean_abs_delta"]),
             fmt(e["mean_k3_kl"]),
             e["tolerance"],

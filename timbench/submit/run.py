@@ -191,7 +191,7 @@ def write_submission(
     builtins = [
         e
         for e in ranked
-        if e["remedy"] in track.remedies and e["remedy"] != "none" and e["score"] is not None and not e["failed"]
+        if e["remedy"] in track.remedies and e["remedy"] != "none" and e["score"] is not None and not e["incomplete"]
     ]
     best = builtins[0]["remedy"] if builtins else None
     comparisons = [paired(rows, remedy, other) for other in ["none"] + ([best] if best else [])]
