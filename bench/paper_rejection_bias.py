@@ -17,10 +17,10 @@ from pathlib import Path
 from timbench.grid.spec import expand, load_grid
 from timbench.metrics.ratios import k3, log_rho, seq_mean
 from timbench.model import load_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.rl.config import from_dict, load
 from timbench.rl.step import collect_phase, make_lane, recompute_phase
 from timbench.util.atomic import atomic_write
+from timbench.util.shipped import default_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLDS = (0.001, 0.01)

@@ -62,10 +62,10 @@ def profile_steps(kernels: str, steps: int, cfg=None, alternate: bool = False, t
     from timbench.engine import make_engine
     from timbench.evaluate import evaluate_both
     from timbench.model import load_checkpoint
-    from timbench.model.shipped import resolve_checkpoint
     from timbench.rl import step as rl_step
     from timbench.rl.config import load_config
     from timbench.spec.keys import ZERO_MISMATCH
+    from timbench.util.shipped import resolve_checkpoint
 
     with_eval = cfg is not None and cfg.eval_every > 0
     cfg = cfg or load_config(BASELINE, KERNELS[kernels])

@@ -37,8 +37,8 @@ def rl_stepper(cfg):
     API changes, adapt this function only.
     """
     from timbench.model import load_checkpoint
-    from timbench.model.shipped import resolve_checkpoint
     from timbench.rl.step import make_lane, train_step
+    from timbench.util.shipped import resolve_checkpoint
 
     base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
     lane = make_lane(

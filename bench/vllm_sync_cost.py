@@ -17,8 +17,8 @@ import torch
 
 from timbench.engine import make_engine, vllm_moe
 from timbench.model import load_checkpoint, save_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.util.atomic import atomic_write
+from timbench.util.shipped import default_checkpoint
 
 
 def _median_ms(fn, rounds):

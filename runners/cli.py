@@ -71,7 +71,7 @@ def add_run_parser(grid_sub) -> None:
     from timbench.grid.cli import add_workers_arg
 
     from . import BACKENDS
-    from .driver import ORDERS
+    from .order import ORDERS
 
     p = grid_sub.add_parser("run", help="run every cell of a grid that is not done yet (resumable)")
     p.add_argument("grid", help="grid spec YAML")

@@ -17,6 +17,7 @@ from timbench.grid.spec import GridSpec, expand
 from timbench.util import manifest
 
 from . import get_backend
+from .order import order_cells
 from .progress import Progress
 
 
@@ -48,23 +49,6 @@ def select(cells: list[dict], out: str | Path, retry_failed: bool, stream=None) 
             f"e.g. {legacy[0]}); check and stamp them once with `timbench grid verify {out} --adopt`"
         )
     return todo
-
-
-ORDERS = {
-    "axes": "the grid's axis order (task outermost, seed innermost): one setting's seeds finish together",
-    "seeds": "seed-major: every setting's seed 0 before any seed 1, so a campaign stopped part-way holds every "
-    "setting at equal seed counts",
-}
-"""The orders `grid run --order` runs the cells of a grid in; an order changes when a cell runs, never its bytes."""
-
-
-def order_cells(todo: list[dict], order: str) -> list[dict]:
-    """`todo` in `order` (a key of ORDERS); stable, so ties keep the grid's axis order."""
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}; valid: {', '.join(ORDERS)}")
-    if order == "seeds":
-        return sorted(todo, key=lambda c: c["axes"]["seed"])
-    return list(todo)
 
 
 def run_cells(

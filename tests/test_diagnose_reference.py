@@ -13,9 +13,9 @@ from timbench.diagnose.forward import REFERENCE, reference, score
 from timbench.engine import Request, SamplingParams, make_engine, score_sequences
 from timbench.kernels import get_kernels
 from timbench.model import Compute, load_model
-from timbench.model.shipped import default_checkpoint
 from timbench.spec.keys import Spec, parse_spec
 from timbench.trainer import sequence_logprobs
+from timbench.util.shipped import default_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

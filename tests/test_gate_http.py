@@ -15,7 +15,7 @@ from timbench.gate.fake_server import FakeServer
 from timbench.gate.fault_proxy import EXPECTED_PROBE, SYNC_FAULTS, FaultProxy
 from timbench.gate.http_client import is_loopback, parse_openai_spec
 from timbench.gate.http_probes import bf16_exact
-from timbench.model.shipped import default_checkpoint
+from timbench.util.shipped import default_checkpoint
 
 CKPT = default_checkpoint("add-4d-v1", "tiny-dense")
 SUITE = """name: http-tiny

@@ -34,7 +34,7 @@ except ImportError as e:
     pytest.skip(f"vLLM is not installed (make setup-vllm): {e}", allow_module_level=True)
 
 from timbench.cli import main
-from timbench.model.shipped import default_checkpoint
+from timbench.util.shipped import default_checkpoint
 
 pytestmark = pytest.mark.vllm
 START_S = 600

@@ -9,8 +9,8 @@ from timbench.gate.outcome import rl_outcome
 from timbench.gate.probes import PROBES
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.spec.keys import parse_spec
+from timbench.util.shipped import default_checkpoint
 
 PARAMS = SamplingParams(temperature=0.8, seed=0)
 REFERENCE = {"tiny-dense": [0.48, 0.50, 0.49]}

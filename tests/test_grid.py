@@ -23,7 +23,8 @@ from timbench.grid.layout import prepare, read_status, run_dir, write_status
 from timbench.grid.spec import SHIPPED_CONDITIONS, expand, load_grid, parse_grid
 from timbench.model import PRESETS, Qwen3ForCausalLM, save_checkpoint
 from timbench.runners.cell import run_cell
-from timbench.runners.driver import order_cells, run_grid, select
+from timbench.runners.driver import run_grid, select
+from timbench.runners.order import order_cells
 from timbench.tasks.base import Task
 from timbench.util.manifest import stamp_run
 

@@ -10,13 +10,13 @@ import torch
 from timbench.align import align
 from timbench.engine import Request, SamplingParams, make_engine
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_model
-from timbench.model.shipped import default_checkpoint
 from timbench.quant import WEIGHT_QUANT
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
 from timbench.spec.keys import SpecError, parse_spec, quantized_reference
 from timbench.tasks.base import Task
 from timbench.trainer import sequence_logprobs
+from timbench.util.shipped import default_checkpoint
 
 BATCHES = (1, 3, 16)
 FORMATS = [k for k in WEIGHT_QUANT if k != "none"]

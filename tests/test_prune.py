@@ -14,9 +14,9 @@ from timbench.data import max_new_tokens, requests_for
 from timbench.engine import SamplingParams, make_engine
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.tasks import get_task
 from timbench.trainer.forward import pack
+from timbench.util.shipped import default_checkpoint
 from timbench.warmstart.prune import calibration_set, expert_frequencies, kept_experts, prune_experts
 
 TASK = get_task("add-4d-v1")

@@ -533,7 +533,9 @@ def test_routing_replay_on_moe_uses_the_right_routing(moe_ckpt, tmp_path, parity
     calls.clear()
     run(_cfg(moe_ckpt, *mismatch, "remedy=routing_replay_r3"), tmp_path / "r3", progress=False)
     assert _rows(tmp_path / "r3")[0]["mismatch/routing_agreement"] == 1.0
-    (_, seqs, rp_old, route_old), (grad, _, rp_upd, route_upd) = calls[:2]
+    # the update's first step may backpropagate through the recompute's own pass (same rows, weights and kernels)
+    (_, seqs, rp_old, route_old) = calls[0]
+    (grad, _, rp_upd, route_upd) = calls[1] if len(calls) > 1 else calls[0]
     assert grad and rp_old is not None and torch.equal(rp_old, rp_upd)  # engine routing in both passes
     for i, (p, r) in enumerate(seqs):  # and it is what the trainer used at every scored position
         assert torch.equal(route_upd[i, : len(p) + len(r) - 1], route_old[i, : len(p) + len(r) - 1])

@@ -23,7 +23,6 @@ from timbench.engine import Request, SamplingParams, make_engine, token_logprobs
 from timbench.engine.sampler import _top_p
 from timbench.metrics.mismatch import routing_agreement
 from timbench.model import PRESETS, Compute, Qwen3ForCausalLM, load_checkpoint, save_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.rl import step as step_mod
 from timbench.rl.config import load_config
 from timbench.rl.loop import run
@@ -31,6 +30,7 @@ from timbench.spec.keys import parse_spec
 from timbench.tasks.base import Task
 from timbench.trainer import sequence_logprobs
 from timbench.trainer import update as update_mod
+from timbench.util.shipped import default_checkpoint
 
 DIST_KEYS = {"tim/bitwise_equal_frac", "tim/tv_mean", "tim/tv_max", "tim/top1_agreement", "tim/top5_consistency"}
 """timbench.metrics.dist's keys: they need both full distributions, which vLLM does not return."""

@@ -13,8 +13,8 @@ from timbench.data import encode_prompt
 from timbench.evaluate import evaluate
 from timbench.kernels import get_kernels
 from timbench.model import PRESETS, Compute, load_checkpoint
-from timbench.model.shipped import available_checkpoints, default_checkpoint
 from timbench.tasks import get_task
+from timbench.util.shipped import available_checkpoints, default_checkpoint
 from timbench.warmstart.run import WarmstartError, parse_band
 
 SHIPPED = [

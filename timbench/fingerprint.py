@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .model.shipped import default_checkpoint
 from .util.atomic import atomic_write
+from .util.shipped import default_checkpoint
 
 if TYPE_CHECKING:  # torch is imported where it is used, so `timbench --help` stays torch-free
     import torch

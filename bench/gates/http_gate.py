@@ -33,8 +33,8 @@ from timbench.gate.fake_server import FakeServer
 from timbench.gate.fault_proxy import EXPECTED_PROBE, SYNC_FAULTS, FaultProxy
 from timbench.gate.http_run import run_http_gate
 from timbench.gate.suite import load_suite
-from timbench.model.shipped import default_checkpoint
 from timbench.util.atomic import atomic_write
+from timbench.util.shipped import default_checkpoint
 
 
 def one(url: str, trainer: str, suite, out: Path, fault: str, stale: str | None = None, sync_dir=None) -> dict:

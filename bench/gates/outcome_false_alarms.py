@@ -21,9 +21,9 @@ from timbench.gate.outcome import one_run, rl_outcome
 from timbench.gate.run import format_numbers
 from timbench.gate.suite import load_suite
 from timbench.model import load_checkpoint
-from timbench.model.shipped import default_checkpoint
 from timbench.spec.keys import parse_spec
 from timbench.util.atomic import atomic_write
+from timbench.util.shipped import default_checkpoint
 
 
 def main() -> int:

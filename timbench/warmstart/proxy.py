@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1
-from ..model.shipped import default_checkpoint
 from ..tasks import get_task
+from ..util.shipped import default_checkpoint
 from ..util.threads import set_threads
 from .run import ENGINE_SPEC, warmstart
 

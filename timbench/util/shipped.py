@@ -1,4 +1,4 @@
-"""The shipped warm-start checkpoints: package data under `timbench/assets/checkpoints/<task>-<preset>`."""
+"""Where the shipped warm-start checkpoints lie: package data under `timbench/assets/checkpoints/<task>-<preset>`."""
 
 from __future__ import annotations
 
