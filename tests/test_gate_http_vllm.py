@@ -223,7 +223,9 @@ def _sync_gate(url, ckpt, tmp_path, proxy_fault=None):
     n = row["numbers"]
     assert n["mean_abs_diff_restored"] < 1e-5 and n["mean_abs_diff_before"] < 1e-5
     if not proxy_fault:  # (a kept prefix cache may still serve blocks of the synced weights)
-        assert n["mean_abs_diff_restored"] == n["mean_abs_diff_before"]
+        # within the probe's own rule (10x the server's mismatch before the sync), not bit for bit: one run of the
+        # CI stage on a loaded 2-core machine measured 4.9e-7 after the restore against 2.9e-7 before
+        assert n["mean_abs_diff_restored"] <= 10 * n["mean_abs_diff_before"]
     return row
 
 
