@@ -15,7 +15,11 @@ from timbench.util.manifest import stamp_run
 CONDITIONS = {
     "baseline": {"kind": "reference", "engine": "kernels=exact,dtype=fp32", "trainer": "kernels=exact,dtype=fp32"},
     "bf16-engine": {"kind": "precision", "engine": "kernels=exact,dtype=bf16", "trainer": "kernels=exact,dtype=fp32"},
-    "fp8-rollout": {"kind": "quant", "engine": "kernels=exact,weight_quant=fp8,act_quant=fp8", "trainer": "kernels=exact,dtype=fp32"},
+    "fp8-rollout": {
+        "kind": "quant",
+        "engine": "kernels=exact,weight_quant=fp8,act_quant=fp8",
+        "trainer": "kernels=exact,dtype=fp32",
+    },
     "noise-1": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:1.0", "trainer": "kernels=exact"},
     "noise-3": {"kind": "noise", "engine": "kernels=exact,noise=gaussian:3.0", "trainer": "kernels=exact"},
     "moe-router-bf16": {
