@@ -29,6 +29,11 @@ SPEC_DOC = "openai=URL[,model=NAME][,api_key_env=VAR][,timeout=SECONDS][,retries
 class ServerError(ValueError):
     """The server could not be reached or refused a request: one line naming the URL and what went wrong."""
 
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+        """The HTTP status of a refusal (a 4xx is the server's verdict on the request), or None."""
+
 
 @dataclass(frozen=True)
 class OpenAISpec:
@@ -174,7 +179,7 @@ class Client:
             except urllib.error.HTTPError as e:
                 last = f"HTTP {e.code} {_reason(e)}"
                 if e.code < 500 and e.code != 429:
-                    raise ServerError(f"{method} {url}: {last}") from None
+                    raise ServerError(f"{method} {url}: {last}", e.code) from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # timeouts, refusals, hang-ups
                 why = getattr(e, "reason", e)
                 last = "timed out" if isinstance(why, (TimeoutError, socket.timeout)) else f"unreachable ({why})"
