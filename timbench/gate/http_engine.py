@@ -179,7 +179,7 @@ def _is_id(t) -> bool:
 def discover(client: Client, probe_prompt=(5, 6, 7), vocab: Callable[[], TextVocab] | None = None) -> Offer:
     """The server's models, version and capabilities; a one-line ServerError when it serves no usable model or
     returns no logprobs (nothing could then be tested). `vocab` (the trainer's tokenizer, loaded when called) is
-    used where the server refuses token-id prompts (a 4xx) or returns tokens as text."""
+    used where the server refuses token-id prompts (an HTTP error answer) or returns tokens as text."""
     listed = client.get("/v1/models").get("data")
     if not isinstance(listed, list) or not listed:
         raise ServerError(f"GET {client.spec.url}/v1/models lists no model")
@@ -214,10 +214,11 @@ def discover(client: Client, probe_prompt=(5, 6, 7), vocab: Callable[[], TextVoc
     try:
         choice = _choice(client.post("/v1/completions", base))
     except ServerError as e:
-        if vocab is None or e.status is None or not 400 <= e.status < 500:
+        # refused with an HTTP answer (4xx; llama-cpp-python answers its schema's refusal with a 500): as text
+        if vocab is None or e.status is None or e.status == 429:
             raise
         offer.vocab = vocab()
-        try:  # refused as token ids: the same prompt as its text
+        try:
             base["prompt"] = offer.vocab.text(probe_prompt)
             choice = _choice(client.post("/v1/completions", base))
         except (ServerError, NotTested) as e2:
@@ -374,9 +375,11 @@ class HttpEngine:
         self._counted(doc, len(r.prompt_ids), r.request_id)
         lp = ch.get("logprobs") or {}
         ids, lps = self._ids(lp.get("tokens") or []), lp.get("token_logprobs") or []
-        if len(ids) != len(lps) or not ids or any(not isinstance(x, (int, float)) for x in lps):
+        stopped = ch.get("finish_reason") == "stop"  # a server may end at a stop token it does not list: no tokens
+        if len(ids) != len(lps) or not (ids or stopped) or any(not isinstance(x, (int, float)) for x in lps):
             raise ServerError(f"request {r.request_id}: {len(ids)} tokens but {len(lps)} logprobs came back")
         tops = lp.get("top_logprobs")
+        self.top_ids.pop(r.request_id, None)  # request ids recur across calls: never keep another call's tops
         if isinstance(tops, list) and len(tops) == len(ids) and all(isinstance(t, dict) and t for t in tops):
             with contextlib.suppress(NotTested, ServerError):  # argmax flips only: a top token may have no id
                 self.top_ids[r.request_id] = self._ids([max(t, key=t.get) for t in tops])
