@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 # One set of library versions for make quick, make test, the vLLM stage and CI: see constraints.txt.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: setup setup-vllm lint format test-unit docs docs-ref quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-journeys test-vllm test-ray test-browser bench clean gate-matrix
+.PHONY: setup setup-vllm lint format test-unit docs docs-ref quick paper claims early-warning proxy-fidelity proxy-fidelity-dense align test test-slow test-journeys test-vllm test-llamacpp test-ray test-browser bench clean gate-matrix
 
 # Where `make quick` writes its grid (a fresh run; results/quick holds the committed one it is compared with).
 QUICK_OUT ?= build/quick
@@ -34,6 +34,13 @@ setup-vllm: $(VENV)/.vllm-installed
 
 test-vllm: setup-vllm
 	TIMBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests/test_vllm.py tests/test_gate_http_vllm.py
+
+# The second server implementation, llama.cpp through llama-cpp-python 0.3.16's OpenAI server, in its own venv
+# (build/venv-llamacpp: built from the PyPI sdist, ~12 min on 2 busy cores the first time) on an F32 GGUF of the
+# tiny dense checkpoint (bench/gates/llamacpp_gate.sh; docs/gate-your-stack.md "Second server: llama.cpp").
+test-llamacpp: setup
+	bash bench/gates/llamacpp_gate.sh --setup-only
+	TIMBENCH_REQUIRE_LLAMACPP=1 $(PY) -m pytest -q -m llamacpp tests/test_gate_http_llamacpp.py
 
 # The vLLM release matrix (docs/findings/vllm-matrix.md): each release in its own venv under
 # build/gate-matrix/ with the torch it pins (bench/gates/matrix.sh; ~2.5 GB and a few minutes per release), gated
@@ -131,7 +138,7 @@ test-unit: setup
 	$(PY) -m pytest -q -m unit
 
 test: setup
-	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser and not journey" --ignore=tests/test_vllm.py --ignore=tests/test_gate_http_vllm.py  # vLLM: make test-vllm; Ray cluster: make test-ray; Chromium: make test-browser; journeys: make test-journeys
+	$(PY) -m pytest -q --durations=20 -m "not slow and not ray_cluster and not browser and not journey" --ignore=tests/test_vllm.py --ignore=tests/test_gate_http_vllm.py --ignore=tests/test_gate_http_llamacpp.py  # vLLM: make test-vllm; llama.cpp: make test-llamacpp; Ray cluster: make test-ray; Chromium: make test-browser; journeys: make test-journeys
 
 # The tests marked `slow` (emulated CPUs, golden fingerprints, cell timeouts, Ray token, two submissions, two steps of
 # every committed grid replayed; ~10 min): CI's own stage.

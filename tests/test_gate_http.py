@@ -285,6 +285,54 @@ def test_prompt_scoring_through_echo_or_missing(tmp_path, capsys):
     assert "prompt logprobs echo" in out.err and "not tested: prefill_vs_decode" in out.out
 
 
+def test_a_server_that_speaks_only_text_is_gated_through_the_trainers_tokenizer(tmp_path, capsys):
+    """A server that refuses token-id prompts (422) and returns tokens as text (llama-cpp-python's server, the
+    OpenAI API's shapes): prompts go as their text, each returned token's text names its id (the character
+    vocabulary's texts are unique), and the gate measures what it measures on token ids, echo scoring included."""
+    (tmp_path / "s.yaml").write_text(
+        FAST.replace("probes:\n", "probes:\n  prefill_vs_decode: {requests: 3, max_new_tokens: 4}\n")
+    )
+    with FakeServer(CKPT, text_only=True, prompt_scoring="echo") as s:
+        assert gate(s.url, str(tmp_path / "s.yaml"), tmp_path / "text") == 0
+    err = capsys.readouterr().err
+    assert "text: prompts as text (token-id prompts refused); tokens as text, each naming one id" in err
+    got = rows(tmp_path / "text")
+    assert got["determinism"]["passed"] and got["prefill_vs_decode"]["numbers"]["max_abs_diff"] == 0.0
+    assert got["alignment"]["numbers"]["mean_abs_diff"] < 1e-4 and got["alignment"]["numbers"]["tokens"] > 0
+    assert got["logprob_semantics"]["numbers"]["fits"] == "processed"
+    offers = json.loads((tmp_path / "text" / "gate.json").read_text())["identity"]["offers"]
+    assert offers["prompt_text"] and offers["token_text"] and not offers["token_ids"]
+
+
+def test_text_prompts_and_tokens_are_exact_or_refused():
+    """A prompt goes as text only where the tokenizer gives its ids back; a token's text names an id only where no
+    two ids share one; an echo answer is placed by its tokens, a leading token left out of the echo included."""
+    from types import SimpleNamespace
+
+    from timbench.gate.http_client import ServerError
+    from timbench.gate.http_engine import HttpEngine, NotTested, Offer, TextVocab
+
+    chars = ["<bos>", "a", "b", "ab"]  # "ab" is also the text of [1, 2]: that prompt does not survive the round trip
+    vocab = TextVocab(
+        lambda ids: "".join(chars[i] for i in ids),
+        lambda t: [1, 2] if t == "ab" else [chars.index(c) for c in t],
+        {c: i for i, c in enumerate(chars)},
+    )
+    assert vocab.text([2, 1]) == "ba" and vocab.ids(["ab", "a"]) == [3, 1]
+    with pytest.raises(NotTested, match="does not turn the text"):
+        vocab.text([3])
+    with pytest.raises(ServerError, match="'c' that is no token"):
+        vocab.ids(["c"])
+    with pytest.raises(NotTested, match="share a text"):
+        TextVocab(vocab.decode, vocab.encode, None).ids(["a"])
+    offer = Offer("m", ["m"], token_text=True, vocab=vocab)
+    engine = HttpEngine(SimpleNamespace(spec=SimpleNamespace(concurrency=1)), offer, 4, 16)
+    assert engine._echo_start(["<bos>", "a", "b", "a"], [0, 1, 2]) == 0
+    assert engine._echo_start(["a", "b", "a"], [0, 1, 2]) == -1  # the leading BOS left out (llama-cpp-python)
+    with pytest.raises(ServerError, match="are not the prompt's"):
+        engine._echo_start(["b", "a"], [0, 1, 2])
+
+
 def test_gate_check_between_two_http_runs(server, suite, tmp_path, capsys):
     """A server upgrade checked by `gate check`: the runs' identities compare, and each changed probe is one line
     (a regression per probe that now fails, an improvement per probe that now passes, a change of what the

@@ -12,7 +12,9 @@ swaps two token ids' texts), `logprobs_mode="raw"` (the sampled tokens' logprobs
 default `raw_logprobs`), `prompt_scoring` ("prompt_logprobs", "echo": prompt logprobs only through `echo` with
 `logprobs`, as OpenAI's legacy API, or "none"), `top_p_logprobs="full"` (with top-k / top-p the sampled tokens'
 logprobs of the full tempered distribution, not renormalised over the kept set), `routes` (the paths its
-/openapi.json lists, as a FastAPI server's; None: no /openapi.json).
+/openapi.json lists, as a FastAPI server's; None: no /openapi.json), `text_only` (the OpenAI API's text shapes, as
+llama-cpp-python's server: a token-id prompt refused with 422, the prompt a string it tokenizes, every token
+returned as its text).
 
 Weight sync as vLLM's dev mode offers it: POST /collective_rpc with the method `reload_weights` (optional kwarg
 `weights_path`; else the checkpoint it was started on) loads that checkpoint into the engine, and
@@ -63,6 +65,10 @@ class LoopbackService:
         self.httpd.server_close()
 
 
+class _Unprocessable(ValueError):
+    """A request body the server's schema refuses (FastAPI's 422)."""
+
+
 class FakeServer(LoopbackService):
     def __init__(
         self,
@@ -77,6 +83,7 @@ class FakeServer(LoopbackService):
         top_p_logprobs: str = "renormalised",
         routes: tuple[str, ...] | None = None,
         reload: str = "loads",
+        text_only: bool = False,
     ):
         from tokenizers import Tokenizer  # deferred: tokenizers is heavy
 
@@ -91,6 +98,7 @@ class FakeServer(LoopbackService):
         self.name, self.logprobs, self.api_key, self.delay = name, logprobs, api_key, delay
         self.swap, self.logprobs_mode, self.prompt_scoring = swap_tokens, logprobs_mode, prompt_scoring
         self.top_p_logprobs, self.routes, self.reload = top_p_logprobs, routes, reload
+        self.text_only = text_only
         self.lock = threading.Lock()
         self.requests = 0
         self._listen(_handler(self))
@@ -114,6 +122,11 @@ class FakeServer(LoopbackService):
         from ..engine import Request, SamplingParams  # deferred: torch is heavy
 
         prompt = body["prompt"]
+        if self.text_only:  # pydantic's answer to a list of ints where `prompt: str | list[str]`
+            if not isinstance(prompt, str):
+                raise _Unprocessable("prompt: Input should be a valid string")
+            prompt = self.tok.encode(prompt, add_special_tokens=False).ids
+            body = {**body, "return_tokens_as_token_ids": False}
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
             raise ValueError("prompt must be a non-empty list of token ids")
         bad = next((t for t in prompt if not 0 <= t < self.model.config.vocab_size), None)
@@ -288,6 +301,8 @@ def _handler(server: FakeServer):
                     doc = {"success": True}
                 else:
                     return self._send(404, {"detail": "Not Found"})
+            except _Unprocessable as e:
+                return self._send(422, {"detail": [{"type": "string_type", "loc": ["body", "prompt"], "msg": str(e)}]})
             except LookupError as e:
                 return self._send(404, {"error": {"message": str(e), "type": "NotFoundError", "code": 404}})
             except (ValueError, KeyError, TypeError) as e:

@@ -71,9 +71,21 @@ def checkpoint_hash(d: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def load_tokenizer(spec: HfSpec):
+    """The checkpoint's tokenizer, from the local directory only (never the hub, no remote code)."""
+    from transformers import AutoTokenizer  # deferred: transformers is heavy
+
+    try:
+        return AutoTokenizer.from_pretrained(spec.dir, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(
+            f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}"
+        ) from None
+
+
 class HfTrainer:
     def __init__(self, spec: HfSpec):
-        from transformers import AutoModelForCausalLM, AutoTokenizer  # deferred: transformers is heavy
+        from transformers import AutoModelForCausalLM  # deferred: transformers is heavy
         from transformers.utils import logging as hf_logging  # deferred: transformers is heavy
 
         self.spec = spec
@@ -87,7 +99,6 @@ class HfTrainer:
                 local_files_only=True,
                 trust_remote_code=False,
             ).eval()
-            self.tokenizer = AutoTokenizer.from_pretrained(spec.dir, local_files_only=True, trust_remote_code=False)
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(
                 f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}"
@@ -95,6 +106,7 @@ class HfTrainer:
         finally:
             if bar:
                 hf_logging.enable_progress_bar()
+        self.tokenizer = load_tokenizer(spec)
         self.vocab_size = int(self.model.config.vocab_size)
         self.max_len = int(getattr(self.model.config, "max_position_embeddings", 4096))
 
@@ -121,9 +133,10 @@ def log_softmax_at(z: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(z / (temperature or 1.0), dim=-1)
 
 
-def check_tokenizer(trainer: HfTrainer, client, model: str) -> list[str]:
+def check_tokenizer(trainer: HfTrainer, client, model: str, id_prompts: bool = True) -> list[str]:
     """Compare the trainer's tokenizer with the server's; return what was compared (lines), or raise a one-line
-    ValueError naming the first differing token. The server must have /tokenize and /detokenize (vLLM's)."""
+    ValueError naming the first differing token. The server must have /tokenize and /detokenize (vLLM's). Where it
+    takes prompts only as text (`id_prompts` False), where its vocabulary ends is not asked (no prompt names an id)."""
     tok = trainer.tokenizer
     size = len(tok)
     if size > trainer.vocab_size:
@@ -131,7 +144,7 @@ def check_tokenizer(trainer: HfTrainer, client, model: str) -> list[str]:
             f"tokenizer disagreement: the trainer's tokenizer has {size} tokens but its model's "
             f"vocabulary is {trainer.vocab_size}"
         )
-    for i, accept in ((size - 1, True), (size, False)):  # the server's vocabulary ends where the trainer's does
+    for i, accept in ((size - 1, True), (size, False)) if id_prompts else ():  # the vocabulary ends alike
         try:
             client.post("/v1/completions", {"model": model, "prompt": [i], "max_tokens": 1})
             took = True

@@ -29,6 +29,12 @@ SPEC_DOC = "openai=URL[,model=NAME][,api_key_env=VAR][,timeout=SECONDS][,retries
 class ServerError(ValueError):
     """The server could not be reached or refused a request: one line naming the URL and what went wrong."""
 
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+        """The HTTP status of the server's answer (a 4xx is its verdict on the request; a 5xx after the retries),
+        or None where no answer came (unreachable, timed out)."""
+
 
 @dataclass(frozen=True)
 class OpenAISpec:
@@ -162,7 +168,7 @@ class Client:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        last = ""
+        last, status = "", None
         for attempt in range(self.spec.retries + 1):
             if attempt:
                 time.sleep(min(0.2 * 2**attempt, 2.0))
@@ -172,18 +178,19 @@ class Client:
                     raw = r.read()
                 break
             except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code} {_reason(e)}"
+                last, status = f"HTTP {e.code} {_reason(e)}", e.code
                 if e.code < 500 and e.code != 429:
-                    raise ServerError(f"{method} {url}: {last}") from None
+                    raise ServerError(f"{method} {url}: {last}", e.code) from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # timeouts, refusals, hang-ups
-                why = getattr(e, "reason", e)
+                why, status = getattr(e, "reason", e), None
                 last = "timed out" if isinstance(why, (TimeoutError, socket.timeout)) else f"unreachable ({why})"
                 if "timed out" in str(why):
                     last = "timed out"
         else:
             raise ServerError(
                 f"{method} {url}: {last} after {self.spec.retries + 1} attempt(s) with a "
-                f"{self.spec.timeout:g}s timeout each (engine spec keys timeout=, retries=)"
+                f"{self.spec.timeout:g}s timeout each (engine spec keys timeout=, retries=)",
+                status,
             )
         try:
             doc = json.loads(raw)

@@ -15,12 +15,21 @@ Weight sync over HTTP is driven only on request (`sync_dir=DIR`, timbench.gate.h
 dev-mode routes (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc `reload_weights`, /reset_prefix_cache); `discover`
 records which of WEIGHT_ROUTES /openapi.json lists (vLLM dev mode, SGLang, RL frameworks' extensions), and
 `weight_sync_reason` names them when the probe is not tested.
+
+A server that takes prompts only as text, or returns tokens only as text (the OpenAI API's own shapes: the
+legacy completions API, llama-cpp-python's server), is driven through the trainer's tokenizer (`TextVocab`) where
+that is exact: a prompt goes as text only when the tokenizer turns the text back into exactly its ids, and every
+answer's prompt-token count must then be the number of ids; a returned token's text maps back to its id only when
+no two ids of the vocabulary share a text. Nothing is re-tokenized; where that is not exact, the probes are not
+tested.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -52,6 +61,52 @@ class NotTested(Exception):
     """A probe needs a capability the server does not offer: its row says so with this reason."""
 
 
+@dataclass(frozen=True)
+class TextVocab:
+    """The trainer's tokenizer, for a server that takes or returns tokens only as text: `text` of a prompt's ids
+    (only where the tokenizer turns it back into exactly those ids), and `pieces`, each id's text -> the id, or None
+    when two ids share a text (a returned token's text would then not name one id)."""
+
+    decode: Callable[[list[int]], str]
+    encode: Callable[[str], list[int]]
+    pieces: dict[str, int] | None
+
+    @classmethod
+    def of(cls, tokenizer) -> TextVocab:
+        """From a Hugging Face tokenizer: special tokens decoded as their text, nothing added or cleaned up."""
+
+        def decode(ids):
+            return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+        def encode(text):
+            return list(tokenizer.encode(text, add_special_tokens=False))
+
+        texts = [decode([i]) for i in range(len(tokenizer))]
+        unique = all(texts) and len(set(texts)) == len(texts)
+        return cls(decode, encode, {t: i for i, t in enumerate(texts)} if unique else None)
+
+    def text(self, ids) -> str:
+        text = self.decode(list(ids))
+        if self.encode(text) != list(ids):
+            raise NotTested(
+                "the server takes prompts only as text, and the trainer's tokenizer does not turn the text of "
+                f"prompt {list(ids)[:8]}... back into those ids"
+            )
+        return text
+
+    def ids(self, tokens: list) -> list[int]:
+        """Returned token texts -> ids through `pieces`; NotTested where the vocabulary cannot say which id."""
+        if self.pieces is None:
+            raise NotTested(
+                "the server returns tokens as text, and the trainer's vocabulary has ids that share a text (or an "
+                "empty one): a token's text does not name its id"
+            )
+        try:
+            return [self.pieces[str(t)] for t in tokens]
+        except KeyError as e:
+            raise ServerError(f"the server returned a token {e.args[0]!r} that is no token of the vocabulary") from None
+
+
 @dataclass
 class Offer:
     """What the server offers, as discovered."""
@@ -65,6 +120,12 @@ class Offer:
     """The served model's path as /v1/models reports it (vLLM's `root`: its --model), or None."""
     token_ids: bool = False
     """Sampled tokens come back as ids (vLLM's return_tokens_as_token_ids)."""
+    prompt_text: bool = False
+    """The server refuses token-id prompts: prompts go as their text (`vocab.text`)."""
+    token_text: bool = False
+    """Sampled tokens come back as text, each naming one id of the vocabulary (`vocab.ids`)."""
+    vocab: TextVocab | None = None
+    """The trainer's tokenizer, where prompts or tokens go as text."""
     prompt_logprobs: str | None = None
     """How prompt tokens are scored: "prompt_logprobs" (vLLM), "echo" (echo + logprobs), or None."""
     top_k: bool = False
@@ -81,7 +142,14 @@ class Offer:
             f"max_model_len {self.max_model_len or 'not reported'}",
             f"offers: logprobs yes; token ids {yes(self.token_ids)}; prompt logprobs "
             f"{self.prompt_logprobs or 'no'}; seed yes; top_k {yes(self.top_k)}; /tokenize {yes(self.tokenize)}",
-        ]
+        ] + (
+            [
+                f"text: prompts as {'text (token-id prompts refused)' if self.prompt_text else 'token ids'}; "
+                f"tokens as {'text, each naming one id' if self.token_text else 'ids' if self.token_ids else 'text'}"
+            ]
+            if self.vocab
+            else []
+        )
 
 
 def request_seed(seed: int, request_id: int) -> int:
@@ -92,8 +160,11 @@ def request_seed(seed: int, request_id: int) -> int:
 
 
 def _ids(tokens: list) -> list[int]:
+    """Tokens as ids: JSON integers, or strings spelled as vLLM spells an id (a bare digit is a token's text)."""
     try:
-        return [int(str(t).removeprefix(TOKEN_ID_PREFIX)) for t in tokens]
+        if not all(_is_id(t) for t in tokens):
+            raise ValueError("a token as text")
+        return [t if isinstance(t, int) else int(t.removeprefix(TOKEN_ID_PREFIX)) for t in tokens]
     except ValueError:
         raise NotTested(
             "the server returns tokens as text, not ids (vLLM's return_tokens_as_token_ids); "
@@ -101,9 +172,14 @@ def _ids(tokens: list) -> list[int]:
         ) from None
 
 
-def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
+def _is_id(t) -> bool:
+    return (isinstance(t, int) and not isinstance(t, bool)) or (isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX))
+
+
+def discover(client: Client, probe_prompt=(5, 6, 7), vocab: Callable[[], TextVocab] | None = None) -> Offer:
     """The server's models, version and capabilities; a one-line ServerError when it serves no usable model or
-    returns no logprobs (nothing could then be tested)."""
+    returns no logprobs (nothing could then be tested). `vocab` (the trainer's tokenizer, loaded when called) is
+    used where the server refuses token-id prompts (an HTTP error answer) or returns tokens as text."""
     listed = client.get("/v1/models").get("data")
     if not isinstance(listed, list) or not listed:
         raise ServerError(f"GET {client.spec.url}/v1/models lists no model")
@@ -135,7 +211,19 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
         "logprobs": 1,
         "return_tokens_as_token_ids": True,
     }
-    choice = _choice(client.post("/v1/completions", base))
+    try:
+        choice = _choice(client.post("/v1/completions", base))
+    except ServerError as e:
+        # refused with an HTTP answer (4xx; llama-cpp-python answers its schema's refusal with a 500): as text
+        if vocab is None or e.status is None or e.status == 429:
+            raise
+        offer.vocab = vocab()
+        try:
+            base["prompt"] = offer.vocab.text(probe_prompt)
+            choice = _choice(client.post("/v1/completions", base))
+        except (ServerError, NotTested) as e2:
+            raise ServerError(f"{e}; and as text: {e2}") from None
+        offer.prompt_text = True
     lp = choice.get("logprobs")
     if not isinstance(lp, dict) or not _floats(lp.get("token_logprobs")):
         raise ServerError(
@@ -146,6 +234,12 @@ def discover(client: Client, probe_prompt=(5, 6, 7)) -> Offer:
         offer.token_ids = len(_ids(lp.get("tokens") or [])) > 0
     except NotTested:
         offer.notes.append("tokens come back as text")
+        if vocab is not None:
+            offer.vocab = offer.vocab or vocab()
+            try:
+                offer.token_text = len(offer.vocab.ids(lp.get("tokens") or [])) > 0
+            except (NotTested, ServerError) as e:
+                offer.notes.append(str(e))
     offer.top_k = _accepted(client, {**base, "top_k": 5})
     if _prompt_lps(_try(client, {**base, "prompt_logprobs": 1}), len(probe_prompt)) is not None:
         offer.prompt_logprobs = "prompt_logprobs"
@@ -236,16 +330,38 @@ class HttpEngine:
             return list(pool.map(fn, items))
 
     def generate(self, requests, params: SamplingParams = SamplingParams()) -> list[Completion]:
-        if not self.offer.token_ids:
-            raise NotTested("the server returns sampled tokens as text, not ids (vLLM's return_tokens_as_token_ids)")
+        if not (self.offer.token_ids or self.offer.token_text):
+            why = f": {self.offer.notes[-1]}" if self.offer.token_text is False and self.offer.vocab else ""
+            raise NotTested(
+                f"the server returns sampled tokens as text, not ids (vLLM's return_tokens_as_token_ids){why}"
+            )
         if params.top_k and not self.offer.top_k:
             raise NotTested("the server refuses top_k")
         return self._map(lambda r: self._one(r, params), list(requests))
 
+    def _prompt(self, ids: list[int]):
+        """What a request's `prompt` carries: the ids, or their text where the server refuses token-id prompts."""
+        return self.offer.vocab.text(ids) if self.offer.prompt_text else list(ids)
+
+    def _ids(self, tokens: list) -> list[int]:
+        return self.offer.vocab.ids(tokens) if self.offer.token_text else _ids(tokens)
+
+    def _counted(self, doc: dict, sent: int, request_id) -> None:
+        """Record a prompt-token count that is not the number sent; for a prompt sent as text, refuse the answer
+        (the server split the text into other tokens than the ids it stands for)."""
+        counted = (doc.get("usage") or {}).get("prompt_tokens")
+        if self.offer.prompt_text and counted != sent:
+            raise ServerError(
+                f"request {request_id}: its prompt went as the text of {sent} token ids and the server counted "
+                f"{counted} prompt tokens (usage.prompt_tokens): it tokenizes the text otherwise"
+            )
+        if isinstance(counted, int) and counted != sent and request_id is not None:
+            self.prompt_counts[request_id] = (sent, counted)
+
     def _one(self, r: Request, params: SamplingParams) -> Completion:
         body = {
             "model": self.offer.model,
-            "prompt": list(r.prompt_ids),
+            "prompt": self._prompt(r.prompt_ids),
             "temperature": params.temperature,
             "top_p": params.top_p,
             "seed": request_seed(params.seed, r.request_id),
@@ -256,16 +372,17 @@ class HttpEngine:
         }
         doc = self.client.post("/v1/completions", body)
         ch = _choice(doc)
-        counted = (doc.get("usage") or {}).get("prompt_tokens")
-        if isinstance(counted, int) and counted != len(r.prompt_ids):
-            self.prompt_counts[r.request_id] = (len(r.prompt_ids), counted)
+        self._counted(doc, len(r.prompt_ids), r.request_id)
         lp = ch.get("logprobs") or {}
-        ids, lps = _ids(lp.get("tokens") or []), lp.get("token_logprobs") or []
-        if len(ids) != len(lps) or not ids or any(not isinstance(x, (int, float)) for x in lps):
+        ids, lps = self._ids(lp.get("tokens") or []), lp.get("token_logprobs") or []
+        stopped = ch.get("finish_reason") == "stop"  # a server may end at a stop token it does not list: no tokens
+        if len(ids) != len(lps) or not (ids or stopped) or any(not isinstance(x, (int, float)) for x in lps):
             raise ServerError(f"request {r.request_id}: {len(ids)} tokens but {len(lps)} logprobs came back")
         tops = lp.get("top_logprobs")
+        self.top_ids.pop(r.request_id, None)  # request ids recur across calls: never keep another call's tops
         if isinstance(tops, list) and len(tops) == len(ids) and all(isinstance(t, dict) and t for t in tops):
-            self.top_ids[r.request_id] = [_ids([max(t, key=t.get)])[0] for t in tops]
+            with contextlib.suppress(NotTested, ServerError):  # argmax flips only: a top token may have no id
+                self.top_ids[r.request_id] = self._ids([max(t, key=t.get) for t in tops])
         return Completion(
             r.request_id,
             list(r.prompt_ids),
@@ -287,7 +404,7 @@ class HttpEngine:
     def _prefill(self, prompt: list[int], response: list[int]):
         body = {
             "model": self.offer.model,
-            "prompt": prompt + response,
+            "prompt": self._prompt(prompt + response),
             "max_tokens": 1,
             "temperature": 1.0,
             "seed": 0,
@@ -303,11 +420,33 @@ class HttpEngine:
             lps = [float(s[str(t)]["logprob"] if str(t) in s else s[t]["logprob"]) for s, t in zip(steps, response)]
             am = [int(next(k for k, v in s.items() if v.get("rank") == 1)) for s in steps]
             return torch.tensor(lps, dtype=torch.float64), torch.tensor(am)
-        ch = _choice(self.client.post("/v1/completions", {**body, "echo": True}))
-        lp = ch["logprobs"]
-        xs = lp["token_logprobs"][len(prompt) : n]
-        tops = lp.get("top_logprobs") or []
-        am = [_ids([max(t, key=t.get)])[0] if isinstance(t, dict) and t else -1 for t in tops[len(prompt) : n]]
+        doc = self.client.post("/v1/completions", {**body, "echo": True})
+        self._counted(doc, n, None)
+        lp = _choice(doc)["logprobs"]
+        start = self._echo_start(lp.get("tokens") or [], prompt + response)
+        xs = lp["token_logprobs"][start + len(prompt) : start + n]
+        tops = (lp.get("top_logprobs") or [])[start + len(prompt) : start + n]
+        am = []
+        for t in tops:
+            try:
+                am.append(self._ids([max(t, key=t.get)])[0] if isinstance(t, dict) and t else -1)
+            except (NotTested, ServerError):
+                am.append(-1)  # a top token with no id: no argmax for that position
         return torch.tensor([float(x) if x is not None else math.nan for x in xs], dtype=torch.float64), torch.tensor(
             am if len(am) == len(xs) else [-1] * len(xs)
         )
+
+    def _echo_start(self, tokens: list, seq: list[int]) -> int:
+        """Where the echoed sequence starts in an echo answer's token list: 0, or -1 for a server that leaves the
+        first prompt token out of the echo (llama-cpp-python drops a leading BOS); checked against the ids sent
+        where the tokens name ids, else by the count (the sequence and at most one generated token)."""
+        try:
+            got = self._ids(tokens)
+        except (NotTested, ServerError):
+            if len(tokens) in (len(seq), len(seq) + 1):
+                return 0
+            raise ServerError(f"an echo answer has {len(tokens)} tokens for a {len(seq)}-token prompt") from None
+        for start in (0, -1):
+            if got[: len(seq) + start] == seq[-start:]:
+                return start
+        raise ServerError(f"an echo answer's tokens {got[:8]}... are not the prompt's {seq[:8]}...")

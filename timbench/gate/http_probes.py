@@ -54,7 +54,7 @@ SUPPORT = {"renormalised": "renormalised over the kept mass", "full": "of the fu
 
 
 def _sampled(rows: torch.Tensor, tokens) -> torch.Tensor:
-    return rows.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+    return rows.gather(-1, torch.tensor(tokens, dtype=torch.long)[:, None])[:, 0]  # long: a response may be empty
 
 
 def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Probe:
@@ -81,6 +81,9 @@ def alignment(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> Pr
         "k3_kl": mismatch_metrics(lp_t, lp_e)[K3_KL],
         "frac_tokens_differ": float((diff != 0).double().mean()),
     }
+    empty = sum(not c.token_ids for c in comps)
+    if empty:  # a server that ends at a stop token without listing it (llama-cpp-python): nothing to compare
+        numbers["completions_empty"] = empty
     if checked:
         numbers["argmax_flips"] = flips
         numbers["argmax_checked"] = checked
@@ -179,7 +182,7 @@ def truncated_support(engine, trainer: HfTrainer, p: dict, t: float, seed: int) 
         lp_all = log_softmax_at(z, t)
         keep = top_p_keep(lp_all, top_p)
         kept = (lp_all.exp() * keep).sum(-1)
-        tok = torch.tensor(c.token_ids)[:, None]
+        tok = torch.tensor(c.token_ids, dtype=torch.long)[:, None]
         full = lp_all.gather(-1, tok)[:, 0]
         got = c.logprobs.double()
         diff["full"].append(full - got)

@@ -31,10 +31,10 @@ from ..util import manifest
 from ..util.atomic import atomic_write
 from ..util.provenance import git_revision
 from . import http_probes, http_weight_sync
-from .hf_trainer import HfTrainer, check_tokenizer, checkpoint_hash, parse_hf_spec
+from .hf_trainer import HfTrainer, check_tokenizer, checkpoint_hash, load_tokenizer, parse_hf_spec
 from .html import render_gate_html
 from .http_client import Client, parse_openai_spec
-from .http_engine import HttpEngine, NotTested, discover
+from .http_engine import HttpEngine, NotTested, TextVocab, discover
 from .http_weight_sync import check_sync_dir
 from .placement import placement, render_placement
 from .probes import PROBES, Probe
@@ -68,6 +68,7 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
             "top_k": offer.top_k,
             "tokenize": offer.tokenize,
             "weight_routes": offer.weight_routes,
+            **({"prompt_text": offer.prompt_text, "token_text": offer.token_text} if offer.vocab else {}),
         },
         "trainer_spec": str(trainer.spec),
         "checkpoint": trainer.spec.dir.name,
@@ -96,13 +97,13 @@ def connect(engine_spec: str, trainer_spec: str, allow_remote: bool = False, pro
     spec = parse_openai_spec(engine_spec, allow_remote)
     hf = parse_hf_spec(trainer_spec)
     client = Client(spec)
-    offer = discover(client)
+    offer = discover(client, vocab=lambda: TextVocab.of(load_tokenizer(hf)))
     check_sync_dir(spec, offer)
     for line in offer.lines():
         say(f"[gate http] {line}")
     trainer = HfTrainer(hf)
     if offer.tokenize:
-        for line in check_tokenizer(trainer, client, offer.model):
+        for line in check_tokenizer(trainer, client, offer.model, id_prompts=not offer.prompt_text):
             say(f"[gate http] {line}")
     else:
         say("[gate http] tokenizer agreement: not tested (the server has no /tokenize, /detokenize)")

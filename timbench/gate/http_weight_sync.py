@@ -140,7 +140,10 @@ def reset(client) -> None:
 def _deltas(comps, trainer: HfTrainer, t: float) -> torch.Tensor:
     rows = trainer.logits([(c.prompt_ids, c.token_ids) for c in comps])
     return torch.cat(
-        [log_softmax_at(z, t).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0] for z, c in zip(rows, comps)]
+        [
+            log_softmax_at(z, t).gather(-1, torch.tensor(c.token_ids, dtype=torch.long)[:, None])[:, 0]
+            for z, c in zip(rows, comps)
+        ]
     ) - torch.cat([c.logprobs.double() for c in comps])
 
 

@@ -102,7 +102,9 @@ def prefill_vs_decode(make, model, p: dict, params: SamplingParams, spec) -> Pro
     reqs = _requests("gate:pd", model.config.vocab_size, p["requests"], p["max_new_tokens"])
     comps = engine.generate(reqs, params)
     scored = prefill([(c.prompt_ids, c.token_ids) for c in comps])
-    worst = max(float((lp - c.logprobs.double()).abs().max()) for lp, c in zip(scored, comps))
+    worst = max(  # an empty response (a server ending at a stop token it does not list) has nothing to compare
+        (float((lp - c.logprobs.double()).abs().max()) for lp, c in zip(scored, comps) if c.token_ids), default=0.0
+    )
     return Probe(
         worst == 0.0,
         {"tokens": sum(len(c.token_ids) for c in comps), "max_abs_diff": worst, **extra},
@@ -163,15 +165,18 @@ def weight_sync(make, model, p: dict, params: SamplingParams, spec) -> Probe:
     )
 
 
-def frequency_test(counts: dict[int, int], probs: dict[int, float], n: int, min_expected: float = 5.0) -> dict:
+def frequency_test(
+    counts: dict[int, int], probs: dict[int, float], n: int, min_expected: float = 5.0, unlisted: int = 0
+) -> dict:
     """Pearson's chi-square of `n` draws' token `counts` against the probabilities the engine returned for them. Tokens
     expected fewer than `min_expected` times are pooled with the mass of every token never drawn (1 - the returned
-    probabilities' sum), so the test needs no access to the engine's full distribution.
+    probabilities' sum), so the test needs no access to the engine's full distribution. `unlisted` draws returned no
+    token (a server that ends at a stop token without listing it): they belong to that never-listed mass.
     Returned probabilities summing past 1 cannot be one distribution: chi2 = inf."""
     mass = math.fsum(probs.values())
     if mass > 1 + 1e-6:
         return {"chi2": math.inf, "dof": 0, "prob_mass": mass}
-    bins, pool_o, pool_e = [], 0, n * max(0.0, 1.0 - mass)
+    bins, pool_o, pool_e = [], unlisted, n * max(0.0, 1.0 - mass)
     for t, pr in sorted(probs.items()):
         if n * pr >= min_expected:
             bins.append((counts.get(t, 0), n * pr))
@@ -196,15 +201,17 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
     if getattr(getattr(spec, "noise", None), "kind", "none") != "none":
         return Probe(True, {}, note="not testable: noise= gives every request its own distribution")
     engine, n = make(model), p["samples"]
-    chi2, dof, spread, mass = 0.0, 0, 0.0, 0.0
+    chi2, dof, spread, mass, unlisted = 0.0, 0, 0.0, 0.0, 0
     for i, prompt in enumerate(_requests("gate:ss", model.config.vocab_size, p["prompts"], 1)):
         comps = engine.generate([Request(prompt.prompt_ids, 1, i * n + j) for j in range(n)], params)
         seen: dict[int, list[float]] = {}
         for c in comps:
-            seen.setdefault(c.token_ids[0], []).append(float(c.logprobs[0]))
+            if c.token_ids:
+                seen.setdefault(c.token_ids[0], []).append(float(c.logprobs[0]))
+        unlisted += sum(not c.token_ids for c in comps)
         spread = max([spread] + [max(v) - min(v) for v in seen.values()])
         probs = {t: math.fsum(math.exp(x) for x in v) / len(v) for t, v in seen.items()}
-        r = frequency_test({t: len(v) for t, v in seen.items()}, probs, n)
+        r = frequency_test({t: len(v) for t, v in seen.items()}, probs, n, unlisted=sum(not c.token_ids for c in comps))
         chi2, dof, mass = chi2 + r["chi2"], dof + r["dof"], max(mass, r["prob_mass"])
     p_value = 0.0 if chi2 == math.inf else chi2_sf(chi2, dof)
     numbers = {
@@ -214,6 +221,7 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
         "p_value": p_value,
         "max_prob_mass": mass,
         "logprob_spread": spread,
+        **({"draws_unlisted": unlisted} if unlisted else {}),
     }
     return Probe(p_value >= p["alpha"], numbers, {"min_p_value": p["alpha"]})  # passes at p >= alpha
 
