@@ -71,6 +71,11 @@ def test_a_running_campaign_reads_the_seeds_it_has(tmp_path, capsys):
     assert v["settings"]["fp8-rollout/bypass"]["seeds"] == 0
     assert {t["word"] for t in v["equivalence"]} == {"not tested"}  # one seed: no interval
     assert "Cells finished: 2 of 30 planned (the campaign is still running" in capsys.readouterr().out
+    root = grid(tmp_path / "two", seeds=[0, 1])  # two seeds decide nothing either: the house needs three
+    assert lh.main([str(root)]) == 0
+    v = json.loads((root / "verdict.json").read_text())
+    assert {t["word"] for t in v["equivalence"]} == {"not tested"}
+    assert all("fewer than 3" in t["not_tested"] for t in v["equivalence"])
 
 
 def test_a_directory_without_the_campaign_is_one_line_exit_2(tmp_path, capsys):
