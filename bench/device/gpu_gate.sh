@@ -35,7 +35,9 @@
 # vLLM serves and whose python runs the HTTP gate: default VLLM_VENV, or .venv with DEVICE=cpu),
 # HTTP_CKPTS (default "tiny-dense qwen3-0.6b-1layer qwen3-30b-a3b-1layer"), HTTP_START_TIMEOUT (seconds, default
 # 900), HTTP_KV_BYTES (the server's --kv-cache-memory-bytes, default 256 MiB: the HF trainer shares the GPU),
-# HTTP_SCRATCH (where the checkpoint copies go, default a fresh temporary directory, removed at exit).
+# HTTP_SCRATCH (where the checkpoint copies go, default a fresh temporary directory, removed at exit), HTTP_TIMEOUT
+# (seconds per request, default 300: the weight-sync probe's reload of the MoE shape's 2.5 GB took over 60 s on a
+# loaded CPU).
 # A dry run's output goes to OUT (give one under build/, e.g. `DEVICE=cpu SUITES=smoke DTYPES=fp32 STEPS=http
 # bash bench/device/gpu_gate.sh build/gpu-gate-dry`), never to results/.
 set -uo pipefail
@@ -156,7 +158,7 @@ http_step() {  # NAME CKPT_DIR SUITE DTYPE: start the server on CKPT_DIR, gate i
   if [ "$rc" = 0 ]; then
     echo "   server up after $((SECONDS - t0)) s on 127.0.0.1:$port"
     OPENAI_API_KEY=$key timeout "${STEP_TIMEOUT:-0}" "$HPY" -m timbench.cli gate run \
-      --engine "openai=http://127.0.0.1:$port,sync_dir=$ckpt" --trainer "hf=$ckpt,dtype=$dtype,device=$DEVICE" \
+      --engine "openai=http://127.0.0.1:$port,sync_dir=$ckpt,timeout=${HTTP_TIMEOUT:-300}" --trainer "hf=$ckpt,dtype=$dtype,device=$DEVICE" \
       --suite "$suite" --out "$OUT/$name" >"$OUT/$name.log" 2>&1
     rc=$?
     tail -n 3 "$OUT/$name.log"
