@@ -80,3 +80,21 @@ def test_gpu_gate_script_parses():
     """bench/device/gpu_gate.sh runs only where a GPU is lent; here at least bash must accept it."""
     r = subprocess.run(["bash", "-n", str(ROOT / "bench/device/gpu_gate.sh")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_gpu_gate_script_runs_only_the_steps_asked_for(tmp_path):
+    """STEPS=http on a venv without vLLM: no engine or fingerprint row, the HTTP step skipped with the reason,
+    no server left behind (the script exits 0 with only the runs.tsv header)."""
+    import os
+    import sys
+
+    out = tmp_path / "dry"
+    env = {**os.environ, "DEVICE": "cpu", "SUITES": "smoke", "DTYPES": "fp32", "STEPS": "http"}
+    env.update(PYTHON=sys.executable, HTTP_VENV=str(tmp_path / "no-venv"))
+    r = subprocess.run(
+        ["bash", str(ROOT / "bench/device/gpu_gate.sh"), str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert (out / "runs.tsv").read_text() == "step\texit\tseconds\n"
+    assert "HTTP: skipped: no vLLM" in (out / "http.txt").read_text()
+    assert "vLLM: skipped" in (out / "vllm.txt").read_text()

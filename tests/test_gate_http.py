@@ -404,6 +404,8 @@ def _free_port() -> int:
         ("no_trainer", "go together"),
         ("bad_key", "is not one of the keys"),
         ("bad_trainer", "not a Hugging Face checkpoint directory"),
+        ("bad_device", "trainer spec: device='tpu' is not valid; valid: cpu, cuda, cuda:N"),
+        ("no_such_device", "trainer spec: device=cuda:"),
         ("sync_missing", "is not a directory; it is the checkpoint directory the server was started with"),
         ("sync_no_weights", "holds no *.safetensors weights"),
         ("sync_read_only", "is not writable"),
@@ -424,6 +426,10 @@ def test_bad_inputs_are_one_line_exit_2(suite, tmp_path, capsys, monkeypatch, ca
         rc = run("http://127.0.0.1:1", ",colour=red")
     elif case == "bad_trainer":
         rc = run("http://127.0.0.1:1", trainer=f"hf={tmp_path}")
+    elif case == "bad_device":
+        rc = run("http://127.0.0.1:1", trainer=f"hf={CKPT},device=tpu")
+    elif case == "no_such_device":  # one past the CUDA devices this host has (none on a CPU host)
+        rc = run("http://127.0.0.1:1", trainer=f"hf={CKPT},device=cuda:{torch.cuda.device_count()}")
     elif case == "sync_missing":
         rc = run("http://127.0.0.1:1", f",sync_dir={tmp_path / 'nope'}")
     elif case == "sync_no_weights":
@@ -466,6 +472,26 @@ def test_spec_and_loopback_rules():
     ]:
         with pytest.raises(ValueError, match=why):
             parse_openai_spec(bad)
+
+
+def test_trainer_device_key_places_the_model_and_returns_host_float64_logits():
+    from timbench.gate.hf_trainer import HfTrainer, parse_hf_spec
+
+    cpu = parse_hf_spec(f"hf={CKPT},dtype=fp32")
+    assert cpu.device == "cpu" and str(cpu) == f"hf={CKPT},dtype=fp32,attn=eager"  # a CPU spec reads as it did
+    with pytest.raises(ValueError, match=r"device=cuda:\d+ but"):
+        parse_hf_spec(f"hf={CKPT},device=cuda:{torch.cuda.device_count()}")
+    seqs = [([1, 5, 6], [7, 8]), ([1, 9], [10, 11, 12])]
+    ref = HfTrainer(cpu).logits(seqs)
+    assert [tuple(z.shape) for z in ref] == [(2, 99), (3, 99)]
+    assert all(z.device.type == "cpu" and z.dtype == torch.float64 for z in ref)
+    if torch.cuda.is_available():  # the same checkpoint on the GPU: host float64 rows, close to the CPU's
+        gpu = parse_hf_spec(f"hf={CKPT},device=cuda")
+        assert str(gpu).endswith(",device=cuda")
+        trainer = HfTrainer(gpu)
+        assert next(trainer.model.parameters()).device.type == "cuda"
+        for z, r in zip(trainer.logits(seqs), ref):
+            assert z.device.type == "cpu" and z.dtype == torch.float64 and float((z - r).abs().max()) < 1e-2
 
 
 def test_bf16_exactness_detects_rounded_logprobs():

@@ -12,18 +12,19 @@ from __future__ import annotations
 import torch
 
 
-def resolve_device(name: str) -> torch.device:
-    """`cpu`, `cuda` or `cuda:N` as a torch.device; a one-line error when this torch cannot reach it."""
+def resolve_device(name: str, what: str = "engine spec") -> torch.device:
+    """`cpu`, `cuda` or `cuda:N` as a torch.device; a one-line error (prefixed with `what`, the spec that named it)
+    when this torch cannot reach it."""
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(
-                f"engine spec: device={name} but this torch ({torch.__version__}) sees no CUDA device; "
+                f"{what}: device={name} but this torch ({torch.__version__}) sees no CUDA device; "
                 f"valid here: device=cpu"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ValueError(
-                f"engine spec: device={name} but only {torch.cuda.device_count()} CUDA device(s) exist; "
+                f"{what}: device={name} but only {torch.cuda.device_count()} CUDA device(s) exist; "
                 f"valid: cuda:0..cuda:{torch.cuda.device_count() - 1}"
             )
     return device

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         "--trainer",
         metavar="hf=DIR",
         help="with --engine openai=URL: the trainer that scores the server's tokens, a Hugging Face "
-        "checkpoint directory (hf=DIR[,dtype=fp32|bf16][,attn=eager|sdpa])",
+        "checkpoint directory (hf=DIR[,dtype=fp32|bf16][,attn=eager|sdpa][,device=cpu|cuda|cuda:N])",
     )
     r.add_argument(
         "--allow-remote",

@@ -1,12 +1,13 @@
 """A Hugging Face checkpoint as the gate's trainer (`--trainer hf=DIR`): the user's own model, run as their trainer.
 
 The model is `transformers.AutoModelForCausalLM` from a local directory (never the hub: `local_files_only`), in
-the spec's dtype (fp32 or bf16) and attention implementation (eager or sdpa), and it scores exactly the token ids
-the server returned: nothing is re-tokenized. `logits` gives, per sequence, the raw logits at each response
-position in float64 (widened exactly from the model's output), so a probe can test every hypothesis about what
-distribution the server's logprobs belong to. `check_tokenizer` compares the trainer's tokenizer with the
-server's (/tokenize, /detokenize) before any probe: vocabulary, special tokens, a text round trip and BOS added
-twice; the first disagreement is one line naming the token.
+the spec's dtype (fp32 or bf16), attention implementation (eager or sdpa) and torch device (cpu, the default, or
+cuda / cuda:N: the trainer a GPU framework runs), and it scores exactly the token ids the server returned: nothing
+is re-tokenized. `logits` gives, per sequence, the raw logits at each response position in float64 on the host
+(widened exactly from the model's output), so a probe can test every hypothesis about what distribution the
+server's logprobs belong to. `check_tokenizer` compares the trainer's tokenizer with the server's (/tokenize,
+/detokenize) before any probe: vocabulary, special tokens, a text round trip and BOS added twice; the first
+disagreement is one line naming the token.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .http_client import ServerError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ATTN = ("eager", "sdpa")
-SPEC_DOC = f"hf=DIR[,dtype={'|'.join(DTYPES)}][,attn={'|'.join(ATTN)}]"
+SPEC_DOC = f"hf=DIR[,dtype={'|'.join(DTYPES)}][,attn={'|'.join(ATTN)}][,device=cpu|cuda|cuda:N]"
 ROUND_TRIP = ("The gate scores 12+34=46.\n", "  leading spaces, (brackets) and ~tildes~", "a")
 """Texts the tokenizers must split alike: printable ASCII (every vocabulary has it), with digits, spaces, a
 newline."""
@@ -37,9 +38,12 @@ class HfSpec:
     dir: Path
     dtype: str = "fp32"
     attn: str = "eager"
+    device: str = "cpu"
 
     def __str__(self):
-        return f"hf={self.dir},dtype={self.dtype},attn={self.attn}"
+        # device only when off the default: a CPU run's spec (and gate.json's identity) reads as before the key
+        on = "" if self.device == "cpu" else f",device={self.device}"
+        return f"hf={self.dir},dtype={self.dtype},attn={self.attn}{on}"
 
 
 def parse_hf_spec(text: str) -> HfSpec:
@@ -52,11 +56,27 @@ def parse_hf_spec(text: str) -> HfSpec:
     kw = {}
     for part in parts[1:]:
         key, _, value = part.partition("=")
+        if key == "device":
+            kw[key] = _device(value)
+            continue
         valid = {"dtype": tuple(DTYPES), "attn": ATTN}.get(key)
         if valid is None or value not in valid:
             raise ValueError(f"trainer spec: {part!r} is not valid; {SPEC_DOC}")
         kw[key] = value
     return HfSpec(d.resolve(), **kw)
+
+
+def _device(value: str) -> str:
+    """A device name the engine spec's `device` key accepts, and one this torch can reach (a one-line error)."""
+    from ..engine.device import resolve_device
+    from ..spec.keys import _device as device_name
+
+    try:
+        device_name(value)
+    except ValueError:
+        raise ValueError(f"trainer spec: device={value!r} is not valid; valid: cpu, cuda, cuda:N") from None
+    resolve_device(value, "trainer spec")
+    return value
 
 
 def checkpoint_hash(d: Path) -> str:
@@ -92,13 +112,17 @@ class HfTrainer:
         bar = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # the gate prints its own progress lines on stderr
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(
-                spec.dir,
-                dtype=DTYPES[spec.dtype],
-                attn_implementation=spec.attn,
-                local_files_only=True,
-                trust_remote_code=False,
-            ).eval()
+            self.model = (
+                AutoModelForCausalLM.from_pretrained(
+                    spec.dir,
+                    dtype=DTYPES[spec.dtype],
+                    attn_implementation=spec.attn,
+                    local_files_only=True,
+                    trust_remote_code=False,
+                )
+                .to(spec.device)
+                .eval()
+            )
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(
                 f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}"
@@ -122,9 +146,10 @@ class HfTrainer:
                 mask = torch.zeros(len(chunk), width, dtype=torch.long)
                 for j, s in enumerate(chunk):
                     ids[j, : len(s)], mask[j, : len(s)] = torch.tensor(s), 1
-                z = self.model(input_ids=ids, attention_mask=mask).logits
+                dev = self.spec.device
+                z = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
                 for j, (p, r) in enumerate(seqs[i : i + batch]):
-                    out.append(z[j, len(p) - 1 : len(p) + len(r) - 1, : self.vocab_size].double())
+                    out.append(z[j, len(p) - 1 : len(p) + len(r) - 1, : self.vocab_size].to("cpu", torch.float64))
         return out
 
 

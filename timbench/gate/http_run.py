@@ -75,6 +75,7 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
         "checkpoint_hash": checkpoint_hash(trainer.spec.dir),
         "trainer_dtype": trainer.spec.dtype,
         "trainer_attn": trainer.spec.attn,
+        "trainer_device": trainer.spec.device,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "torch_git": torch.version.git_version,
@@ -87,6 +88,10 @@ def identity(spec, offer, trainer, suite: Suite) -> dict:
         "timbench_git": git_revision(),
         "timbench_code": code_hash(),
     }
+    if trainer.spec.device != "cpu":  # a GPU trainer's numerics depend on the card, CUDA and its math-mode flags
+        from ..engine.device import describe
+
+        ident["trainer_accelerator"] = describe(torch.device(trainer.spec.device))
     ident["fingerprint"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return ident
 

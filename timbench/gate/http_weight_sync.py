@@ -27,6 +27,7 @@ prefix cache is flushed before the first generation too, so both it and the rest
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -35,7 +36,7 @@ import torch
 
 from ..engine import SamplingParams
 from ..metrics.schema import K3_KL
-from .hf_trainer import HfSpec, HfTrainer, log_softmax_at
+from .hf_trainer import HfTrainer, log_softmax_at
 from .http_client import ServerError
 from .http_engine import NotTested, Offer, weight_sync_reason
 from .probes import Probe, _requests
@@ -167,7 +168,7 @@ def weight_sync(engine, trainer: HfTrainer, p: dict, params: SamplingParams) -> 
     seen = _requests("gate:ws", trainer.vocab_size, n, new, lengths=lengths)
     fresh = _requests("gate:ws-fresh", trainer.vocab_size, n, new, first_id=n, lengths=lengths)
     src, stage = client.spec.sync_dir, client.spec.sync_dir / STAGE
-    load = lambda d: HfTrainer(HfSpec(d, trainer.spec.dtype, trainer.spec.attn))  # noqa: E731
+    load = lambda d: HfTrainer(dataclasses.replace(trainer.spec, dir=d))  # noqa: E731
     old = load(src)
     reset(client)  # the baseline from a flushed cache, as the restored run's (a cache hit can move the last bits)
     pre = _deltas(engine.generate(seen, params), old, t).abs()
