@@ -42,6 +42,7 @@ CONDITIONS = {
     "noise-g0.6": "noise=gaussian:0.6",
     "noise-g0.65": "noise=gaussian:0.65",
     "noise-g0.7": "noise=gaussian:0.7",
+    "noise-g0.75": "noise=gaussian:0.75",
 }
 THRESHOLDS = (0.003, 0.005, 0.01, 0.02)
 PROMPTS, GROUP = 16, 8  # the grid's base: GRPO 16 prompts x 8 responses

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from timbench.grid.spec import expand, load_grid
 from timbench.rl.config import from_dict
 from timbench.rl.loop import run
 
@@ -48,3 +49,19 @@ def test_unknown_condition_is_a_one_line_error(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nvfp5" in err and "noise-g0.55" in err
     assert not Path("unused").exists()
+
+
+def test_grid_gives_each_size_one_dose_one_threshold_and_its_own_baseline():
+    cells = expand(load_grid(ROOT / "bench" / "grids" / "size_ladder.yaml"))
+    assert len(cells) == 3 * 6 * 6
+    by_model: dict[str, set] = {}
+    ids = {c.id: c for c in cells}
+    for c in cells:
+        by_model.setdefault(c.axes["model"], set()).add((c.axes["condition"], c.axes["remedy"], c.axes["mode"]))
+        if c.axes["condition"] != "baseline":  # compared with the zero-mismatch run of its own size and seed
+            ref = ids[c.reference].axes
+            assert (ref["model"], ref["seed"], ref["condition"]) == (c.axes["model"], c.axes["seed"], "baseline")
+    for model, settings in by_model.items():
+        doses = {cond for cond, _, _ in settings} - {"baseline"}
+        rejections = {r for _, r, _ in settings if r.startswith("tis+rs")}
+        assert len(settings) == 6 and len(doses) == 1 and len(rejections) == 1, (model, settings)
