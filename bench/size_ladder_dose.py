@@ -83,7 +83,14 @@ def to_markdown(rows: list[dict]) -> str:
     head = "| model | condition | seeds | mean \\|delta\\| | K3 | seq K3 q70 | " + " | ".join(
         f"kept @{t}" for t in THRESHOLDS
     )
-    lines = [head + " |", "|---|---|---:|---:|---:|---:|" + "---:|" * len(THRESHOLDS)]
+    lines = [
+        "In-task dose of rollout conditions on the dense size ladder: each grid cell's step-0 batch (add-4d-v1, GRPO "
+        f"{PROMPTS}x{GROUP}, T=1) against the exact fp32 trainer, mean over seeds. Regenerate: "
+        "`python bench/size_ladder_dose.py --out results/size_ladder/dose`.",
+        "",
+        head + " |",
+        "|---|---|---:|---:|---:|---:|" + "---:|" * len(THRESHOLDS),
+    ]
     groups: dict[tuple, list] = {}
     for r in sorted(rows, key=_order):
         groups.setdefault((r["model"], r["condition"]), []).append(r)
