@@ -14,7 +14,7 @@ def test_presets_are_tiny_and_counted_right():
         m = Qwen3ForCausalLM(cfg)
         n = sum(p.numel() for p in m.parameters())
         assert n == cfg.num_parameters()
-        assert 0.5e6 <= n <= 3e6, name
+        assert 0.5e6 <= n <= 7e6, name  # CPU scale: up to the size ladder's medium-dense (6.06M)
 
 
 @pytest.mark.parametrize("kernels", ["torch", "exact"])

@@ -23,6 +23,7 @@ SHIPPED = [
     ("add-4d-v1", "tiny-moe-e4"),
     ("add-4d-v1", "tiny-moe-e2"),
     ("add-4d-v1", "small-dense"),
+    ("add-4d-v1", "medium-dense"),
 ]
 CARD_KEYS = {
     "task",

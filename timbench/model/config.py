@@ -166,6 +166,15 @@ PRESETS.update(
         "small-dense": ModelConfig(
             hidden_size=192, intermediate_size=384, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2
         ),
+        # The third rung of the dense size ladder (do remedy effects at a matched dose change with size?): the same
+        # shape rules as small-dense (intermediate = 2 x hidden, head_dim 32, heads * head_dim = hidden, 2 KV heads
+        # so a real tp=2 shards whole heads: 5 query / 1 KV per rank). Hidden 320 and 7 layers give 6.06M
+        # parameters, 3.1x small-dense as small-dense is 3.2x tiny-dense (a geometric ladder; 8 layers would give
+        # 6.92M), a 24 MB fp32 checkpoint. 320 and 640 are multiples of the 16/32-element NVFP4/MX blocks; the
+        # 128-element int4 groups tile 640 but leave a 64-element last group along 320 (as on small-dense).
+        "medium-dense": ModelConfig(
+            hidden_size=320, intermediate_size=640, num_hidden_layers=7, num_attention_heads=10, num_key_value_heads=2
+        ),
     }
 )
 

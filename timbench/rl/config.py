@@ -45,7 +45,7 @@ class RunConfig:
     """Warm-start checkpoint directory, or `default` for the shipped checkpoint of (task, preset)."""
     preset: str = "tiny-dense"
     """Model preset of the default checkpoint: a name in timbench.model.config.PRESETS (tiny-dense, small-dense,
-    tiny-moe, tiny-moe-e4, tiny-moe-e2)."""
+    medium-dense, tiny-moe, tiny-moe-e4, tiny-moe-e2)."""
     algorithm: str = "grpo"
     """RL algorithm (grpo, dapo, drgrpo, rloo, reinforce, reinforce_pp, gspo)."""
     mode: str = "recompute"

@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
         "--model",
         default=DEFAULT_MODEL,
         help="preset: a name in timbench.model.config.PRESETS "
-        "(tiny-dense, small-dense, tiny-moe, tiny-moe-e4, tiny-moe-e2)",
+        "(tiny-dense, small-dense, medium-dense, tiny-moe, tiny-moe-e4, tiny-moe-e2)",
     )
     w.add_argument("--out", required=True, help="checkpoint directory to write")
     w.add_argument("--seed", type=int, default=0, help="init, data order and eval sampling seed")
