@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import time
@@ -23,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from procgroup import stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = Path(os.environ.get("TIMBENCH_LLAMACPP_PYTHON", ROOT / "build/venv-llamacpp/bin/python"))
@@ -97,13 +97,7 @@ def _serve(logs: Path, *flags: str):
                 time.sleep(1)
         yield url, key
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import time
 import urllib.request
 
 import pytest
+from procgroup import stop_group
 
 try:
     import vllm  # noqa: F401
@@ -95,13 +95,7 @@ def _serve(ckpt, logs):
         _wait(url, proc, log)
         yield url, key
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
 
 
 @pytest.fixture(scope="module")
