@@ -98,9 +98,12 @@ def load_tokenizer(spec: HfSpec):
     try:
         return AutoTokenizer.from_pretrained(spec.dir, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:
-        raise ValueError(
-            f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}"
-        ) from None
+        raise _cannot_load(spec, e) from None
+
+
+def _cannot_load(spec: HfSpec, e: Exception) -> ValueError:
+    """The one-line error for a checkpoint directory transformers cannot load (model or tokenizer)."""
+    return ValueError(f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}")
 
 
 class HfTrainer:
@@ -124,9 +127,7 @@ class HfTrainer:
                 .eval()
             )
         except (OSError, ValueError, KeyError) as e:
-            raise ValueError(
-                f"trainer spec: transformers cannot load {spec.dir}: {' '.join(str(e).split())[:300]}"
-            ) from None
+            raise _cannot_load(spec, e) from None
         finally:
             if bar:
                 hf_logging.enable_progress_bar()

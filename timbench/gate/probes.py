@@ -208,10 +208,11 @@ def sampling_semantics(make, model, p: dict, params: SamplingParams, spec) -> Pr
         for c in comps:
             if c.token_ids:
                 seen.setdefault(c.token_ids[0], []).append(float(c.logprobs[0]))
-        unlisted += sum(not c.token_ids for c in comps)
+        empty = sum(not c.token_ids for c in comps)
+        unlisted += empty
         spread = max([spread] + [max(v) - min(v) for v in seen.values()])
         probs = {t: math.fsum(math.exp(x) for x in v) / len(v) for t, v in seen.items()}
-        r = frequency_test({t: len(v) for t, v in seen.items()}, probs, n, unlisted=sum(not c.token_ids for c in comps))
+        r = frequency_test({t: len(v) for t, v in seen.items()}, probs, n, unlisted=empty)
         chi2, dof, mass = chi2 + r["chi2"], dof + r["dof"], max(mass, r["prob_mass"])
     p_value = 0.0 if chi2 == math.inf else chi2_sf(chi2, dof)
     numbers = {
