@@ -46,8 +46,44 @@ def load(paths):
                 for k in ("torch_threads", "numba_threads", "numba_threading_layer", "torch_version", "numba_version")
             }
             meta[str(p)]["datetime"] = data.get("datetime", "?")
-            meta[str(p)]["cpu"] = data.get("machine_info", {}).get("cpu", {}).get("brand_raw", "?")
+            meta[str(p)]["cpu"] = cpu_kind(data.get("machine_info", {}).get("cpu", {}))
     return runs, meta
+
+
+KINDS_ASKED = ("Intel, AVX-512", "AMD")
+"""The CPU kinds the targets are asked on (a result on one kind is not a result on another)."""
+
+
+def cpu_kind(cpu: dict) -> str:
+    """'BRAND (vendor family F model M), ISA' from py-cpuinfo's dict: the ISA the native tiles pick (AVX-512 when
+    avx512f, +AMX when amx_tile; else AVX2 or SSE2), which decides the speed ratios more than the brand string."""
+    flags = set(cpu.get("flags", []))
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE2" if flags else "?"
+    if "amx_tile" in flags:
+        isa += "+AMX"
+    vendor = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(cpu.get("vendor_id_raw", ""), "?")
+    fam = f" ({vendor} family {cpu['family']} model {cpu['model']})" if "family" in cpu and "model" in cpu else ""
+    return f"{cpu.get('brand_raw', '?')}{fam}, {isa}"
+
+
+def kinds_line(meta) -> str:
+    """Which of the asked CPU kinds these runs cover, and which are missing."""
+    seen = sorted({m["cpu"] for m in meta.values()})
+    have = {
+        k
+        for k in KINDS_ASKED
+        for c in seen
+        if (k == "AMD" and "(AMD " in c) or (k == "Intel, AVX-512" and "(Intel " in c and "AVX-512" in c)
+    }
+    missing = [k for k in KINDS_ASKED if k not in have]
+    return (
+        f"CPU kinds in these runs: {'; '.join(seen) or 'none'}. Asked: {', '.join(KINDS_ASKED)}; "
+        + (
+            f"missing: {', '.join(missing)} (no such machine was available; the ratios here say nothing about it)."
+            if missing
+            else "none missing."
+        )  # fmt: skip
+    )
 
 
 def summarize(runs) -> list[dict]:
@@ -119,6 +155,8 @@ def markdown(rows, meta) -> str:
         "tokens = sampled response tokens per step.",
         "",
         "## Targets",
+        "",
+        kinds_line(meta),
         "",
         *target_lines(rows),
         "",

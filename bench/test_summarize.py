@@ -68,3 +68,18 @@ def test_missed_target_and_missing_torch_side_are_said(tmp_path):
     lines = summarize.target_lines(summarize.summarize(summarize.load([f])[0]))
     assert any(l.startswith("- rl_step") and l.endswith("MISSED") and "1.50" in l for l in lines)
     assert any(l.startswith("- trainer") and "n/a" in l for l in lines)
+
+
+def test_cpu_kind_names_the_isa_and_the_missing_kinds():
+    zen4 = {"brand_raw": "AMD EPYC", "vendor_id_raw": "AuthenticAMD", "family": 25, "model": 17,
+            "flags": ["avx2", "avx512f", "fma"]}  # fmt: skip
+    xeon = {"brand_raw": "Intel Xeon", "vendor_id_raw": "GenuineIntel", "family": 6, "model": 143,
+            "flags": ["avx2", "avx512f", "amx_tile"]}  # fmt: skip
+    zen3 = {**zen4, "model": 1, "flags": ["avx2", "fma"]}
+    assert summarize.cpu_kind(zen4) == "AMD EPYC (AMD family 25 model 17), AVX-512"
+    assert summarize.cpu_kind(xeon) == "Intel Xeon (Intel family 6 model 143), AVX-512+AMX"
+    assert summarize.cpu_kind(zen3).endswith("), AVX2")
+    amd_only = summarize.kinds_line({"a": {"cpu": summarize.cpu_kind(zen4)}})
+    assert "missing: Intel, AVX-512" in amd_only
+    both = summarize.kinds_line({"a": {"cpu": summarize.cpu_kind(zen3)}, "b": {"cpu": summarize.cpu_kind(xeon)}})
+    assert both.endswith("none missing.")
