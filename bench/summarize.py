@@ -50,7 +50,7 @@ def load(paths):
     return runs, meta
 
 
-KINDS_ASKED = ("Intel, AVX-512", "AMD")
+KINDS_ASKED = ("Intel with AVX-512", "AMD")
 """The CPU kinds the targets are asked on (a result on one kind is not a result on another)."""
 
 
@@ -73,11 +73,11 @@ def kinds_line(meta) -> str:
         k
         for k in KINDS_ASKED
         for c in seen
-        if (k == "AMD" and "(AMD " in c) or (k == "Intel, AVX-512" and "(Intel " in c and "AVX-512" in c)
+        if (k == "AMD" and "(AMD " in c) or (k == "Intel with AVX-512" and "(Intel " in c and "AVX-512" in c)
     }
     missing = [k for k in KINDS_ASKED if k not in have]
     return (
-        f"CPU kinds in these runs: {'; '.join(seen) or 'none'}. Asked: {', '.join(KINDS_ASKED)}; "
+        f"CPU kinds in these runs: {'; '.join(seen) or 'none'}. Asked: {'; '.join(KINDS_ASKED)}; "
         + (
             f"missing: {', '.join(missing)} (no such machine was available; the ratios here say nothing about it)."
             if missing
