@@ -80,6 +80,6 @@ def test_cpu_kind_names_the_isa_and_the_missing_kinds():
     assert summarize.cpu_kind(xeon) == "Intel Xeon (Intel family 6 model 143), AVX-512+AMX"
     assert summarize.cpu_kind(zen3).endswith("), AVX2")
     amd_only = summarize.kinds_line({"a": {"cpu": summarize.cpu_kind(zen4)}})
-    assert "missing: Intel, AVX-512" in amd_only
+    assert "missing: Intel with AVX-512" in amd_only
     both = summarize.kinds_line({"a": {"cpu": summarize.cpu_kind(zen3)}, "b": {"cpu": summarize.cpu_kind(xeon)}})
     assert both.endswith("none missing.")
