@@ -65,7 +65,7 @@ def test_interaction_words_follow_the_effects_across_sizes(tmp_path):
     tis = v["effects"]["tis_token - none"]["per_size"]
     means = [tis[s]["effect"]["mean"] for s in slv.SIZES]  # the endpoint averages a ramp: ~0.83 of the final offset
     assert min(means) > 0.07 and max(means) - min(means) < 0.005
-    # the bypass effect rises ~0.25 (of the endpoint) over one decade of parameters in log10 (tiny 0.60M -> medium 6.06M ~1.0 decade)
+    # the bypass effect rises ~0.25 (of the endpoint) over ~1.0 decade of parameters (tiny 0.60M -> medium 6.06M)
     slope = v["effects"]["bypass - recompute"]["slope_per_decade"]
     assert slope["lo"] > 0.2 and slope["hi"] < 0.4 and slope["p"] < 0.001
     assert v["cells"]["medium-dense"] == {"finished": 36, "planned": 36}
