@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..spec.mma import MmaAccum
-from . import exact64, native
+from . import bf16, exact64, native
 from . import numba_grad as ng
 from . import numba_ops as nb
 from .mma_accum import blocked_matmul
@@ -70,6 +70,9 @@ def _np32(t: torch.Tensor):
     if t.requires_grad:
         t = t.detach()
     if t.dtype != torch.float32:
+        a = bf16.widened(t)  # bf16: a stored output's own widening, or one pass (torch's bits either way)
+        if a is not None:
+            return a
         t = t.float()
     if not t.is_contiguous():
         t = t.contiguous()
@@ -77,6 +80,10 @@ def _np32(t: torch.Tensor):
 
 
 def _back(a, dtype) -> torch.Tensor:
+    # `a` is always the kernel's fresh output, so bf16.store may overwrite it with its rounded values.
+    out = bf16.store(a) if dtype == torch.bfloat16 else None
+    if out is not None:
+        return out
     out = torch.from_numpy(a)
     return out if dtype == torch.float32 else out.to(dtype)
 
