@@ -109,3 +109,14 @@ def test_exact_kernels_conversions_equal_torch(shape):
     assert np.array_equal(_np32(got).view(np.uint32), want.float().numpy().view(np.uint32))
     if len(shape) == 2:  # a weight's transpose, as the linear reads it
         assert np.array_equal(_np32(want.t()).view(np.uint32), want.t().float().contiguous().numpy().view(np.uint32))
+
+
+@needs_lib
+def test_inference_mode_outputs_are_rounded_and_not_remembered():
+    a = np.linspace(-3, 3, 64, dtype=np.float32)
+    want = torch.from_numpy(a.copy()).to(torch.bfloat16)
+    with torch.inference_mode():
+        out = bf16.store(a)
+        again = bf16.widened(out)
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    assert not np.shares_memory(again, a) and np.array_equal(again.view(np.uint32), a.view(np.uint32))

@@ -15,7 +15,8 @@ Bits are torch's: widening is exact, and rounding is round-to-nearest-even on th
 torch's fp32 -> bf16 copy on every non-NaN value (tests/test_bf16.py: all 2^16 widenings, ties, -0,
 subnormals, inf, overflow, random patterns). Which NaN torch writes depends on the ISA its copy runs, so an
 output holding a NaN is left to torch whole. A remembered array is used only while its tensor is alive and
-unchanged (the same memory, shape-compatible, contiguous, the same version counter), and it is never written
+unchanged (the same memory, shape-compatible, contiguous, the same version counter; inference-mode tensors,
+which have none, are not remembered), and it is never written
 after it is returned: every exact kernel only reads its inputs (on fp32 runs they are the tensors' own memory).
 Where the library cannot be built (or `TIMBENCH_NATIVE=0`) both return None and the callers use torch.
 """
@@ -88,9 +89,10 @@ def store(a: np.ndarray) -> torch.Tensor | None:
         # NaNs: the rounded values are their own rounding and the NaNs are untouched, so torch's copy of the
         # array now is its copy of the original.
         return torch.from_numpy(a).to(torch.bfloat16)
-    _recent[out.data_ptr()] = (out, out._version, a)
-    if len(_recent) > REMEMBER:
-        _recent.popitem(last=False)
+    if not out.is_inference():  # an inference tensor has no version counter to tell an in-place change by
+        _recent[out.data_ptr()] = (out, out._version, a)
+        if len(_recent) > REMEMBER:
+            _recent.popitem(last=False)
     return out
 
 
@@ -100,7 +102,7 @@ def widened(t: torch.Tensor) -> np.ndarray | None:
     if t.dtype != torch.bfloat16 or t.numel() == 0:
         return None
     if t.is_contiguous():
-        hit = _recent.get(t.data_ptr())
+        hit = None if t.is_inference() else _recent.get(t.data_ptr())
         if hit is not None and hit[1] == t._version and hit[2].size == t.numel():
             return hit[2].reshape(t.shape)
         lib = library()
