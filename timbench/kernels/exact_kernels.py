@@ -4,8 +4,9 @@ Forward values come from `numba_ops`, whose per-row arithmetic is fixed by
 construction, so the engine (prefill, decode, any batch) and the trainer
 (padded batch, any order) produce bitwise-identical outputs for the same row.
 bf16/fp16 inputs are widened to fp32 exactly, reduced in fixed order in fp32,
-and rounded once to the input dtype. The backward (`numba_grad`) is fixed-order
-too, so the trainer's gradients do not depend on the CPU or the thread count
+and rounded once to the input dtype (bf16 both ways in C, `bf16.py`: torch's
+bits in fewer passes). The backward (`numba_grad`) is fixed-order too, so the
+trainer's gradients do not depend on the CPU or the thread count
 (PyTorch's would: ATen, MKL and oneDNN choose SIMD paths per machine). It uses
 only what the forward saved (no second forward), widens bf16/fp16 gradients to
 fp32 the same way (matmul gradients accumulate in fp32 with explicit fused
