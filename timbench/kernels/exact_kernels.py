@@ -4,8 +4,9 @@ Forward values come from `numba_ops`, whose per-row arithmetic is fixed by
 construction, so the engine (prefill, decode, any batch) and the trainer
 (padded batch, any order) produce bitwise-identical outputs for the same row.
 bf16/fp16 inputs are widened to fp32 exactly, reduced in fixed order in fp32,
-and rounded once to the input dtype. The backward (`numba_grad`) is fixed-order
-too, so the trainer's gradients do not depend on the CPU or the thread count
+and rounded once to the input dtype (bf16 both ways in C, `bf16.py`: torch's
+bits in fewer passes). The backward (`numba_grad`) is fixed-order too, so the
+trainer's gradients do not depend on the CPU or the thread count
 (PyTorch's would: ATen, MKL and oneDNN choose SIMD paths per machine). It uses
 only what the forward saved (no second forward), widens bf16/fp16 gradients to
 fp32 the same way (matmul gradients accumulate in fp32 with explicit fused
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from ..spec.mma import MmaAccum
-from . import exact64, native
+from . import bf16, exact64, native
 from . import numba_grad as ng
 from . import numba_ops as nb
 from .mma_accum import blocked_matmul
@@ -70,6 +71,9 @@ def _np32(t: torch.Tensor):
     if t.requires_grad:
         t = t.detach()
     if t.dtype != torch.float32:
+        a = bf16.widened(t)  # bf16: a stored output's own widening, or one pass (torch's bits either way)
+        if a is not None:
+            return a
         t = t.float()
     if not t.is_contiguous():
         t = t.contiguous()
@@ -77,6 +81,10 @@ def _np32(t: torch.Tensor):
 
 
 def _back(a, dtype) -> torch.Tensor:
+    # `a` is always the kernel's fresh output, so bf16.store may overwrite it with its rounded values.
+    out = bf16.store(a) if dtype == torch.bfloat16 else None
+    if out is not None:
+        return out
     out = torch.from_numpy(a)
     return out if dtype == torch.float32 else out.to(dtype)
 
