@@ -38,16 +38,18 @@ class _Plan:
 
     def __init__(self, experts: torch.Tensor, n_experts: int):
         k = experts.shape[1]
-        flat = experts.reshape(-1)
-        order = torch.sort(flat, stable=True).indices  # nonzero order within an expert: token, then rank
-        self.tok, self.rank = order // k, order % k
-        counts = torch.bincount(flat, minlength=n_experts).tolist()
+        flat = experts.reshape(-1).numpy()
+        # Stable: within an expert, pair order (token, then rank), which is torch.nonzero's order in the loop.
+        order = np.argsort(flat, kind="stable")
+        self.order = torch.from_numpy(order)
+        self.inv = torch.from_numpy(np.argsort(order))  # pair p's row in the sorted order
+        self.tok, self.rank = self.order // k, self.order % k
+        counts = np.bincount(flat, minlength=n_experts)
         self.active = [e for e in range(n_experts) if counts[e]]
-        ends = np.cumsum([counts[e] for e in self.active]).tolist()
-        self.starts = [0, *ends]
+        self.starts = [0, *np.cumsum(counts[self.active]).tolist()]
         # The rows by descending expert, each expert's rows in their order: the loop's backward accumulation order.
-        desc = [torch.arange(a, b) for a, b in zip(self.starts[:-1], self.starts[1:], strict=True)][::-1]
-        self.desc = torch.cat(desc)
+        spans = list(zip(self.starts[:-1], self.starts[1:], strict=True))[::-1]
+        self.desc = torch.from_numpy(np.concatenate([np.arange(a, b) for a, b in spans]))
 
 
 def _forward(plan: _Plan, flat, weights, gates, ups, downs, wt, keep: bool):
@@ -58,16 +60,16 @@ def _forward(plan: _Plan, flat, weights, gates, ups, downs, wt, keep: bool):
     s = np.empty(g.shape, dtype=np.float32) if keep else nb.NO_ELEMS
     h = _round(nb.silu_mul(g, u, s), dt)
     y = _back(native.matmul_grouped(h, [wt(w) for w in downs], plan.starts, False), dt)
-    wsel = weights[plan.tok, plan.rank]
-    per_rank = torch.zeros(flat.shape[0], weights.shape[1], flat.shape[1], dtype=dt)
-    per_rank[plan.tok, plan.rank] = y * wsel[:, None]  # (token, rank) pairs are unique: no accumulation
+    wsel = weights.reshape(-1).index_select(0, plan.order)
+    # Every (token, rank) pair has one row: the scatter is a permutation (a copy, no accumulation).
+    per_rank = (y * wsel[:, None]).index_select(0, plan.inv).view(flat.shape[0], weights.shape[1], flat.shape[1])
     return per_rank, (x, g, u, s, h, y, wsel)
 
 
 def _backward(plan: _Plan, saved, grad, gates, ups, downs, needs):
     x, g, u, s, h, y, wsel = saved
     dt, st, n = y.dtype, plan.starts, len(plan.active)
-    gy = grad[plan.tok, plan.rank]
+    gy = grad.view(-1, grad.shape[2]).index_select(0, plan.order)
     dy = _np32(gy * wsel[:, None])
     dh = _round(native.matmul_grouped(dy, [_np32(w) for w in downs], st, True), dt)
     dg, du = ng.silu_mul_bwd(g, u, s, dh)
@@ -116,8 +118,8 @@ def applies(flat: torch.Tensor, experts: torch.Tensor) -> bool:
     """Whether the grouped call gives the loop's bits here: fp32/bf16/fp16 activations, k distinct experts a token."""
     if flat.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return False
-    srt = torch.sort(experts, dim=1).values
-    return not bool((srt[:, 1:] == srt[:, :-1]).any())
+    k = experts.shape[1]
+    return not any(bool((experts[:, i] == experts[:, j]).any()) for i in range(k) for j in range(i + 1, k))
 
 
 def expert_mlps(kernels, flat, weights, experts, n_experts: int, weight_of) -> torch.Tensor:
