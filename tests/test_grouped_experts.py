@@ -119,3 +119,18 @@ def test_paths_it_cannot_reproduce_keep_the_loop():
     assert not qwen3._grouped(c, flat.double(), experts)  # the float64 reference path
     c.kernels.mma_accum = dataclasses.replace(c.kernels.mma_accum, block=4)
     assert not qwen3._grouped(c, flat, experts)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_forward_without_autograd_matches_the_loop(dtype):
+    # The engine's path (prefill and decode run under no_grad): nothing kept for a backward, the same bits.
+    cfg = dataclasses.replace(PRESETS["tiny-moe"], num_hidden_layers=LAYERS)
+    model = Qwen3ForCausalLM(cfg, seed=4)
+    c = Compute.from_spec(ZERO_MISMATCH.override({"dtype": dtype}))
+    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        got, got_routing = model(ids, c)
+        with mock.patch.object(qwen3, "_grouped", lambda *a: False):
+            want, want_routing = model(ids, c)
+    assert torch.equal(want_routing, got_routing)
+    assert torch.equal(_int_view(want), _int_view(got))
