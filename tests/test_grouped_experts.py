@@ -117,6 +117,7 @@ def test_paths_it_cannot_reproduce_keep_the_loop():
     c = Compute.from_spec(ZERO_MISMATCH)
     assert not qwen3._grouped(c, flat, torch.tensor([[0, 0], [1, 2], [2, 3], [3, 0]]))  # a token's experts repeat
     assert not qwen3._grouped(c, flat.double(), experts)  # the float64 reference path
+    assert not qwen3._grouped(c, flat.half(), experts)  # fp16: not compared here, so the loop
     c.kernels.mma_accum = dataclasses.replace(c.kernels.mma_accum, block=4)
     assert not qwen3._grouped(c, flat, experts)
 
