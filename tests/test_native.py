@@ -88,6 +88,32 @@ def test_native_matmuls_equal_the_numba_kernels_bit_for_bit(m, k, n, isa):
 
 
 @ISA
+@pytest.mark.parametrize("rows", [[1], [5, 2100, 1, 13], [7, 64]])
+def test_grouped_matmuls_equal_one_call_per_segment(rows, isa):
+    # Segments of any size (one row; one past the packing threshold), each with its own weight.
+    rng = np.random.default_rng(len(rows))
+    k, n = 40, 35
+    starts = np.cumsum([0, *rows]).tolist()
+    x = rng.standard_normal((starts[-1], k), dtype=np.float32)
+    g = rng.standard_normal((starts[-1], n), dtype=np.float32)
+    wts = [rng.standard_normal((k, n), dtype=np.float32) for _ in rows]
+    ws = [np.ascontiguousarray(w.T) for w in wts]
+    segs = list(zip(starts[:-1], starts[1:]))
+    want_fwd = np.concatenate([nb.matmul(x[a:b], w) for (a, b), w in zip(segs, wts)])
+    want_dx = np.concatenate([ng.matmul_fma(g[a:b], w) for (a, b), w in zip(segs, ws)])
+    want_dw = [ng.matmul_tn(g[a:b], x[a:b]) for a, b in segs]
+    for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+        fwd = _with(isa, threads, native.matmul_grouped, x, wts, starts, False)
+        dx = _with(isa, threads, native.matmul_grouped, g, ws, starts, True)
+        dw = _with(isa, threads, native.matmul_tn_grouped, g, x, starts)
+        assert np.array_equal(_bits(fwd), _bits(want_fwd)), f"forward isa={isa} threads={threads}"
+        assert np.array_equal(_bits(dx), _bits(want_dx)), f"dX isa={isa} threads={threads}"
+        assert len(dw) == len(rows)
+        for a, b in zip(dw, want_dw):
+            assert np.array_equal(_bits(a), _bits(b)), f"dW isa={isa} threads={threads}"
+
+
+@ISA
 def test_special_values_propagate_as_in_numba(isa):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2100, 40), dtype=np.float32)

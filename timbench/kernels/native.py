@@ -111,6 +111,9 @@ class _Lib:
         self.mm.restype = None
         self.mm.argtypes = [p, l_, l_, p, l_, p, l_, l_, l_, l_, i, i, p, i, i]
         d_ = ctypes.c_double
+        self.mm_grouped = lib.timbench_mm_grouped
+        self.mm_grouped.restype = None
+        self.mm_grouped.argtypes = [l_, p, l_, l_, p, l_, p, l_, p, p, l_, i, i, p, p, i]
         self.attn = lib.timbench_attend_causal
         self.attn.restype = None
         self.attn.argtypes = [p, p, p, p, p, l_, l_, l_, l_, l_, d_, i, i, i]
@@ -232,6 +235,69 @@ def matmul_tn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _run(lib, a, 1, n, b, k, n, mdim, k, fused=True)
 
 
+def _grouped(lib: _Lib, xs, xr, xk, ws, lw, outs, lo, ms, ks, n, fused: bool) -> None:
+    """timbench_mm over segments (x, w, out, m, k) in one call; packing decided per segment as `_run` does."""
+    nr = lib.nr[lib.isa]
+    pan = np.empty(max(-(-n // nr) * nr * max(ks), 1), dtype=np.float32)
+    ptrs = [np.array([a.ctypes.data for a in arrs], dtype=np.int64) for arrs in (xs, ws, outs)]
+    sizes = [np.array(v, dtype=np.int64) for v in (ms, ks)]
+    packs = np.array([m >= _PACK_ROWS for m in ms], dtype=np.int32)
+    lib.mm_grouped(
+        len(ms),
+        ptrs[0].ctypes.data,
+        xr,
+        xk,
+        ptrs[1].ctypes.data,
+        lw,
+        ptrs[2].ctypes.data,
+        lo,
+        sizes[0].ctypes.data,
+        sizes[1].ctypes.data,
+        n,
+        int(fused),
+        lib.isa,
+        pan.ctypes.data,
+        packs.ctypes.data,
+        numba.get_num_threads(),
+    )
+
+
+def matmul_grouped(x: np.ndarray, ws: list[np.ndarray], starts: list[int], fused: bool) -> np.ndarray:
+    """Rows starts[s]:starts[s+1] of x [M, K] times ws[s] [K, N] (every segment non-empty), in one call.
+
+    Each segment's rows get `matmul`'s bits (`matmul_fma`'s with `fused`) for that segment and weight alone.
+    """
+    x, ws = _c32(x), [_c32(w) for w in ws]
+    k, n = x.shape[1], ws[0].shape[1]
+    out = np.empty((x.shape[0], n), dtype=np.float32)
+    segs = list(zip(starts[:-1], starts[1:], strict=True))
+    lib = library()
+    if lib is None:
+        for (a, b), w in zip(segs, ws, strict=True):
+            out[a:b] = (ng.matmul_fma if fused else nb.matmul)(x[a:b], w)
+        return out
+    rows = [b - a for a, b in segs]
+    _grouped(lib, [x[a:] for a, _ in segs], k, 1, ws, n, [out[a:] for a, _ in segs], n, rows, [k] * len(segs), n, fused)
+    return out
+
+
+def matmul_tn_grouped(a: np.ndarray, b: np.ndarray, starts: list[int]) -> list[np.ndarray]:
+    """a[rows]^T @ b[rows] for each segment's rows starts[s]:starts[s+1] (non-empty), in one call: `matmul_tn`'s bits.
+
+    a [M, N], b [M, K] -> one [N, K] per segment (dW of each expert, its rows summed ascending).
+    """
+    a, b = _c32(a), _c32(b)
+    n, k = a.shape[1], b.shape[1]
+    segs = list(zip(starts[:-1], starts[1:], strict=True))
+    lib = library()
+    if lib is None:
+        return [ng.matmul_tn(a[s:e], b[s:e]) for s, e in segs]
+    outs = [np.empty((n, k), dtype=np.float32) for _ in segs]
+    rows = [e - s for s, e in segs]
+    _grouped(lib, [a[s:] for s, _ in segs], 1, n, [b[s:] for s, _ in segs], k, outs, k, [n] * len(segs), rows, k, True)
+    return outs
+
+
 def attend_causal(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, keep: bool):
     """Causal GQA attention of q [B, T, H, D] against k, v [B, T, Hkv, D]: (out [B, T, H, D], probs or None).
 
@@ -302,4 +368,15 @@ def attend_causal_bwd(q, k, v, dout, probs, scale: float):
     return dq, dk, dv
 
 
-__all__ = ["attend_causal", "attend_causal_bwd", "build", "isa", "library", "matmul", "matmul_fma", "matmul_tn"]
+__all__ = [
+    "attend_causal",
+    "attend_causal_bwd",
+    "build",
+    "isa",
+    "library",
+    "matmul",
+    "matmul_fma",
+    "matmul_grouped",
+    "matmul_tn",
+    "matmul_tn_grouped",
+]

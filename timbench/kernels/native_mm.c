@@ -157,3 +157,15 @@ void timbench_mm(const float *x, long xr, long xk, const float *w, long lw, floa
   else if (isa == 1) (fused ? mm_fma_avx2 : mm_add_avx2)(x, xr, xk, w, lw, out, lo, m, kdim, n, pan, pack, threads);
   else (fused ? mm_fma_generic : mm_add_generic)(x, xr, xk, w, lw, out, lo, m, kdim, n, pan, pack, threads);
 }
+
+/* Grouped: segment s is timbench_mm(xs[s], xr, xk, ws[s], lw, outs[s], lo, ms[s], ks[s], n, ...), run one after
+   another (each exactly as timbench_mm alone: the same bits). The MoE experts' projections in one call, expert s's
+   rows times expert s's weight (ms varies) or expert s's weight gradient over its rows (ks varies); pan as
+   timbench_mm's for the largest k, packs[s] as the caller would pass to timbench_mm for segment s. */
+void timbench_mm_grouped(long nseg, const long *xs, long xr, long xk, const long *ws, long lw, const long *outs,
+                         long lo, const long *ms, const long *ks, long n, int fused, int isa, float *pan,
+                         const int *packs, int threads) {
+  for (long s = 0; s < nseg; s++)
+    timbench_mm((const float *)xs[s], xr, xk, (const float *)ws[s], lw, (float *)outs[s], lo, ms[s], ks[s], n, fused,
+                isa, pan, packs[s], threads);
+}

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..kernels import KernelSet, get_kernels
+from ..kernels import KernelSet, get_kernels, grouped_experts
 from ..kernels import rope as fused_rope
+from ..kernels.exact_kernels import ExactKernels
 from ..kernels.fixed_grad import embed, scale_rows
 from ..kernels.noise_ops import row_keyed_normal
 from ..kernels.tensor_parallel import row_parallel_linear
@@ -81,6 +82,22 @@ class Compute:
         if name.startswith("__") or "spec" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self.spec, name)
+
+
+def _grouped(c: Compute, flat: torch.Tensor, experts: torch.Tensor) -> bool:
+    """Whether the experts run as one grouped call (`timbench.kernels.grouped_experts`), bit for bit the loop.
+
+    Only the exact kernels have it, and only where the loop's arithmetic is the plain linear: no quantized
+    weights or inputs, no simulated tensor parallelism, no blocked K accumulation (`mma_accum`).
+    """
+    return (
+        isinstance(c.kernels, ExactKernels)
+        and c.kernels.mma_accum.block is None
+        and c.tp == 1
+        and c.weight_quant == "none"
+        and c.act_quant == "none"
+        and grouped_experts.applies(flat, experts)
+    )
 
 
 def rope_table(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,16 +230,30 @@ class Qwen3ForCausalLM(nn.Module):
             replay = replay.reshape(-1, replay.shape[-1])
         weights, experts = kn.router_topk(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
         weights = weights.to(c.dtype)
-        per_rank = torch.zeros(flat.shape[0], cfg.num_experts_per_tok, flat.shape[1], dtype=c.dtype, device=flat.device)
+        if _grouped(c, flat, experts):
+            per_rank = grouped_experts.expert_mlps(
+                c.kernels, flat, weights, experts, cfg.num_experts, lambda e, n: self._expert_weight(moe, e, n, c)
+            )
+        else:
+            per_rank = self._experts_loop(flat, weights, experts, moe, c)
+        out = per_rank[:, 0]
+        for r in range(1, cfg.num_experts_per_tok):
+            out = out + per_rank[:, r]
+        return out.reshape(x.shape), experts
+
+    def _experts_loop(self, flat, weights, experts, moe: _SparseMoE, c: Compute):
+        """per_rank [T, k, D]: each token's k expert outputs scaled by its gate weights, one expert at a time."""
+        per_rank = torch.zeros(*experts.shape, flat.shape[1], dtype=c.dtype, device=flat.device)
         for e in torch.unique(experts).tolist():
             tok, rank = torch.nonzero(experts == e, as_tuple=True)
             y = self._mlp(flat[tok], moe.experts[e], c)
             # (token, rank) pairs are unique, so the scatter has no accumulation order.
             per_rank.index_put_((tok, rank), scale_rows(y, weights[tok, rank]))
-        out = per_rank[:, 0]
-        for r in range(1, cfg.num_experts_per_tok):
-            out = out + per_rank[:, r]
-        return out.reshape(x.shape), experts
+        return per_rank
+
+    @staticmethod
+    def _expert_weight(moe: _SparseMoE, e: int, name: str, c: Compute):
+        return Q.weight(getattr(moe.experts[e], name).weight, c)
 
     def _mlp(self, x, mlp: _MLP, c: Compute):
         kn = c.kernels
