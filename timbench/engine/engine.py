@@ -70,7 +70,7 @@ class Engine:
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
-        return self.generate_many(requests, [params])[0]
+        return self._generate(list(requests), [params])[0]
 
     def generate_many(self, requests: Iterable[Request], params: Iterable[SamplingParams]) -> list[list[Completion]]:
         """Every request under each of `params`: [generate(requests, p) for p in params], bitwise, in one run.
@@ -79,10 +79,10 @@ class Engine:
         the forks then decode in one loop, sampled per row with their own parameters. A request is admitted once
         a slot is free for each fork. Its completions equal the separate runs' because every row's logits, noise
         and sampling are functions of that row alone (the batch-invariant kernels; what `generate` relies on
-        whatever the batch), which tests/test_engine_fork.py checks.
+        whatever the batch), which tests/test_engine_fork.py checks. Kernels that are not batch-invariant
+        (`kernels=torch`) would give other bits in the shared batches, so there it runs one `generate` per set.
         """
-        requests = list(requests)
-        params = [for_spec(p, self.spec) for p in params]  # the condition's top_k / top_p
+        requests, params = list(requests), list(params)
         if not params:
             raise ValueError("generate_many: no sampling parameters")
         if len(params) > self.max_num_seqs:
@@ -90,6 +90,12 @@ class Engine:
                 f"generate_many: {len(params)} sampling parameter sets need as many cache slots per request, "
                 f"the engine has max_num_seqs={self.max_num_seqs}"
             )
+        if self.spec.kernels != "exact":
+            return [self._generate(requests, [p])[0] for p in params]
+        return self._generate(requests, params)
+
+    def _generate(self, requests: list[Request], params: list[SamplingParams]) -> list[list[Completion]]:
+        params = [for_spec(p, self.spec) for p in params]  # the condition's top_k / top_p
         for r in requests:
             check_request(r, self.max_len)
         forks = [[Sequence(r, fork=f) for r in requests] for f in range(len(params))]
