@@ -73,7 +73,7 @@ def profile_steps(kernels: str, steps: int, cfg=None, alternate: bool = False, t
     base = load_checkpoint(resolve_checkpoint(cfg.model, cfg.task, cfg.preset))
     n = cfg.prompts_per_step * cfg.group_size
     lane = rl_step.make_lane("main", base, cfg, cfg.main_engine, cfg.main_trainer, n, cfg.remedy_impl)
-    eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n)) if with_eval else None
+    eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=2 * min(256, cfg.eval_n)) if with_eval else None
 
     def run_eval():  # timbench.rl.loop._Session.evaluate, main lane only
         eval_engine.load_weights(lane.model)

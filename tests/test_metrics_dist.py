@@ -84,6 +84,25 @@ def test_ties_go_to_the_lower_token_id():
     assert distribution_metrics(p, _log([[0.1, 0.15, 0.4, 0.35]]), k=3)["tim/top3_consistency"] == 2 / 3
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_top_k_ids_are_a_stable_descending_sorts_first_k(dtype):
+    """The top-K sets come from `numba_ops.top_k_ids`, which must give torch.sort(descending, stable)'s first k ids
+    on every row: ties (many), -inf, +inf, NaN (sorted first), -0.0 next to +0.0, and every k from 1 to V."""
+    from timbench.kernels.numba_ops import top_k_ids
+
+    g = torch.Generator().manual_seed(5)
+    v = 13
+    x = torch.randint(-3, 3, (400, v), generator=g).to(dtype) / 2  # few distinct values: ties everywhere
+    specials = torch.tensor([-INF, INF, NAN, -0.0, 0.0], dtype=dtype)
+    pick = torch.rand((400, v), generator=g) < 0.2
+    x[pick] = specials[torch.randint(0, 5, (int(pick.sum()),), generator=g)]
+    x[0] = NAN  # a row of NaNs: the ids in order
+    x[1] = torch.tensor([0.0, -0.0] * 6 + [0.0], dtype=dtype)  # signed zeros tie
+    want = torch.sort(x, dim=-1, descending=True, stable=True).indices
+    for k in range(1, v + 1):
+        assert torch.equal(torch.from_numpy(top_k_ids(x.numpy(), k)), want[:, :k]), k
+
+
 def test_masked_rows_never_leak_and_an_empty_mask_gives_the_zero_mismatch_values():
     p, q = _log(P), _log(Q)
     clean = distribution_metrics(p, q, MASK, k=2)

@@ -4,7 +4,9 @@ Deterministic: request ids are the problems' indices in the list given (the
 eval set's order), the sampling seed is explicit, and the engine's noise is
 keyed by (seed, request id, position), so with `kernels=exact` the result is a
 pure function of (weights, problems, temperature, seed), whatever the batch
-size `max_num_seqs`.
+size `max_num_seqs`. `evaluate_both` runs its two temperatures as one engine run
+where the engine can (`generate_many`: one prefill per prompt, one decode loop),
+with the same result as two.
 """
 
 from __future__ import annotations
@@ -40,8 +42,16 @@ def evaluate(
         raise ValueError("evaluate: no problems")
     if engine is None:
         engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)), weights=model)
-    reqs = requests_for(problems, range(len(problems)), max_new_tokens(task, engine.max_len))
-    outs = engine.generate(reqs, SamplingParams(temperature=temperature, seed=seed))
+    outs = engine.generate(_requests(task, problems, engine), SamplingParams(temperature=temperature, seed=seed))
+    return _score(task, problems, outs, temperature, seed)
+
+
+def _requests(task, problems: list, engine) -> list:
+    return requests_for(problems, range(len(problems)), max_new_tokens(task, engine.max_len))
+
+
+def _score(task, problems: list, outs: list, temperature: float, seed: int) -> dict:
+    """`evaluate`'s result from the completions of `problems`."""
     rewards = [task.reward(decode_response(o.token_ids), p) for o, p in zip(outs, problems)]
     return {
         "accuracy": mean(rewards),
@@ -59,16 +69,31 @@ def evaluate_both(
     problems: Sequence,
     engine_spec: Spec | str = "kernels=exact",
     seed: int = 0,
-    max_num_seqs: int = 256,
+    max_num_seqs: int = 512,
     engine=None,
 ) -> dict:
     """Accuracy at T=1 (seeded) and greedy, from one engine:
-    {"accuracy_t1", "accuracy_greedy", "n", "mean_response_tokens_t1", "mean_response_tokens_greedy"}."""
+    {"accuracy_t1", "accuracy_greedy", "n", "mean_response_tokens_t1", "mean_response_tokens_greedy"}.
+
+    An engine with `generate_many` (timbench's) runs both as one: each prompt prefilled once, its two forks
+    decoded in one loop (each problem takes two of the engine's `max_num_seqs` slots); one without it
+    (vLLM) runs `evaluate` twice. The result is the same either way.
+    """
     problems = list(problems)
-    if engine is None and problems:
-        engine = make_engine(model.config, engine_spec, max_num_seqs=min(max_num_seqs, len(problems)), weights=model)
-    t1 = evaluate(model, task, problems, temperature=1.0, seed=seed, engine=engine)
-    gr = evaluate(model, task, problems, temperature=0.0, seed=seed, engine=engine)
+    if not problems:
+        raise ValueError("evaluate: no problems")
+    if engine is None:
+        n = min(max_num_seqs, 2 * len(problems))
+        engine = make_engine(model.config, engine_spec, max_num_seqs=n, weights=model)
+    t1_params, gr_params = SamplingParams(temperature=1.0, seed=seed), SamplingParams(temperature=0.0, seed=seed)
+    generate_many = getattr(engine, "generate_many", None)
+    if generate_many is not None and engine.max_num_seqs >= 2:
+        t1_outs, gr_outs = generate_many(_requests(task, problems, engine), [t1_params, gr_params])
+        t1 = _score(task, problems, t1_outs, 1.0, seed)
+        gr = _score(task, problems, gr_outs, 0.0, seed)
+    else:
+        t1 = evaluate(model, task, problems, temperature=1.0, seed=seed, engine=engine)
+        gr = evaluate(model, task, problems, temperature=0.0, seed=seed, engine=engine)
     return {
         ACCURACY_T1: t1["accuracy"],
         ACCURACY_GREEDY: gr["accuracy"],

@@ -4,7 +4,9 @@ Scheduling is plain Python (as in nano-vllm): waiting requests are admitted
 into free cache slots and prefilled together; running ones decode one token a
 step; a sequence that emits EOS or reaches its limit leaves at once, so the
 batch shrinks and regroups as generation proceeds, which is exactly what
-exposes batch-variant kernels. Only `_prefill` and `_decode` touch tensors.
+exposes batch-variant kernels. `generate_many` runs the requests under several
+sampling parameter sets at once: one prefill per prompt, its keys/values forked
+into a slot per set, one decode loop. Only `_prefill` and `_decode` touch tensors.
 """
 
 from __future__ import annotations
@@ -68,25 +70,52 @@ class Engine:
 
     # --- generation -------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], params: SamplingParams = SamplingParams()) -> list[Completion]:
-        requests = list(requests)
-        params = for_spec(params, self.spec)  # the condition's top_k / top_p
+        return self._generate(list(requests), [params])[0]
+
+    def generate_many(self, requests: Iterable[Request], params: Iterable[SamplingParams]) -> list[list[Completion]]:
+        """Every request under each of `params`: [generate(requests, p) for p in params], bitwise, in one run.
+
+        A prompt is prefilled once and its keys/values copied into one cache slot per parameter set (the fork);
+        the forks then decode in one loop, sampled per row with their own parameters. A request is admitted once
+        a slot is free for each fork. Its completions equal the separate runs' because every row's logits, noise
+        and sampling are functions of that row alone (the batch-invariant kernels; what `generate` relies on
+        whatever the batch), which tests/test_engine_fork.py checks. Kernels that are not batch-invariant
+        (`kernels=torch`) would give other bits in the shared batches, so there it runs one `generate` per set.
+        """
+        requests, params = list(requests), list(params)
+        if not params:
+            raise ValueError("generate_many: no sampling parameters")
+        if len(params) > self.max_num_seqs:
+            raise ValueError(
+                f"generate_many: {len(params)} sampling parameter sets need as many cache slots per request, "
+                f"the engine has max_num_seqs={self.max_num_seqs}"
+            )
+        if self.spec.kernels != "exact":
+            return [self._generate(requests, [p])[0] for p in params]
+        return self._generate(requests, params)
+
+    def _generate(self, requests: list[Request], params: list[SamplingParams]) -> list[list[Completion]]:
+        params = [for_spec(p, self.spec) for p in params]  # the condition's top_k / top_p
         for r in requests:
             check_request(r, self.max_len)
-        order = [Sequence(r) for r in requests]
-        waiting = deque(order)
+        forks = [[Sequence(r, fork=f) for r in requests] for f in range(len(params))]
+        waiting = deque(range(len(requests)))
         free = list(range(self.max_num_seqs - 1, -1, -1))
         running: list[Sequence] = []
         done: dict[int, Completion] = {}
         with torch.inference_mode():
             while waiting or running:
-                if waiting and free:
+                if waiting and len(free) >= len(params):
                     batch = []
-                    while waiting and free:
-                        seq = waiting.popleft()
-                        seq.slot = free.pop()
-                        batch.append(seq)
-                    self._prefill(batch, params)
-                    running.extend(batch)
+                    while waiting and len(free) >= len(params):
+                        i = waiting.popleft()
+                        for seqs in forks:
+                            seqs[i].slot = free.pop()
+                        batch.append(i)
+                    prefilled = [[seqs[i] for i in batch] for seqs in forks]
+                    self._prefill(prefilled, params)
+                    for seqs in prefilled:
+                        running.extend(seqs)
                 else:
                     self._decode(running, params)
                 still = []
@@ -97,7 +126,7 @@ class Engine:
                         free.append(seq.slot)
                         done[id(seq)] = seq.to_completion()
                 running = still
-        return [done[id(s)] for s in order]
+        return [[done[id(s)] for s in seqs] for seqs in forks]
 
     def score(
         self, seqs, params: SamplingParams = SamplingParams(), request_ids=None, levels: bool = False
@@ -137,26 +166,35 @@ class Engine:
     def _tensor(self, values, dtype=torch.long):
         return torch.tensor(values, dtype=dtype, device=self.device)
 
-    def _prefill(self, seqs: list[Sequence], params: SamplingParams) -> None:
+    def _prefill(self, forks: list[list[Sequence]], params: list[SamplingParams]) -> None:
+        """Prefill forks[0]'s prompts (every fork holds the same requests, in the same order) once; each fork
+        gets the keys/values in its own slots and samples its first token from the same logits."""
+        seqs = forks[0]
         lens = [len(s.request.prompt_ids) for s in seqs]
         width = max(lens)
         ids = torch.full((len(seqs), width), self.config.pad_token_id, dtype=torch.long)
         for i, s in enumerate(seqs):
             ids[i, : lens[i]] = torch.tensor(s.request.prompt_ids)
-        ids, slots = ids.to(self.device), self._tensor([s.slot for s in seqs])
+        ids = ids.to(self.device)
+        slots = [self._tensor([s.slot for s in f]) for f in forks]
 
         def on_kv(layer, k, v):
-            self.k_cache[layer][slots, :width] = k.float()
-            self.v_cache[layer][slots, :width] = v.float()
+            k, v = k.float(), v.float()
+            for sl in slots:
+                self.k_cache[layer][sl, :width] = k
+                self.v_cache[layer][sl, :width] = v
 
         logits, routing = self.model(ids, self.compute, on_kv=on_kv)
         logits = logits[self._tensor(range(len(seqs))), self._tensor(lens) - 1]
         if routing is not None:
-            for i, s in enumerate(seqs):
-                s.routes.append(routing[i, : lens[i]].cpu())
-        self._append(seqs, self._sample(seqs, logits, params), params.full_logprobs)
+            for i in range(len(seqs)):
+                r = routing[i, : lens[i]].cpu()
+                for f in forks:
+                    f[i].routes.append(r)
+        for f, p in zip(forks, params):
+            self._append(f, self._sample(f, logits, p), p.full_logprobs)
 
-    def _decode(self, seqs: list[Sequence], params: SamplingParams) -> None:
+    def _decode(self, seqs: list[Sequence], params: list[SamplingParams]) -> None:
         ids = self._tensor([s.last_token for s in seqs])
         pos = self._tensor([s.length - 1 for s in seqs])
         slots = self._tensor([s.slot for s in seqs])
@@ -165,4 +203,12 @@ class Engine:
             # One split into per-row views (the same [1, ...] slices as routing[i : i + 1], a third of the cost).
             for s, r in zip(seqs, routing.cpu().split(1)):
                 s.routes.append(r)
-        self._append(seqs, self._sample(seqs, logits, params), params.full_logprobs)
+        if len(params) == 1:
+            self._append(seqs, self._sample(seqs, logits, params[0]), params[0].full_logprobs)
+            return
+        # Forks sample apart, each from its own rows' logits (row-wise: the same bits as in a batch of its own).
+        for f, p in enumerate(params):
+            rows = [i for i, s in enumerate(seqs) if s.fork == f]
+            if rows:
+                part = [seqs[i] for i in rows]
+                self._append(part, self._sample(part, logits[self._tensor(rows)], p), p.full_logprobs)

@@ -57,6 +57,8 @@ class Sequence:
 
     request: Request
     slot: int = -1
+    fork: int = 0
+    """Which of `Engine.generate_many`'s sampling parameter sets this sequence samples with."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     routes: list[torch.Tensor] = field(default_factory=list)

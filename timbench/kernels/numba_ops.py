@@ -341,3 +341,35 @@ def top_p_logprobs(lp, top_p):
         for j in range(v):
             out[i, j] = lp[i, j] - lm if keep[j] else -np.inf
     return out
+
+
+@njit(cache=True, nogil=True)
+def _ranks_above(a, b):
+    """Whether a ranks before b in a descending sort: NaN above every number (torch.sort's order), -0 == +0."""
+    return (a != a and b == b) or a > b
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def top_k_ids(x, k):
+    """[M, k] int64: each row's first k ids in a stable descending sort of x [M, V] (ties to the lower id, NaN
+    first), i.e. torch.sort(x, -1, descending=True, stable=True).indices[:, :k], by insertion into a k-list
+    (a later id enters only if it ranks strictly above the k-th) instead of sorting all V."""
+    m, v = x.shape
+    out = np.empty((m, k), dtype=np.int64)
+    for i in prange(m):
+        vals = np.empty(k, dtype=x.dtype)
+        n = 0
+        for j in range(v):
+            a = x[i, j]
+            if n == k and not _ranks_above(a, vals[k - 1]):
+                continue
+            p = n if n < k else k - 1
+            while p > 0 and _ranks_above(a, vals[p - 1]):
+                vals[p] = vals[p - 1]
+                out[i, p] = out[i, p - 1]
+                p -= 1
+            vals[p] = a
+            out[i, p] = j
+            if n < k:
+                n += 1
+    return out

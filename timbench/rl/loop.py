@@ -68,7 +68,9 @@ class _Session:
             self.lanes.append(
                 make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl, plugin_timeout)
             )
-        self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=min(256, cfg.eval_n))
+        # Two slots per problem: evaluate_both forks each prompt into its T=1 and greedy sequences, and with all
+        # of them in flight the eval is one prefill and one decode loop (the result is the same at any size).
+        self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=2 * min(256, cfg.eval_n))
         # A quantized rollout engine also gets its policy measured on its own (greedy, fp32 exact otherwise):
         # "quantization hurt the policy" vs "mismatch hurt training".
         quant = quantized_reference(run.main_engine)

@@ -130,6 +130,12 @@ class Faulty:
         comps = self.inner.generate(requests, *(() if params is None else (params,)))
         return comps if self.fault.completions is None else self.fault.completions(comps, len(requests))
 
+    def generate_many(self, requests, params):
+        """One `generate` per parameter set, so the fault applies to each (the inner engine's shared run would
+        bypass it)."""
+        requests = list(requests)
+        return [self.generate(requests, p) for p in params]
+
     def _resampled(self, requests, params):
         from ..engine import SamplingParams  # deferred: numba is heavy
 
