@@ -29,6 +29,7 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
+import numba
 import numpy as np
 import torch
 
@@ -43,18 +44,24 @@ normed input read by three linears, gate and up read by silu_mul) and for the ba
 class _Lib:
     def __init__(self, path: Path):
         lib = ctypes.CDLL(str(path))
-        p, l_ = ctypes.c_void_p, ctypes.c_long
+        p, l_, i_ = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
         self.widen = lib.timbench_bf16_widen
-        self.widen.restype, self.widen.argtypes = None, [p, p, l_]
+        self.widen.restype, self.widen.argtypes = None, [p, p, l_, i_]
         self.widen_t = lib.timbench_bf16_widen_t
-        self.widen_t.restype, self.widen_t.argtypes = None, [p, l_, l_, p]
+        self.widen_t.restype, self.widen_t.argtypes = None, [p, l_, l_, p, i_]
         self.round = lib.timbench_bf16_round
-        self.round.restype, self.round.argtypes = l_, [p, p, l_]
+        self.round.restype, self.round.argtypes = l_, [p, p, l_, i_]
 
 
 _lib: _Lib | None | bool = None  # None: not tried yet; False: unavailable (torch converts)
 # data_ptr -> (bf16 tensor, its version when stored, fp32 array of its widened values)
 _recent: OrderedDict[int, tuple[torch.Tensor, int, np.ndarray]] = OrderedDict()
+
+
+def _threads() -> int:
+    """The exact kernels' thread count (numba's, as the matmul tiles take it); conversions are elementwise, so the
+    split never changes a bit."""
+    return numba.get_num_threads()
 
 
 def library() -> _Lib | None:
@@ -85,7 +92,7 @@ def store(a: np.ndarray) -> torch.Tensor | None:
     out = torch.empty(a.shape, dtype=torch.bfloat16)
     if a.size == 0:
         return out
-    if lib.round(a.ctypes.data, out.data_ptr(), a.size):
+    if lib.round(a.ctypes.data, out.data_ptr(), a.size, _threads()):
         # NaNs: the rounded values are their own rounding and the NaNs are untouched, so torch's copy of the
         # array now is its copy of the original.
         return torch.from_numpy(a).to(torch.bfloat16)
@@ -109,7 +116,7 @@ def widened(t: torch.Tensor) -> np.ndarray | None:
         if lib is None:
             return None
         out = np.empty(t.shape, dtype=np.float32)
-        lib.widen(t.data_ptr(), out.ctypes.data, t.numel())
+        lib.widen(t.data_ptr(), out.ctypes.data, t.numel(), _threads())
         return out
     if t.dim() == 2 and t.t().is_contiguous():  # a weight's transpose, the layout the matmul reads
         lib = library()
@@ -117,7 +124,7 @@ def widened(t: torch.Tensor) -> np.ndarray | None:
             return None
         cols, rows = t.shape
         out = np.empty((cols, rows), dtype=np.float32)
-        lib.widen_t(t.data_ptr(), rows, cols, out.ctypes.data)
+        lib.widen_t(t.data_ptr(), rows, cols, out.ctypes.data, _threads())
         return out
     return None
 

@@ -12,16 +12,21 @@
 #include <stdint.h>
 
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+/* Elementwise, so splitting the range over threads cannot change a bit; only arrays large enough to repay the
+   threads' start-up are split (the matmul tiles' thread count, passed in, as timbench's kernels do). */
+#define PAR_MIN 32768
 
 /* dst[i] = widen(src[i]) for i < n. */
-CLONES void timbench_bf16_widen(const uint16_t *src, uint32_t *dst, long n) {
+CLONES void timbench_bf16_widen(const uint16_t *src, uint32_t *dst, long n, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (n >= PAR_MIN && threads > 1)
   for (long i = 0; i < n; i++) dst[i] = (uint32_t)src[i] << 16;
 }
 
 /* dst[j, i] = widen(src[i, j]): src [rows, cols] row-major, dst [cols, rows] row-major (a weight's transpose,
    the layout the matmul tile reads). In 32 x 32 blocks so both sides stay in cache. */
-CLONES void timbench_bf16_widen_t(const uint16_t *src, long rows, long cols, uint32_t *dst) {
+CLONES void timbench_bf16_widen_t(const uint16_t *src, long rows, long cols, uint32_t *dst, int threads) {
   enum { B = 32 };
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * cols >= PAR_MIN && threads > 1)
   for (long i0 = 0; i0 < rows; i0 += B) {
     long i1 = i0 + B < rows ? i0 + B : rows;
     for (long j0 = 0; j0 < cols; j0 += B) {
@@ -34,8 +39,9 @@ CLONES void timbench_bf16_widen_t(const uint16_t *src, long rows, long cols, uin
 
 /* out[i] = round(a[i]) and a[i] = widen(out[i]) for every non-NaN a[i], in one pass; a NaN a[i] is left as it
    is (out[i] then holds no meaningful value). Returns the number of NaNs. */
-CLONES long timbench_bf16_round(uint32_t *a, uint16_t *out, long n) {
+CLONES long timbench_bf16_round(uint32_t *a, uint16_t *out, long n, int threads) {
   long nans = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) if (n >= PAR_MIN && threads > 1) reduction(+ : nans)
   for (long i = 0; i < n; i++) {
     uint32_t u = a[i];
     uint32_t nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
