@@ -24,8 +24,6 @@ Where the library cannot be built (or `TIMBENCH_NATIVE=0`) both return None and 
 from __future__ import annotations
 
 import ctypes
-import os
-import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -68,18 +66,10 @@ def library() -> _Lib | None:
     """The conversion library, or None where native code is off or cannot be built (torch converts)."""
     global _lib
     if _lib is None:
-        if os.environ.get("TIMBENCH_NATIVE", "1") == "0":
-            _lib = False
-        else:
-            try:
-                _lib = _Lib(native.build((SOURCE,)))
-            except (RuntimeError, OSError) as e:
-                warnings.warn(
-                    f"timbench: native bf16 conversions unavailable ({e}); torch converts (the same bits)",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                _lib = False
+        _lib = native.open_library(
+            lambda: _Lib(native.build((SOURCE,))),
+            "native bf16 conversions unavailable ({e}); torch converts (the same bits)",
+        )
     return _lib or None
 
 

@@ -145,23 +145,27 @@ def pick_isa(want: str, host: int) -> int:
 _lib: _Lib | None | bool = None  # None: not tried yet; False: unavailable (numba serves)
 
 
+def open_library(make, unavailable: str):
+    """`make()` (a loaded library) unless `TIMBENCH_NATIVE=0`; False where it cannot be built, with one
+    RuntimeWarning: "timbench: " + `unavailable` formatted with the cause as {e}. Callers keep the result (None:
+    not tried yet) and fall back to code that gives the same bits."""
+    if os.environ.get("TIMBENCH_NATIVE", "1") == "0":
+        return False
+    try:
+        return make()
+    except (RuntimeError, OSError) as e:
+        warnings.warn("timbench: " + unavailable.format(e=e), RuntimeWarning, stacklevel=3)
+        return False
+
+
 def library() -> _Lib | None:
     """The native library, or None where it is switched off or cannot be built (numba serves, same bits)."""
     global _lib
     if _lib is None:
-        if os.environ.get("TIMBENCH_NATIVE", "1") == "0":
-            _lib = False
-        else:
-            try:
-                _lib = _Lib(build())
-            except (RuntimeError, OSError) as e:
-                warnings.warn(
-                    f"timbench: native matmuls unavailable ({e}); using the numba kernels "
-                    "(the same bits, about half the speed)",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                _lib = False
+        _lib = open_library(
+            lambda: _Lib(build()),
+            "native matmuls unavailable ({e}); using the numba kernels (the same bits, about half the speed)",
+        )
     return _lib or None
 
 
