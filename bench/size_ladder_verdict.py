@@ -120,8 +120,10 @@ def trend(points: list[tuple[float, float]]) -> dict:
 def ladder_test(effect: str, per_size: dict[str, dict]) -> tuple[Test, list[Test]]:
     """The effect's interaction across the ladder (see the module docstring) and its pairwise tests."""
     sizes = [s for s in SIZES if s in per_size]
-    pairs = [size_interaction(f"{b} - {a}", per_size[a], per_size[b], MARGIN, None) for a, b in combinations(sizes, 2)]
-    span = pairs[1] if len(pairs) == 3 else (pairs[0] if pairs else None)
+    by_pair = {(a, b): size_interaction(f"{b} - {a}", per_size[a], per_size[b], MARGIN, None)
+               for a, b in combinations(sizes, 2)}  # fmt: skip
+    pairs = list(by_pair.values())
+    span = by_pair.get((sizes[0], sizes[-1])) if sizes else None  # the ladder's ends
     iv = span.interval if span else Interval(None)
     t = Test("interaction", f"{effect}: {sizes[-1]} - {sizes[0]}" if sizes else effect, iv.mean, iv, None,
              mde=span.mde if span else None, margin=MARGIN)  # fmt: skip
@@ -168,13 +170,11 @@ def verdicts(path: str) -> dict:
             },  # fmt: skip
             "pairs": [{"test": p.label, "text": p.text(), "p_tost": p.p, "p_difference": p.p_diff} for p in pairs],
             "slope_per_decade": slope,
-            "test": t,
         }
     decide(tests)
     for effect, t in zip(EFFECTS, tests):
-        o = out[effect]
-        o["test"] = {"word": t.word(), "text": t.text(), "p_iut": t.p, "p_holm": t.p_adj, "p_difference": t.p_diff}
-        o["test"]["not_tested"] = t.blocked
+        out[effect]["test"] = {"word": t.word(), "text": t.text(), "p_iut": t.p, "p_holm": t.p_adj,
+                               "p_difference": t.p_diff, "not_tested": t.blocked}  # fmt: skip
     done = {
         s: {"finished": sum(len(r) for r in models[s].rows.values()), "planned": sum(models[s].planned.values())}
         for s in SIZES
