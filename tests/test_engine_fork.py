@@ -76,6 +76,20 @@ def test_generate_many_errors(dense):
     assert engine.generate_many([], PARAMS[:2]) == [[], []]
 
 
+def test_forks_share_batches_only_on_batch_invariant_kernels(dense, monkeypatch):
+    from timbench.kernels import KERNELS
+
+    assert {n: KERNELS.lookup(n).batch_invariant for n in KERNELS.names()} == {"exact": True, "torch": False}
+    for spec, runs in (("kernels=exact", 1), ("kernels=torch", len(PARAMS))):
+        engine = Engine(dense.config, spec, max_num_seqs=8)
+        engine.load_weights(dense)
+        calls = []
+        real = engine._generate
+        monkeypatch.setattr(engine, "_generate", lambda r, p, real=real: calls.append(len(p)) or real(r, p))
+        engine.generate_many(_requests(3), PARAMS)
+        assert len(calls) == runs, spec
+
+
 class _TwoRunEngine:
     """An engine without generate_many (as vLLM's): evaluate_both must run it twice."""
 

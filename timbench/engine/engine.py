@@ -90,7 +90,7 @@ class Engine:
                 f"generate_many: {len(params)} sampling parameter sets need as many cache slots per request, "
                 f"the engine has max_num_seqs={self.max_num_seqs}"
             )
-        if self.spec.kernels != "exact":
+        if not self.compute.kernels.batch_invariant:
             return [self._generate(requests, [p])[0] for p in params]
         return self._generate(requests, params)
 

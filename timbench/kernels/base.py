@@ -23,6 +23,9 @@ class KernelSet(Protocol):
     """Operations a kernel set provides. Shapes use B batch, T time, H heads, D head dim."""
 
     name: str
+    batch_invariant: bool
+    """Every row's outputs are a function of that row alone, whatever else shares its batch (what lets the engine
+    batch several sampling sets of one prompt together, `Engine.generate_many`)."""
 
     def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x[..., K] @ w[N, K].T -> [..., N] (HF weight layout), in x's dtype."""

@@ -22,6 +22,7 @@ def _wide(x):
 
 class TorchKernels:
     name = "torch"
+    batch_invariant = False  # MKL/SDPA pick their blocking by shape, so a row's bits depend on its batch
 
     def cache_weights(self, enabled: bool = True) -> None:  # nothing to cache: PyTorch reads weights as they are
         pass

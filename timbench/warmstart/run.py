@@ -127,7 +127,11 @@ def warmstart(
     eval_set = t_obj.eval_set(eval_n)
     probe = eval_set[: min(probe_n, eval_n)]
     engine = make_engine(
-        net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"), max_num_seqs=min(256, eval_n), weights=net
+        # two slots per eval prompt: evaluate_both forks each prompt into its greedy and T=1 sets in one run
+        net.config,
+        parse_spec(ENGINE_SPEC, "engine spec", side="engine"),
+        max_num_seqs=2 * min(256, eval_n),
+        weights=net,
     )
     final, history, step, loss_v = _train_to_band(
         net,
