@@ -20,6 +20,7 @@ STEPS = 2
 # moved or its cells.json lost would otherwise drop out of the replay without a word).
 KNOWN = {
     "claims_grid",
+    "long_horizon",
     "long_pilot",
     "lowprec",
     "nvfp4",
@@ -29,6 +30,7 @@ KNOWN = {
     "proxy_moe",
     "quick",
     "rise_collapse",
+    "size_ladder/grid",
     "staleness_quick",
     "tracks/mini",
     "tracks/quick",

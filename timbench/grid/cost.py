@@ -34,15 +34,16 @@ KERNEL_FACTOR = {"exact": 1.0, "torch": 0.7}
 """Cost of a phase relative to the exact kernels (torch ~0.7x for the whole RL step)."""
 MOE_FACTOR = 1.5
 """tiny-moe (8 experts, top-2) relative to tiny-dense."""
-MODEL_FACTOR = {"small-dense": 2.3, "medium-dense": 3.0}
+MODEL_FACTOR = {"small-dense": 2.3, "medium-dense": 5.7}
 """Measured cost of a preset's RL step relative to tiny-dense, where it is neither 1 nor MOE_FACTOR.
 small-dense (3.2x the parameters): 2.33x per step, each phase 2.2-2.4x (rollout 0.84 s vs 0.38 s,
 recompute 0.69 vs 0.30, update 2.20 vs 0.92; two interleaved 4-step `timbench train` runs of each, GRPO 16x8,
 exact fp32, one thread, other jobs on the 2-core Xeon, 2026-12-04): at these widths per-op overhead is a
-large share of a step, so cost grows slower than the parameter count. medium-dense (10x tiny-dense's parameters):
-~3.0x, rougher (phase medians of a 12-step tiny-dense run beside the first 25 steps of a medium-dense pilot, GRPO
-16x8, exact fp32, one thread, on a loaded 2-core machine, not interleaved: rollout 2.7x, recompute 3.3x, update
-3.4x; 2026-12-07)."""
+large share of a step, so cost grows slower than the parameter count. The size ladder's grid confirms 2.4x and
+measures medium-dense (10x tiny-dense's parameters) at 5.7x: medians over its first 40 cells, 160 steps each,
+two cells side by side on an otherwise quiet 2-core AMD EPYC Zen 4, exact fp32, one thread (tiny / small / medium
+0.64 / 1.54 / 3.64 s a step in the step's phases; rollout 4.8x, recompute 5.9x, update 6.3x; 2026-12-07). An
+earlier ~3.0x for medium-dense came from unpaired runs on a loaded machine and underpriced it."""
 CELL_OVERHEAD_S = 2.0
 """Per-cell start-up: a fresh process imports torch/numba and loads the warm start."""
 

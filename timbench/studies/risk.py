@@ -217,9 +217,8 @@ def validity(us: list[Unit]) -> dict:
         "statistics_steps": FIRST_STEPS,
         "collapse_horizon": HORIZON,
         "caveats": [
-            "CPU-scale models (tiny-dense 0.60M and small-dense 1.94M parameters, tiny MoE proxies) on "
-            "4-digit addition with GRPO: no committed evidence that an outcome here transfers to "
-            "billion-parameter models",
+            f"CPU-scale models ({_sizes(rows)}) on {', '.join(sorted({r.task for r in rows}))} with GRPO: "
+            "no committed evidence that an outcome here transfers to billion-parameter models",
             f"statistics are the RL rollouts' own, averaged over steps 0-{FIRST_STEPS - 1} (the warm-start "
             "policy); an align table or a gate probe measures on its own workload and can differ several-fold "
             "for the same engine",
@@ -227,6 +226,15 @@ def validity(us: list[Unit]) -> dict:
             "nearest real (quant/precision/vllm/async/moe) setting first",
         ],
     }
+
+
+def _sizes(rows: list[RiskRow]) -> str:
+    """The map's models with their parameter counts, smallest first ("tiny-dense 0.60M, ..."): the caveat states
+    the sizes the map rests on, read from its rows, so a newly committed size moves it without an edit."""
+    from ..model import PRESETS  # deferred: the map's text needs only the configs
+
+    sized = sorted((PRESETS[m].num_parameters(), m) for m in {r.model for r in rows} if m in PRESETS)
+    return ", ".join(f"{m} {n / 1e6:.2f}M" for n, m in sized) + " parameters"
 
 
 def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = NEAREST, label: str = "") -> dict:
