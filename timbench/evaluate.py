@@ -63,6 +63,12 @@ def _score(task, problems: list, outs: list, temperature: float, seed: int) -> d
     }
 
 
+def both_slots(n_problems: int, max_num_seqs: int = 512) -> int:
+    """Engine slots for `evaluate_both` on `n_problems` with every fork in flight: two per problem (its T=1 and
+    greedy sequences), at most `max_num_seqs`. The result does not depend on it; the speed does."""
+    return min(max_num_seqs, 2 * n_problems)
+
+
 def evaluate_both(
     model,
     task,
@@ -83,7 +89,7 @@ def evaluate_both(
     if not problems:
         raise ValueError("evaluate: no problems")
     if engine is None:
-        n = min(max_num_seqs, 2 * len(problems))
+        n = both_slots(len(problems), max_num_seqs)
         engine = make_engine(model.config, engine_spec, max_num_seqs=n, weights=model)
     t1_params, gr_params = SamplingParams(temperature=1.0, seed=seed), SamplingParams(temperature=0.0, seed=seed)
     generate_many = getattr(engine, "generate_many", None)

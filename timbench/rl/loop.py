@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from ..engine import make_engine
-from ..evaluate import evaluate, evaluate_both
+from ..evaluate import both_slots, evaluate, evaluate_both
 from ..kernels.reduce import fsum
 from ..metrics.schema import ACCURACY_GREEDY, ACCURACY_T1, K3_KL, QUANTIZED_ACCURACY_GREEDY, REWARD_MEAN, TWIN
 from ..model import Qwen3ForCausalLM, load_checkpoint
@@ -68,9 +68,8 @@ class _Session:
             self.lanes.append(
                 make_lane("twin", base, cfg, ZERO_MISMATCH, ZERO_MISMATCH, n, run.remedy_impl, plugin_timeout)
             )
-        # Two slots per problem: evaluate_both forks each prompt into its T=1 and greedy sequences, and with all
-        # of them in flight the eval is one prefill and one decode loop (the result is the same at any size).
-        self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=2 * min(256, cfg.eval_n))
+        # With all of evaluate_both's forks in flight the eval is one prefill and one decode loop.
+        self.eval_engine = make_engine(base.config, ZERO_MISMATCH, max_num_seqs=both_slots(cfg.eval_n))
         # A quantized rollout engine also gets its policy measured on its own (greedy, fp32 exact otherwise):
         # "quantization hurt the policy" vs "mismatch hurt training".
         quant = quantized_reference(run.main_engine)

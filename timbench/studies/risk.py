@@ -205,9 +205,10 @@ def validity(us: list[Unit]) -> dict:
     rows = [r for u in us for r in u.rows]
     lens = [r.response_length for r in rows if r.response_length is not None]
     dose = stat_range(us, DOSE)
+    models, tasks = sorted({r.model for r in rows}), sorted({r.task for r in rows})
     return {
-        "models": sorted({r.model for r in rows}),
-        "tasks": sorted({r.task for r in rows}),
+        "models": models,
+        "tasks": tasks,
         "grids": sorted({r.grid for r in rows}),
         "settings": len(us),
         "seeds": len(rows),
@@ -217,7 +218,7 @@ def validity(us: list[Unit]) -> dict:
         "statistics_steps": FIRST_STEPS,
         "collapse_horizon": HORIZON,
         "caveats": [
-            f"CPU-scale models ({_sizes(rows)}) on {', '.join(sorted({r.task for r in rows}))} with GRPO: "
+            f"CPU-scale models ({_sizes(models)}) on {', '.join(tasks)} with GRPO: "
             "no committed evidence that an outcome here transfers to billion-parameter models",
             f"statistics are the RL rollouts' own, averaged over steps 0-{FIRST_STEPS - 1} (the warm-start "
             "policy); an align table or a gate probe measures on its own workload and can differ several-fold "
@@ -228,12 +229,12 @@ def validity(us: list[Unit]) -> dict:
     }
 
 
-def _sizes(rows: list[RiskRow]) -> str:
+def _sizes(models: list[str]) -> str:
     """The map's models with their parameter counts, smallest first ("tiny-dense 0.60M, ..."): the caveat states
     the sizes the map rests on, read from its rows, so a newly committed size moves it without an edit."""
     from ..model import PRESETS  # deferred: the map's text needs only the configs
 
-    sized = sorted((PRESETS[m].num_parameters(), m) for m in {r.model for r in rows} if m in PRESETS)
+    sized = sorted((PRESETS[m].num_parameters(), m) for m in models if m in PRESETS)
     return ", ".join(f"{m} {n / 1e6:.2f}M" for n, m in sized) + " parameters"
 
 

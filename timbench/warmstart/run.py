@@ -105,6 +105,7 @@ def warmstart(
     task, ValueError for bad arguments.
     """
     from ..engine import make_engine  # deferred: tokenizers is heavy
+    from ..evaluate import both_slots  # deferred: tokenizers is heavy
     from ..model import PRESETS, Compute, Qwen3ForCausalLM, save_checkpoint  # deferred: tokenizers is heavy
     from ..trainer.optim import AdamW  # deferred: tokenizers is heavy
 
@@ -127,11 +128,7 @@ def warmstart(
     eval_set = t_obj.eval_set(eval_n)
     probe = eval_set[: min(probe_n, eval_n)]
     engine = make_engine(
-        # two slots per eval prompt: evaluate_both forks each prompt into its greedy and T=1 sets in one run
-        net.config,
-        parse_spec(ENGINE_SPEC, "engine spec", side="engine"),
-        max_num_seqs=2 * min(256, eval_n),
-        weights=net,
+        net.config, parse_spec(ENGINE_SPEC, "engine spec", side="engine"), max_num_seqs=both_slots(eval_n), weights=net
     )
     final, history, step, loss_v = _train_to_band(
         net,
