@@ -10,7 +10,7 @@ import pytest
 from timbench.cli import main
 from timbench.gate.placement import from_gate
 from timbench.studies import risk_validate as rv
-from timbench.studies.risk import answer, safe_levels, the_map, units, validity
+from timbench.studies.risk import _sizes, answer, safe_levels, the_map, units, validity
 from timbench.studies.risk_data import ROOT, RiskRow, gather, mapped
 from timbench.studies.risk_input import from_align, from_numbers
 
@@ -115,6 +115,11 @@ def test_validity_limits_name_models_horizons_and_doses(rows):
     lo, hi = v["dose_mean_abs_delta"]
     assert 0 < lo < 0.004 < 0.1 < hi and "tiny-dense" in v["models"] and v["horizon_steps"][1] >= 80
     assert min(r.stats["mean_abs_delta"] for r in mapped(rows)) == lo
+
+
+def test_the_caveat_names_every_model_the_map_rests_on_a_checkpoint_outside_the_presets_without_a_size():
+    assert _sizes(["small-dense", "tiny-dense"]).startswith("tiny-dense 0.60M, small-dense ")
+    assert _sizes(["runs/my-ckpt", "tiny-dense"]) == "tiny-dense 0.60M, runs/my-ckpt (size not known) parameters"
 
 
 def test_cli_text_and_json_name_the_validity_limits(small_results, capsys):

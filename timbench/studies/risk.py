@@ -230,12 +230,16 @@ def validity(us: list[Unit]) -> dict:
 
 
 def _sizes(models: list[str]) -> str:
-    """The map's models with their parameter counts, smallest first ("tiny-dense 0.60M, ..."): the caveat states
-    the sizes the map rests on, read from its rows, so a newly committed size moves it without an edit."""
+    """The map's models with their parameter counts, smallest first ("tiny-dense 0.60M, ..."), then any model
+    that is no preset, by name: the caveat states the sizes the map rests on, read from its rows, so a newly
+    committed size moves it without an edit."""
     from ..model import PRESETS  # deferred: the map's text needs only the configs
 
     sized = sorted((PRESETS[m].num_parameters(), m) for m in models if m in PRESETS)
-    return ", ".join(f"{m} {n / 1e6:.2f}M" for n, m in sized) + " parameters"
+    # A user's own checkpoint is no preset: it is still a model the map rests on, so it is named, without a size.
+    unsized = sorted(m for m in models if m not in PRESETS)
+    named = [f"{m} {n / 1e6:.2f}M" for n, m in sized] + [f"{m} (size not known)" for m in unsized]
+    return ", ".join(named) + " parameters"
 
 
 def answer(query: dict, rows: list[RiskRow], mode: str | None = None, k: int = NEAREST, label: str = "") -> dict:
