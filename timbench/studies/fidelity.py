@@ -131,11 +131,8 @@ def load_models(dirs: list[str | Path], reference_model: str | None = None) -> l
 
     found: dict[str, list] = {}
     for i, d in enumerate(distinct_dirs(dirs, "grid result directory")):
-        grid = load_results(d)
-        rows = summarize(grid)
-        for model in dict.fromkeys(str(r["model"]) for r in rows):
-            mine = [r for r in rows if str(r["model"]) == model]
-            found.setdefault(model, []).append((sum(map(is_finished, mine)), -i, _model_runs(grid, model, mine)))
+        for m in models_of(d):
+            found.setdefault(m.model, []).append((sum(map(len, m.rows.values())), -i, m))
     names = list(found)
     if len(names) < 2:
         raise ValueError(
@@ -148,6 +145,16 @@ def load_models(dirs: list[str | Path], reference_model: str | None = None) -> l
         raise ValueError(f"--reference-model {ref!r} is not a model of these grids; valid: {', '.join(names)}")
     best = {m: max(c, key=lambda x: x[:2])[2] for m, c in found.items()}
     return [best[ref]] + [best[m] for m in names if m != ref]
+
+
+def models_of(d: str | Path) -> list[ModelRuns]:
+    """Every model of one grid dir, in the order its cells first name them."""
+    grid = load_results(d)
+    rows = summarize(grid)
+    return [
+        _model_runs(grid, model, [r for r in rows if str(r["model"]) == model])
+        for model in dict.fromkeys(str(r["model"]) for r in rows)
+    ]
 
 
 def _iv(iv: Interval) -> list | None:
