@@ -25,8 +25,6 @@ directory that is not such a grid is a one-line error, exit 2.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -37,7 +35,6 @@ from bench.size_ladder_verdict import MARGIN, MIN_SEEDS, _roles, effect_by_seed 
 from timbench.report.stats import mean_interval  # noqa: E402
 from timbench.report.verdict_rules import CORRECTION, decide, size_interaction  # noqa: E402
 from timbench.studies.fidelity import models_of  # noqa: E402
-from timbench.util.atomic import atomic_write  # noqa: E402
 
 EFFECT = "bypass - recompute"
 """The one effect the control re-measures (bench/size_ladder_verdict.EFFECTS)."""
@@ -108,7 +105,7 @@ def verdicts(ladder: str, control: str) -> dict:
             **{
                 r: {"seeds": sorted(per[r]), "effect": verdict_page.iv_json(mean_interval(list(per[r].values())))}
                 for r in RUNGS
-            },  # fmt: skip
+            },
         },
         "tests": [
             {
@@ -119,14 +116,14 @@ def verdicts(ladder: str, control: str) -> dict:
                 "p_holm": t.p_adj,
                 "p_difference": t.p_diff,
                 "not_tested": t.blocked,
-            }  # fmt: skip
+            }
             for t in tests
         ],
         "reading": reading(words),
     }
 
 
-def markdown(v: dict) -> str:
+def markdown(v: dict, _path: str = "") -> str:
     c = v["cells"]
     lines = [
         f"# The size ladder's K3 control: verdicts ({v['control']})",
@@ -140,7 +137,7 @@ def markdown(v: dict) -> str:
             " (still running: every number rests on the seeds finished so far)."
             if c["finished"] < c["planned"]
             else "."
-        ),  # fmt: skip
+        ),
         "",
         f"**Reading: {v['reading']}** (the tail: both size interactions equivalent within +-{v['margin']} and the "
         "tail's detected; the size: a size interaction detected and the tail's equivalent; both: both detected; "
@@ -168,20 +165,7 @@ def markdown(v: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="size_ladder_k3_verdict.py", description=__doc__.splitlines()[0])
-    ap.add_argument("ladder", help="the size ladder's result dir (results/size_ladder/grid)")
-    ap.add_argument("control", help="the K3 control's result dir (results/size_ladder_k3); the verdict goes here")
-    a = ap.parse_args(argv)
-    try:
-        v = verdicts(a.ladder, a.control)
-    except ValueError as e:
-        print(f"size_ladder_k3_verdict.py: error: {e}", file=sys.stderr)
-        return 2
-    out = Path(a.control)
-    atomic_write(out / "verdict.json", json.dumps(v, indent=2, sort_keys=True) + "\n")
-    atomic_write(out / "verdict.md", markdown(v))
-    print(markdown(v))
-    return 0
+    return verdict_page.main(argv, "size_ladder_k3_verdict.py", verdicts, markdown, ("LADDER_DIR", "K3_DIR"))
 
 
 if __name__ == "__main__":

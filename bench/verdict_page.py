@@ -21,18 +21,25 @@ def fmt_json(iv: dict) -> str:
     return fmt_interval(Interval(iv["mean"], iv["lo"], iv["hi"], iv["n"]))
 
 
-def main(argv: list[str], script: str, verdicts: Callable[[str], dict], markdown: Callable[[dict, str], str]) -> int:
-    """`python bench/SCRIPT RESULTS_DIR`: write and print the page; 2 with one line on bad input."""
-    if len(argv) != 1:
-        print(f"usage: python bench/{script} RESULTS_DIR", file=sys.stderr)
+def main(
+    argv: list[str],
+    script: str,
+    verdicts: Callable[..., dict],
+    markdown: Callable[[dict, str], str],
+    args: tuple[str, ...] = ("RESULTS_DIR",),
+) -> int:
+    """`python bench/SCRIPT ARGS...` (one results dir unless `args` names more; the page goes into the last):
+    write and print the page; 2 with one line on bad input."""
+    if len(argv) != len(args):
+        print(f"usage: python bench/{script} {' '.join(args)}", file=sys.stderr)
         return 2
     try:
-        v = verdicts(argv[0])
+        v = verdicts(*argv)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(argv[0])
+    out = Path(argv[-1])
     atomic_write(out / "verdict.json", json.dumps(v, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "verdict.md", markdown(v, argv[0]))
+    atomic_write(out / "verdict.md", markdown(v, argv[-1]))
     print((out / "verdict.md").read_text(), end="")
     return 0
